@@ -1,0 +1,58 @@
+#pragma once
+//! \file Small shared vocabulary: placements, stream roles, alignment helpers, fixed strings.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+
+namespace tide {
+
+//! Where an activation slot lives between its forward and its backward.
+enum class placement : std::uint8_t {
+  keep,     //!< stays in the device arena until backward
+  offload,  //!< copied to pinned host memory in forward, prefetched back for backward
+  remat,    //!< dropped after forward, recomputed just before backward
+};
+
+constexpr std::string_view to_string(placement p) noexcept {
+  switch (p) {
+    case placement::keep: return "keep";
+    case placement::offload: return "offload";
+    case placement::remat: return "remat";
+  }
+  return "?";
+}
+
+//! The four streams an executor drives. With latency hiding off every copy runs on `compute`.
+enum class stream_role : std::uint8_t { compute = 0, d2h = 1, h2d = 2, comm = 3 };
+inline constexpr std::size_t stream_count = 4;
+
+constexpr std::string_view to_string(stream_role s) noexcept {
+  switch (s) {
+    case stream_role::compute: return "compute";
+    case stream_role::d2h: return "d2h";
+    case stream_role::h2d: return "h2d";
+    case stream_role::comm: return "comm";
+  }
+  return "?";
+}
+
+//! A size known only at run time (it depends on batch and sequence length).
+inline constexpr std::size_t dynamic_bytes = std::numeric_limits<std::size_t>::max();
+//! "Every layer from here on" in a layer range.
+inline constexpr std::uint32_t all_layers = std::numeric_limits<std::uint32_t>::max();
+
+constexpr std::size_t align_up(std::size_t n, std::size_t a) noexcept { return (n + a - 1) / a * a; }
+
+//! A string usable as a template argument: `tide::slot<"q_proj", 4096>`.
+template <std::size_t N>
+struct fixed_string {
+  char data[N]{};
+  constexpr fixed_string(char const (&s)[N]) noexcept { std::copy_n(s, N, data); }
+  constexpr std::string_view view() const noexcept { return {data, N - 1}; }
+  constexpr operator std::string_view() const noexcept { return view(); }
+};
+
+}  // namespace tide

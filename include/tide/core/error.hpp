@@ -1,0 +1,47 @@
+#pragma once
+//! \file Exception types thrown by tide. Every message names what was wrong.
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace tide {
+
+//! Base of every error tide throws.
+struct error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+//! A stack, policy, buffer or pipeline composition that cannot form a valid schedule,
+//! or an op program that fails the checker.
+struct schedule_error : error {
+  using error::error;
+};
+
+//! An arena request exceeds the capacity the backend was given.
+struct out_of_memory : error {
+  std::size_t requested;
+  std::size_t capacity;
+  out_of_memory(std::string const& what, std::size_t req, std::size_t cap)
+      : error(what + ": needs " + std::to_string(req) + " bytes, budget is " + std::to_string(cap) +
+              " bytes"),
+        requested(req),
+        capacity(cap) {}
+};
+
+//! A user lambda asked for a slot that the layer does not save, or misused one it does.
+struct slot_error : error {
+  using error::error;
+};
+
+//! A debug check caught a write past a slot, or a read of a slot whose reload had not completed.
+struct debug_check_error : error {
+  using error::error;
+};
+
+//! A collective adapter (MPI, NCCL) failed.
+struct collective_error : error {
+  using error::error;
+};
+
+}  // namespace tide

@@ -1,0 +1,15 @@
+#pragma once
+//! \file Umbrella header: the whole host-compilable library. CUDA pieces live under
+//! <tide/backends/cuda/...> and are included separately.
+
+#include <tide/core/buffers.hpp>
+#include <tide/core/check.hpp>
+#include <tide/core/config.hpp>
+#include <tide/core/describe.hpp>
+#include <tide/core/error.hpp>
+#include <tide/core/op.hpp>
+#include <tide/core/pipeline.hpp>
+#include <tide/core/policy.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/core/stack.hpp>
+#include <tide/core/static_schedule.hpp>
