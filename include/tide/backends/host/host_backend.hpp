@@ -1,0 +1,265 @@
+#pragma once
+//! \file The host backend: each stream is a worker thread with a FIFO queue, events are
+//! completion counters other streams wait on, copies are `memcpy` on the copy stream's worker.
+//! The device arena is ordinary memory with a hard capacity standing for the GPU memory budget.
+//! An optional link model per direction paces copies, so overlap can be studied on a CPU with
+//! realistic ratios of copy time to compute time.
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <vector>
+
+#include <tide/core/error.hpp>
+#include <tide/executor/backend.hpp>
+#include <tide/trace/timeline.hpp>
+
+namespace tide {
+
+//! Latency plus bytes over bandwidth, for one direction of a link.
+struct link_model {
+  double bytes_per_second = 0;  //!< 0: unpaced (as fast as memcpy)
+  double latency_s = 0;
+  constexpr double seconds(std::size_t bytes) const noexcept {
+    return bytes_per_second > 0 ? latency_s + static_cast<double>(bytes) / bytes_per_second : latency_s;
+  }
+};
+
+struct host_backend_options {
+  std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget
+  std::size_t host_capacity = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget
+  link_model d2h{};
+  link_model h2d{};
+};
+
+namespace detail {
+
+//! Memory with a hard capacity; one block, kept across steps, grown only when asked for more.
+class capped_arena {
+ public:
+  capped_arena(char const* name, std::size_t capacity) : name_(name), capacity_(capacity) {}
+  std::byte* reserve(std::size_t bytes) {
+    if (bytes > capacity_) throw out_of_memory(std::string("tide: host backend ") + name_ + " arena", bytes, capacity_);
+    if (bytes > size_ || !data_) {
+      data_.reset(static_cast<std::byte*>(::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{4096})));
+      size_ = bytes;
+    }
+    peak_ = std::max(peak_, bytes);
+    return data_.get();
+  }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t peak() const noexcept { return peak_; }
+  std::size_t capacity() const noexcept { return capacity_; }
+
+ private:
+  struct deleter {
+    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{4096}); }
+  };
+  char const* name_;
+  std::size_t capacity_;
+  std::size_t size_ = 0, peak_ = 0;
+  std::unique_ptr<std::byte, deleter> data_;
+};
+
+}  // namespace detail
+
+class host_backend {
+ public:
+  using tide_backend_tag = void;
+  //! Host lambdas run on the stream's worker thread; the handle says which stream that is.
+  using stream_type = stream_role;
+  static constexpr bool device_memory_is_host_accessible = true;
+  using clock = std::chrono::steady_clock;
+
+  explicit host_backend(host_backend_options opt = {})
+      : opt_(opt), device_("device", opt.device_capacity), host_("pinned host", opt.host_capacity) {
+    for (std::size_t s = 0; s < stream_count; ++s) workers_[s] = std::thread([this, s] { work(s); });
+  }
+  host_backend(host_backend const&) = delete;
+  host_backend& operator=(host_backend const&) = delete;
+  ~host_backend() {
+    for (auto& q : queues_) {
+      std::lock_guard lock(q.mutex);
+      q.stop = true;
+      q.ready.notify_all();
+    }
+    for (auto& w : workers_) w.join();
+  }
+
+  //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
+  void record_timeline(timeline* t) noexcept { timeline_ = t; }
+  host_backend_options const& options() const noexcept { return opt_; }
+  std::size_t device_peak_bytes() const noexcept { return device_.peak(); }
+  std::size_t host_peak_bytes() const noexcept { return host_.peak(); }
+
+  arenas setup(backend_setup const& s) {
+    arenas a{device_.reserve(s.device_bytes), host_.reserve(s.host_bytes)};
+    if (events_.size() < s.events) {
+      std::vector<event> e(s.events);
+      events_.swap(e);
+    }
+    for (auto& q : queues_) {
+      std::lock_guard lock(q.mutex);
+      if (q.items.size() < 4 * s.ops + 16) q.items.resize(4 * s.ops + 16);
+    }
+    for (auto& t : spans_) t.reserve(s.ops);
+    for (auto& t : wait_spans_) t.reserve(s.ops);
+    return a;
+  }
+
+  stream_type stream(stream_role r) const noexcept { return r; }
+
+  void record(stream_role r, std::uint32_t e) {
+    auto const target = ++events_[e].recorded;
+    push(r, {item::record, e, target});
+  }
+  void wait(stream_role r, std::uint32_t e) {
+    auto const target = events_[e].recorded;  // the most recent record, as on CUDA
+    if (target == 0) return;                  // waiting on a never-recorded event is a no-op
+    push(r, {item::wait, e, target});
+  }
+  void run(stream_role r, std::uint32_t i, op const&, task t) { push(r, {item::run, i, 0, t}); }
+  void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
+    item it{item::copy, i};
+    it.dst = dst;
+    it.src = src;
+    it.bytes = n;
+    it.pace = o.kind == op_kind::offload ? &opt_.d2h : &opt_.h2d;
+    push(r, it);
+  }
+  void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
+
+  void begin_step() {
+    start_ = clock::now();
+    for (auto& t : spans_) t.clear();
+    for (auto& t : wait_spans_) t.clear();
+  }
+  //! Waits until every stream has drained, then hands the recorded intervals to the timeline.
+  void end_step() {
+    for (auto& q : queues_) {
+      std::unique_lock lock(q.mutex);
+      q.idle.wait(lock, [&] { return q.head == q.tail && !q.busy; });
+    }
+    if (timeline_) {
+      timeline_->clear();
+      for (auto& t : spans_) timeline_->ops.insert(timeline_->ops.end(), t.begin(), t.end());
+      for (auto& t : wait_spans_) timeline_->waits.insert(timeline_->waits.end(), t.begin(), t.end());
+    }
+  }
+
+ private:
+  struct event {
+    std::uint64_t recorded = 0;               // issue side (host thread)
+    std::atomic<std::uint64_t> completed{0};  // stream side
+  };
+  struct item {
+    enum kind_t : std::uint8_t { run, copy, record, wait, host } kind = run;
+    std::uint32_t index = 0;  // op index or event index
+    std::uint64_t target = 0;
+    task fn{};
+    void* dst = nullptr;
+    void const* src = nullptr;
+    std::size_t bytes = 0;
+    link_model const* pace = nullptr;
+  };
+  struct queue {
+    std::mutex mutex;
+    std::condition_variable ready, idle;
+    std::vector<item> items;  // ring buffer; grows only when full
+    std::size_t head = 0, tail = 0;
+    bool busy = false, stop = false;
+  };
+
+  void push(stream_role r, item const& it) {
+    auto& q = queues_[static_cast<std::size_t>(r)];
+    std::lock_guard lock(q.mutex);
+    if (q.tail - q.head == q.items.size()) {  // full: grow (only before steady state)
+      std::vector<item> bigger(q.items.size() * 2 + 16);
+      for (std::size_t i = q.head; i < q.tail; ++i) bigger[i - q.head] = q.items[i % q.items.size()];
+      q.tail -= q.head;
+      q.head = 0;
+      q.items.swap(bigger);
+    }
+    q.items[q.tail++ % q.items.size()] = it;
+    q.ready.notify_one();
+  }
+
+  double now_us() const noexcept {
+    return std::chrono::duration<double, std::micro>(clock::now() - start_).count();
+  }
+
+  void work(std::size_t s) {
+    auto& q = queues_[s];
+    auto const role = static_cast<stream_role>(s);
+    for (;;) {
+      item it;
+      {
+        std::unique_lock lock(q.mutex);
+        q.busy = false;
+        if (q.head == q.tail) q.idle.notify_all();
+        q.ready.wait(lock, [&] { return q.stop || q.head != q.tail; });
+        if (q.head == q.tail) return;
+        it = q.items[q.head++ % q.items.size()];
+        q.busy = true;
+      }
+      switch (it.kind) {
+        case item::run: {
+          auto const b = now_us();
+          it.fn();
+          if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
+          break;
+        }
+        case item::copy: {
+          auto const t0 = clock::now();
+          auto const b = now_us();
+          std::memcpy(it.dst, it.src, it.bytes);
+          if (auto const secs = it.pace->seconds(it.bytes); secs > 0)
+            std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs)));
+          if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
+          break;
+        }
+        case item::record: {
+          auto& e = events_[it.index].completed;
+          e.store(it.target, std::memory_order_release);
+          e.notify_all();
+          break;
+        }
+        case item::wait: {
+          auto& e = events_[it.index].completed;
+          auto v = e.load(std::memory_order_acquire);
+          if (v >= it.target) break;
+          auto const b = now_us();
+          while (v < it.target) {
+            e.wait(v, std::memory_order_acquire);
+            v = e.load(std::memory_order_acquire);
+          }
+          if (timeline_) wait_spans_[s].push_back({role, it.index, b, now_us()});
+          break;
+        }
+        case item::host: it.fn(); break;
+      }
+    }
+  }
+
+  host_backend_options opt_;
+  detail::capped_arena device_, host_;
+  std::vector<event> events_;
+  std::array<queue, stream_count> queues_;
+  std::array<std::vector<op_span>, stream_count> spans_;
+  std::array<std::vector<wait_span>, stream_count> wait_spans_;
+  timeline* timeline_ = nullptr;
+  clock::time_point start_{};
+  std::array<std::thread, stream_count> workers_;
+};
+
+}  // namespace tide

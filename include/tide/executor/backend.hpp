@@ -1,0 +1,81 @@
+#pragma once
+//! \file The backend concept: what the generic executor needs from a place to run a schedule.
+//!
+//! It is shaped after CUDA streams and events, so that the CUDA backend is a direct mapping:
+//! four streams addressed by role, events addressed by index (recorded after an op, waited on by
+//! another stream), user work enqueued on a stream, asynchronous copies, two arenas that stay at
+//! stable addresses across steps, and one synchronization per step. The host backend runs the
+//! same calls on worker threads with real data; the sim backend in virtual time.
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include <tide/core/config.hpp>
+#include <tide/core/op.hpp>
+
+namespace tide {
+
+//! Work a backend runs on a stream: a plain function pointer and its argument, so enqueueing
+//! allocates nothing. `fn` must not throw; the executor catches user exceptions itself.
+struct task {
+  void (*fn)(void* self, std::uint32_t arg) noexcept = nullptr;
+  void* self = nullptr;
+  std::uint32_t arg = 0;
+  void operator()() const noexcept { fn(self, arg); }
+};
+
+//! The two arenas a backend hands the executor. Addresses are stable across steps.
+struct arenas {
+  std::byte* device = nullptr;
+  std::byte* host = nullptr;
+};
+
+//! What the executor asks a backend to set up once, before the first step.
+struct backend_setup {
+  std::size_t ops = 0;
+  std::uint32_t events = 0;
+  std::size_t device_bytes = 0;
+  std::size_t host_bytes = 0;
+};
+
+//! A backend opts in with `using tide_backend_tag = void;` and provides:
+//! - `stream_type`: what user lambdas receive as the stream to enqueue on (`cudaStream_t` on CUDA);
+//! - `static constexpr bool device_memory_is_host_accessible` (debug guard and poison checks);
+//! - `setup(backend_setup)`: create events, reserve queues, allocate arenas (throws
+//!   `out_of_memory` naming the request and the budget);
+//! - `stream(role)`; `record(role, event)`; `wait(role, event)` (waits for the most recent record);
+//! - `run(role, op_index, op, task)`: user compute or a collective; the backend decides when
+//!   the task runs (inline on CUDA, on the stream's worker on host, not at all in the sim);
+//! - `copy(role, op_index, op, dst, src, bytes)`: an asynchronous copy on a stream;
+//! - `host_task(role, task)`: a host function in stream order (debug checks);
+//! - `begin_step()` and `end_step()`: the latter synchronizes every stream and rethrows backend errors.
+template <class B>
+concept backend = requires(B& b, stream_role r, std::uint32_t i, op const& o, task t, void* dst, void const* src,
+                           std::size_t n, backend_setup const& setup) {
+  typename B::tide_backend_tag;
+  typename B::stream_type;
+  { B::device_memory_is_host_accessible } -> std::convertible_to<bool>;
+  { b.setup(setup) } -> std::same_as<arenas>;
+  { b.stream(r) } -> std::same_as<typename B::stream_type>;
+  b.record(r, i);
+  b.wait(r, i);
+  b.run(r, i, o, t);
+  b.copy(r, i, o, dst, src, n);
+  b.host_task(r, t);
+  b.begin_step();
+  b.end_step();
+};
+
+//! Fails with a message that says what to do when `B` is not a backend.
+template <class B>
+constexpr bool check_backend() {
+  static_assert(requires { typename B::tide_backend_tag; },
+                "tide: this type is not a tide backend: declare `using tide_backend_tag = void;` and implement the "
+                "members listed in <tide/executor/backend.hpp>");
+  static_assert(backend<B>, "tide: this type declares tide_backend_tag but misses members of tide::backend: see "
+                            "<tide/executor/backend.hpp> for the list");
+  return true;
+}
+
+}  // namespace tide

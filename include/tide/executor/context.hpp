@@ -1,0 +1,88 @@
+#pragma once
+//! \file What user lambdas receive: the layer, the stream to enqueue on, and the slots as spans.
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include <tide/core/error.hpp>
+#include <tide/core/op.hpp>
+#include <tide/core/schedule.hpp>
+
+namespace tide {
+
+namespace detail {
+inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_t layer, std::string_view type,
+                               std::string_view name) {
+  for (std::size_t k = 0; k < slots.size(); ++k)
+    if (slots[k].name == name) return static_cast<std::uint16_t>(k);
+  std::string names;
+  for (auto const& s : slots) names += (names.empty() ? "" : ", ") + std::string(s.name);
+  throw slot_error("tide: layer " + std::to_string(layer) + " (" + std::string(type) + ") has no slot '" +
+                   std::string(name) + "'; its slots are: " + names);
+}
+}  // namespace detail
+
+//! Shared by all contexts: which layer, which stream, the layer's slot bindings.
+template <class Stream>
+struct layer_context {
+  std::uint32_t layer = 0;
+  Stream stream{};
+  std::span<slot_binding const> bindings;
+  std::string_view type_name;
+  std::byte* device = nullptr;
+
+  std::uint16_t slot_count() const noexcept { return static_cast<std::uint16_t>(bindings.size()); }
+  std::string_view slot_name(std::uint16_t k) const { return bindings[k].name; }
+  placement where(std::uint16_t k) const { return bindings[k].where; }
+  std::uint16_t slot_index(std::string_view name) const { return detail::find_slot(bindings, layer, type_name, name); }
+};
+
+//! Given to the forward lambda. In forward mode every slot is to be written; in recompute mode
+//! (`recompute == true`) only the remat slots are, and the others hold their saved data.
+template <class Stream>
+struct forward_context : layer_context<Stream> {
+  bool recompute = false;
+
+  //! True when this call must produce slot `k`.
+  bool produces(std::uint16_t k) const { return !recompute || this->bindings[k].where == placement::remat; }
+  std::span<std::byte> slot(std::uint16_t k) const {
+    auto const& b = this->bindings[k];
+    return {this->device + (recompute ? b.backward_offset : b.forward_offset), b.bytes};
+  }
+  std::span<std::byte> slot(std::string_view name) const { return slot(this->slot_index(name)); }
+  template <class T>
+  std::span<T> slot_as(std::string_view name) const {
+    auto s = slot(name);
+    return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+  }
+};
+
+//! Given to the backward lambda: every slot of the layer, wherever it was kept, reloaded or
+//! recomputed, read-only.
+template <class Stream>
+struct backward_context : layer_context<Stream> {
+  std::span<std::byte const> slot(std::uint16_t k) const {
+    auto const& b = this->bindings[k];
+    return {this->device + b.backward_offset, b.bytes};
+  }
+  std::span<std::byte const> slot(std::string_view name) const { return slot(this->slot_index(name)); }
+  template <class T>
+  std::span<T const> slot_as(std::string_view name) const {
+    auto s = slot(name);
+    return {reinterpret_cast<T const*>(s.data()), s.size() / sizeof(T)};
+  }
+};
+
+//! Given to collective hooks: `kind` is `op_kind::gather` (before a layer's forward) or
+//! `op_kind::collective` (after its backward).
+template <class Stream>
+struct collective_context {
+  std::uint32_t layer = 0;
+  Stream stream{};
+  op_kind kind = op_kind::collective;
+};
+
+}  // namespace tide
