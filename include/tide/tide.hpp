@@ -13,3 +13,11 @@
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/static_schedule.hpp>
+
+#include <tide/executor/backend.hpp>
+#include <tide/executor/context.hpp>
+#include <tide/executor/executor.hpp>
+#include <tide/backends/host/host_backend.hpp>
+#include <tide/trace/chrome_trace.hpp>
+#include <tide/trace/summary.hpp>
+#include <tide/trace/timeline.hpp>

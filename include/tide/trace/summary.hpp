@@ -1,0 +1,169 @@
+#pragma once
+//! \file Step summaries from a timeline: step time, exposed transfer time, overlap, and the
+//! device and host occupancy over time (predicted peaks against measured live bytes).
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <tide/core/schedule.hpp>
+#include <tide/trace/timeline.hpp>
+
+namespace tide {
+
+struct step_summary {
+  double step_us = 0;                //!< from the step's start to the end of its last op
+  double compute_us = 0;             //!< forward, recompute and backward time on the compute stream
+  double recompute_us = 0;           //!< of which recompute
+  double copy_us = 0;                //!< time any copy was running (union of intervals)
+  double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
+  double exposed_collective_us = 0;  //!< compute-stream time spent waiting for collectives
+  double overlap_fraction = 1;       //!< share of copy time hidden behind compute
+  std::size_t predicted_device_bytes = 0;  //!< the schedule's device arena
+  std::size_t predicted_host_bytes = 0;    //!< the schedule's pinned host arena
+  std::size_t measured_device_bytes = 0;   //!< peak of device bytes live at once, from the timeline
+  std::size_t measured_host_bytes = 0;     //!< peak of host bytes live at once, from the timeline
+};
+
+//! One step of an occupancy curve: from `t_us` on, `bytes` are live.
+struct occupancy_point {
+  double t_us = 0;
+  std::size_t bytes = 0;
+};
+
+struct occupancy {
+  std::vector<occupancy_point> device, host;
+};
+
+namespace detail {
+struct op_times {
+  std::vector<double> begin, end;
+  explicit op_times(timeline const& t, std::size_t n) : begin(n, -1), end(n, -1) {
+    for (auto const& s : t.ops)
+      if (s.op < n) begin[s.op] = s.begin_us, end[s.op] = s.end_us;
+  }
+  bool has(std::size_t i) const { return begin[i] >= 0; }
+};
+
+inline std::vector<occupancy_point> sweep(std::vector<std::pair<double, std::ptrdiff_t>>& deltas) {
+  std::sort(deltas.begin(), deltas.end(), [](auto const& a, auto const& b) {
+    return a.first != b.first ? a.first < b.first : a.second < b.second;  // frees first at a tie
+  });
+  std::vector<occupancy_point> out;
+  std::ptrdiff_t live = 0;
+  for (auto const& [t, d] : deltas) {
+    live += d;
+    if (!out.empty() && out.back().t_us == t)
+      out.back().bytes = static_cast<std::size_t>(live);
+    else
+      out.push_back({t, static_cast<std::size_t>(live)});
+  }
+  return out;
+}
+}  // namespace detail
+
+//! Device and host bytes live over time. A region is live from the start of the op that first
+//! writes it to the end of the op that last reads it: kept slots from their forward to their
+//! backward, offload sources until their last chunk is copied out, staging buffers from the
+//! first prefetched chunk to the backward, remat slots during their forward and from their
+//! recompute to their backward, host copies from the first offloaded chunk to the last reload.
+inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
+  detail::op_times ot(t, s.ops.size());
+  auto const L = s.layer_count();
+  std::vector<std::int64_t> fwd(L, -1), bwd(L, -1), rec(L, -1);
+  std::vector<std::int64_t> first_off(s.slots.size(), -1), last_off(s.slots.size(), -1),
+      first_pre(s.slots.size(), -1), last_pre(s.slots.size(), -1);
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+    auto const& o = s.ops[i];
+    auto const b = s.layers[o.layer].first_slot + (o.slot == no_slot ? 0 : o.slot);
+    switch (o.kind) {
+      case op_kind::forward: fwd[o.layer] = i; break;
+      case op_kind::backward: bwd[o.layer] = i; break;
+      case op_kind::recompute: rec[o.layer] = i; break;
+      case op_kind::offload:
+        if (first_off[b] < 0) first_off[b] = i;
+        last_off[b] = i;
+        break;
+      case op_kind::prefetch:
+        if (first_pre[b] < 0) first_pre[b] = i;
+        last_pre[b] = i;
+        break;
+      default: break;
+    }
+  }
+  std::vector<std::pair<double, std::ptrdiff_t>> dev, host;
+  auto live = [&](auto& v, std::int64_t from, bool from_begin, std::int64_t to, std::size_t bytes) {
+    if (from < 0 || to < 0 || !ot.has(static_cast<std::size_t>(from)) || !ot.has(static_cast<std::size_t>(to))) return;
+    v.push_back({from_begin ? ot.begin[from] : ot.end[from], static_cast<std::ptrdiff_t>(bytes)});
+    v.push_back({ot.end[to], -static_cast<std::ptrdiff_t>(bytes)});
+  };
+  for (std::uint32_t l = 0; l < L; ++l)
+    for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
+      auto const bi = s.layers[l].first_slot + k;
+      auto const& b = s.slots[bi];
+      switch (b.where) {
+        case placement::keep: live(dev, fwd[l], true, bwd[l], b.bytes); break;
+        case placement::offload:
+          live(dev, fwd[l], true, last_off[bi], b.bytes);
+          live(dev, first_pre[bi], true, bwd[l], b.bytes);
+          live(host, first_off[bi], true, last_pre[bi], b.bytes);
+          break;
+        case placement::remat:
+          live(dev, fwd[l], true, fwd[l], b.bytes);
+          live(dev, rec[l], true, bwd[l], b.bytes);
+          break;
+      }
+    }
+  return {detail::sweep(dev), detail::sweep(host)};
+}
+
+//! Summarizes one recorded step of schedule `s`.
+inline step_summary summarize(timeline const& t, schedule_view const& s) {
+  step_summary r;
+  r.predicted_device_bytes = s.arena.device_bytes;
+  r.predicted_host_bytes = s.arena.host_bytes;
+  detail::op_times ot(t, s.ops.size());
+  std::vector<std::pair<double, double>> copies;
+  double prev_compute_end = 0;
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+    if (!ot.has(i)) continue;
+    auto const& o = s.ops[i];
+    auto const dur = ot.end[i] - ot.begin[i];
+    r.step_us = std::max(r.step_us, ot.end[i]);
+    if (is_copy(o.kind)) copies.push_back({ot.begin[i], ot.end[i]});
+    if (o.stream != stream_role::compute) continue;
+    if (is_copy(o.kind)) {
+      r.exposed_transfer_us += dur;  // a copy on the compute stream is never hidden
+    } else {
+      r.compute_us += dur;
+      if (o.kind == op_kind::recompute) r.recompute_us += dur;
+    }
+    // The compute stream idled before this op; blame what it waited for.
+    auto const gap = std::max(0.0, ot.begin[i] - prev_compute_end);
+    bool on_copy = false, on_comm = false;
+    for (auto w : s.waits_of(o)) {
+      on_copy |= is_copy(s.ops[w].kind);
+      on_comm |= s.ops[w].stream == stream_role::comm;
+    }
+    if (on_copy)
+      r.exposed_transfer_us += gap;
+    else if (on_comm)
+      r.exposed_collective_us += gap;
+    prev_compute_end = std::max(prev_compute_end, ot.end[i]);
+  }
+  std::sort(copies.begin(), copies.end());
+  double until = -1;
+  for (auto const& [b, e] : copies) {
+    if (b >= until) r.copy_us += e - b, until = e;
+    else if (e > until) r.copy_us += e - until, until = e;
+  }
+  r.overlap_fraction = r.copy_us > 0 ? std::clamp(1.0 - r.exposed_transfer_us / r.copy_us, 0.0, 1.0) : 1.0;
+  auto occ = measure_occupancy(t, s);
+  for (auto const& p : occ.device) r.measured_device_bytes = std::max(r.measured_device_bytes, p.bytes);
+  for (auto const& p : occ.host) r.measured_host_bytes = std::max(r.measured_host_bytes, p.bytes);
+  return r;
+}
+
+}  // namespace tide
