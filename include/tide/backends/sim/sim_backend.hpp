@@ -1,0 +1,183 @@
+#pragma once
+//! \file The sim backend: the backend concept in virtual time. The generic executor runs the
+//! same op program as on the host or a GPU, but nothing is computed or copied: compute ops take
+//! their time from a `cost_table`, copies take latency plus bytes over bandwidth on a
+//! per-direction link (full duplex or shared), collectives take their time from the table.
+//!
+//! The executor issues every op, and every wait and record around it, in program order, and on
+//! each stream ops run in that order; so one pass in issue order yields the whole timeline: a
+//! stream's op starts when the stream is free, the events it waits on have been recorded, and
+//! (for a copy) the link direction is free. The result is deterministic and a 128-layer step
+//! takes well under a millisecond, so planners and sweeps can call it thousands of times.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <tide/core/error.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/executor/backend.hpp>
+#include <tide/executor/executor.hpp>
+#include <tide/plan/cost_model.hpp>
+#include <tide/trace/summary.hpp>
+#include <tide/trace/timeline.hpp>
+
+namespace tide {
+
+struct sim_options {
+  std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< setup throws above this
+  std::size_t host_capacity = std::numeric_limits<std::size_t>::max();    //!< setup throws above this
+};
+
+class sim_backend {
+ public:
+  using tide_backend_tag = void;
+  using stream_type = stream_role;
+  //! There is no memory behind the arenas, so debug guards and poisoning cannot run.
+  static constexpr bool device_memory_is_host_accessible = false;
+
+  //! `costs` must outlive the backend (sweeps reuse one table for thousands of steps).
+  explicit sim_backend(cost_table const& costs, sim_options opt = {}) : costs_(&costs), opt_(opt) {}
+  sim_backend(cost_table&&, sim_options = {}) = delete;
+
+  //! Tells the backend which slots each layer rematerializes, so that a recompute costs only the
+  //! slots it produces. Without it a recompute costs the layer's full recompute time.
+  void bind(schedule_view s) {
+    if (s.layer_count() != costs_->layer_count())
+      throw schedule_error("tide: sim backend: the schedule has " + std::to_string(s.layer_count()) +
+                           " layers but the cost table has " + std::to_string(costs_->layer_count()));
+    recompute_us_.resize(s.layer_count());
+    for (std::uint32_t l = 0; l < s.layer_count(); ++l) recompute_us_[l] = costs_->layers[l].recompute_time_us(s.slots_of(l));
+  }
+  //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
+  void record_timeline(timeline* t) noexcept { timeline_ = t; }
+  cost_table const& costs() const noexcept { return *costs_; }
+  sim_options const& options() const noexcept { return opt_; }
+
+  //! The last step's time: the end of its last op, in microseconds.
+  double step_us() const noexcept { return step_us_; }
+  std::size_t device_peak_bytes() const noexcept { return device_bytes_; }
+  std::size_t host_peak_bytes() const noexcept { return host_bytes_; }
+
+  arenas setup(backend_setup const& s) {
+    if (s.device_bytes > opt_.device_capacity)
+      throw out_of_memory("tide: sim backend device arena", s.device_bytes, opt_.device_capacity);
+    if (s.host_bytes > opt_.host_capacity)
+      throw out_of_memory("tide: sim backend pinned host arena", s.host_bytes, opt_.host_capacity);
+    device_bytes_ = s.device_bytes;
+    host_bytes_ = s.host_bytes;
+    event_us_.assign(s.events, 0.0);
+    if (timeline_) timeline_->reserve(s.ops);
+    // The executor forms pointers from these bases and offsets but the sim never dereferences
+    // them; distinct non-null bases keep that arithmetic well defined for sanitizers.
+    return {reinterpret_cast<std::byte*>(std::uintptr_t{1} << 44), reinterpret_cast<std::byte*>(std::uintptr_t{1} << 45)};
+  }
+
+  stream_type stream(stream_role r) const noexcept { return r; }
+
+  void record(stream_role r, std::uint32_t e) { event_us_[e] = ready_[index(r)]; }
+  void wait(stream_role r, std::uint32_t e) {
+    auto& t = ready_[index(r)];
+    auto const at = event_us_[e];  // the most recent record, as on CUDA; 0 when never recorded
+    if (at <= t) return;
+    if (timeline_) timeline_->waits.push_back({r, e, t, at});
+    t = at;
+  }
+  //! Compute or a collective: advances the stream by the op's cost. The task is not called:
+  //! there is no data.
+  void run(stream_role r, std::uint32_t i, op const& o, task) {
+    auto const& c = costs_->layers[o.layer];
+    double d = 0;
+    switch (o.kind) {
+      case op_kind::forward: d = c.forward_us; break;
+      case op_kind::recompute: d = o.layer < recompute_us_.size() ? recompute_us_[o.layer] : c.full_recompute_us(); break;
+      case op_kind::backward: d = c.backward_us; break;
+      case op_kind::gather: d = c.gather_us; break;
+      case op_kind::collective: d = c.collective_us; break;
+      default: break;
+    }
+    advance(r, i, ready_[index(r)], d);
+  }
+  //! A copy waits for its stream and for its link direction (both directions on a shared link).
+  void copy(stream_role r, std::uint32_t i, op const& o, void*, void const*, std::size_t n) {
+    bool const d2h = o.kind == op_kind::offload;
+    auto const& link = costs_->link;
+    auto& busy = link_us_[link.full_duplex && !d2h ? 1 : 0];
+    auto const begin = std::max(ready_[index(r)], busy);
+    busy = advance(r, i, begin, (d2h ? link.d2h : link.h2d).seconds(n) * 1e6);
+  }
+  void host_task(stream_role, task) noexcept {}
+
+  void begin_step() {
+    ready_.fill(0);
+    link_us_.fill(0);
+    std::fill(event_us_.begin(), event_us_.end(), 0.0);
+    step_us_ = 0;
+    if (timeline_) timeline_->clear();
+  }
+  void end_step() noexcept { step_us_ = *std::max_element(ready_.begin(), ready_.end()); }
+
+ private:
+  static std::size_t index(stream_role r) noexcept { return static_cast<std::size_t>(r); }
+  double advance(stream_role r, std::uint32_t i, double begin, double d) {
+    auto const end = begin + d;
+    ready_[index(r)] = end;
+    if (timeline_) timeline_->ops.push_back({i, r, begin, end});
+    return end;
+  }
+
+  cost_table const* costs_;
+  sim_options opt_;
+  std::vector<double> recompute_us_;
+  std::vector<double> event_us_;
+  std::array<double, stream_count> ready_{};
+  std::array<double, 2> link_us_{};
+  double step_us_ = 0;
+  std::size_t device_bytes_ = 0, host_bytes_ = 0;
+  timeline* timeline_ = nullptr;
+};
+
+//! Executor options for simulation: no checks (the sim has no data to check, and the schedule
+//! builder's programs are checked by the core tests).
+inline constexpr executor_options sim_executor_options() noexcept {
+  executor_options o;
+  o.debug_checks = false;
+  o.check_schedule = false;
+  return o;
+}
+
+//! The step time of schedule `s` under `costs`, in microseconds (no timeline; the planner's
+//! inner loop).
+inline double simulate_step_us(schedule_view s, cost_table const& costs) {
+  sim_backend b(costs);
+  b.bind(s);
+  executor<sim_backend> ex(b, s, sim_executor_options());
+  auto none = [](auto const&) {};
+  ex.step(none, none);
+  return b.step_us();
+}
+
+//! One simulated step: its timeline and its summary (step time, exposed transfer time, peaks).
+struct sim_result {
+  timeline trace;
+  step_summary summary;
+};
+
+//! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a capacity it exceeds.
+inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
+  sim_result r;
+  sim_backend b(costs, opt);
+  b.bind(s);
+  b.record_timeline(&r.trace);
+  executor<sim_backend> ex(b, s, sim_executor_options());
+  auto none = [](auto const&) {};
+  ex.step(none, none);
+  r.summary = summarize(r.trace, s);
+  return r;
+}
+
+}  // namespace tide
