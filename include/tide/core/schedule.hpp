@@ -120,9 +120,10 @@ constexpr schedule_issue find_schedule_issue(stack_spec const& s, policy_spec co
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
   if (!pow2(b.device_alignment)) return {c::bad_alignment, "device", {}, b.device_alignment};
   if (!pow2(b.host_alignment)) return {c::bad_alignment, "host", {}, b.host_alignment};
-  if (pl.prefetch_distance >= s.layer_count())
-    return {c::prefetch_beyond_stack, {}, {}, pl.prefetch_distance, s.layer_count()};
+  // Prefetch and staging parameters only matter once something is offloaded.
   if (any_placement(s, p, placement::offload)) {
+    if (pl.prefetch_distance >= s.layer_count())
+      return {c::prefetch_beyond_stack, {}, {}, pl.prefetch_distance, s.layer_count()};
     if (b.staging_buffers == 0) return {c::zero_staging_buffers, {}, {}, 0, 0};
     if (pl.max_offloads_in_flight == 0) return {c::zero_offloads_in_flight, {}, {}, 0, 0};
   }
