@@ -1,0 +1,415 @@
+#pragma once
+//! \file The CUDA backend: the executor's four streams are CUDA streams, its events CUDA events,
+//! its copies `cudaMemcpyAsync` between one device arena and one pinned host arena allocated at
+//! setup. User lambdas run inline on the host thread and enqueue their kernels on `ctx.stream`.
+//!
+//! Streams: the compute stream is the user's (`cudaStream_t` or `cuda::stream_ref`) or one tide
+//! creates; tide creates the device-to-host, host-to-device and communication streams,
+//! non-blocking, the host-to-device one at the device's greatest priority by default (a
+//! prefetch gates the backward that waits on it; see bench/gpu for the measurement).
+//!
+//! Events are created once, without timing, for ordering only. Timed events are recorded only
+//! while a timeline is attached (`record_timeline`). One step may also be captured into a CUDA
+//! graph instead of being run (see <tide/backends/cuda/cuda_graph.hpp>).
+
+#include <cuda_runtime_api.h>
+
+#include <cuda/stream_ref>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <tide/backends/cuda/cuda_error.hpp>
+#include <tide/backends/cuda/memory.hpp>
+#include <tide/backends/cuda/nvtx.hpp>
+#include <tide/core/error.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/executor/backend.hpp>
+#include <tide/trace/timeline.hpp>
+
+namespace tide {
+
+struct cuda_backend_options {
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< bytes the device arena may take
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< bytes the pinned arena may take
+  bool prefetch_priority = true;  //!< host-to-device stream at the greatest priority (else the default)
+  bool nvtx = true;               //!< NVTX ranges around every op
+  std::optional<resource_ref> device_resource;  //!< device arena from here (default: cudaMalloc)
+  std::optional<resource_ref> host_resource;    //!< pinned arena from here (default: cudaHostAlloc)
+};
+
+namespace detail {
+
+//! Host tasks handed to `cudaLaunchHostFunc` need an address that stays valid until they run
+//! (and, once captured into a graph, for the graph's lifetime). Blocks are kept and reused.
+class task_pool {
+ public:
+  task* acquire(task t) {
+    if (used_ == blocks_.size() * block_size) blocks_.push_back(std::make_unique<task[]>(block_size));
+    auto* p = &blocks_[used_ / block_size][used_ % block_size];
+    ++used_;
+    *p = t;
+    return p;
+  }
+  void reset() noexcept { used_ = 0; }
+
+ private:
+  static constexpr std::size_t block_size = 256;
+  std::vector<std::unique_ptr<task[]>> blocks_;
+  std::size_t used_ = 0;
+};
+
+extern "C" inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))(); }
+
+//! Remembers the first failure among calls that must all be made (teardown of a step or capture).
+struct first_failure {
+  cudaError_t code = cudaSuccess;
+  char const* call = nullptr;
+  int line = 0;
+  void note(cudaError_t e, char const* c, int l) noexcept {
+    if (e != cudaSuccess && code == cudaSuccess) code = e, call = c, line = l;
+  }
+  void raise() const {
+    if (code != cudaSuccess) throw_cuda_error(code, call, __FILE__, line);
+  }
+};
+#define TIDE_CUDA_NOTE(f, ...) (f).note((__VA_ARGS__), #__VA_ARGS__, __LINE__)
+
+}  // namespace detail
+
+//! One step captured into a CUDA graph (not yet instantiated) and the host tasks it calls; owns
+//! the graph.
+struct captured_step {
+  cudaGraph_t graph = nullptr;
+  detail::task_pool tasks;
+
+  captured_step() = default;
+  captured_step(captured_step&& o) noexcept : graph(std::exchange(o.graph, nullptr)), tasks(std::move(o.tasks)) {}
+  captured_step& operator=(captured_step&& o) noexcept {
+    if (this != &o) {
+      reset();
+      graph = std::exchange(o.graph, nullptr);
+      tasks = std::move(o.tasks);
+    }
+    return *this;
+  }
+  ~captured_step() { reset(); }
+  void reset() noexcept {
+    if (graph) static_cast<void>(cudaGraphDestroy(graph));
+    graph = nullptr;
+  }
+};
+
+class cuda_backend {
+ public:
+  using tide_backend_tag = void;
+  using stream_type = cudaStream_t;
+  static constexpr bool device_memory_is_host_accessible = false;
+
+  //! tide creates every stream, on the current device.
+  explicit cuda_backend(cuda_backend_options opt = {}) : opt_(std::move(opt)) { create_streams(std::nullopt); }
+  //! Runs compute on the user's stream (a `cudaStream_t` converts), so tide slots into existing
+  //! code; tide creates the other three on the current device, which must be the stream's.
+  explicit cuda_backend(::cuda::stream_ref compute, cuda_backend_options opt = {}) : opt_(std::move(opt)) {
+    create_streams(compute.get());
+  }
+  cuda_backend(cuda_backend const&) = delete;
+  cuda_backend& operator=(cuda_backend const&) = delete;
+  //! Waits for every stream, then destroys what tide created. Errors here cannot be thrown; the
+  //! last step's `end_step` already reported any failure of its work.
+  ~cuda_backend() {
+    for (auto s : streams_) static_cast<void>(cudaStreamSynchronize(s));
+    for (auto e : events_) static_cast<void>(cudaEventDestroy(e));
+    for (auto e : timed_) static_cast<void>(cudaEventDestroy(e));
+    for (auto e : fork_join_)
+      if (e) static_cast<void>(cudaEventDestroy(e));
+    for (std::size_t r = 0; r < stream_count; ++r)
+      if (owned_[r]) static_cast<void>(cudaStreamDestroy(streams_[r]));
+  }
+
+  cuda_backend_options const& options() const noexcept { return opt_; }
+  int device() const noexcept { return device_; }
+  ::cuda::stream_ref stream_ref(stream_role r) const noexcept { return streams_[static_cast<std::size_t>(r)]; }
+  std::size_t device_arena_bytes() const noexcept { return device_arena_.size(); }
+  std::size_t host_arena_bytes() const noexcept { return host_arena_.size(); }
+
+  //! Records each op's interval and each wait's blocked time into `t` with timed events
+  //! (nullptr: stop). Not recorded while a step is captured into a graph.
+  void record_timeline(timeline* t) noexcept { timeline_ = t; }
+  //! Slot names for NVTX ranges of copies; `s` must outlive the backend (or the next call).
+  void name_ranges(schedule_view s) noexcept { names_ = s; }
+
+  //! The next step is captured into a graph instead of run; `end_capture` hands it over.
+  void capture_next_step() noexcept { capture_next_ = true; }
+  bool capturing() const noexcept { return capturing_; }
+  captured_step end_capture() {
+    if (!captured_.graph) throw error("tide: cuda_backend::end_capture: no step was captured");
+    return std::exchange(captured_, captured_step{});
+  }
+
+  //! Waits for every stream; throws the first failure of the work they ran.
+  void synchronize() {
+    detail::first_failure f;
+    for (auto s : streams_) TIDE_CUDA_NOTE(f, cudaStreamSynchronize(s));
+    f.raise();
+  }
+
+  // ---- tide::backend ----------------------------------------------------------------------
+
+  arenas setup(backend_setup const& s) {
+    if (s.device_bytes > opt_.device_budget)
+      throw out_of_memory("tide: CUDA backend device arena", s.device_bytes, opt_.device_budget);
+    if (s.host_bytes > opt_.host_budget)
+      throw out_of_memory("tide: CUDA backend pinned host arena", s.host_bytes, opt_.host_budget);
+    // Nothing may still use the arenas when they are replaced by larger ones.
+    synchronize();
+    arenas a;
+    a.device = reserve_device(s.device_bytes);
+    pinned_memory_resource pinned;
+    a.host = host_arena_.reserve(opt_.host_resource ? *opt_.host_resource : resource_ref(pinned), s.host_bytes, 4096);
+    while (events_.size() < s.events) {
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      events_.push_back(e);
+    }
+    for (auto& e : fork_join_)
+      if (!e) TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    op_marks_.reserve(s.ops);
+    wait_marks_.reserve(s.ops);
+    return a;
+  }
+
+  stream_type stream(stream_role r) const noexcept { return streams_[static_cast<std::size_t>(r)]; }
+
+  void record(stream_role r, std::uint32_t e) { TIDE_CUDA_CHECK(cudaEventRecord(events_[e], stream(r))); }
+
+  //! Waits for the most recent record of `e` (a never-recorded event is complete: no wait).
+  void wait(stream_role r, std::uint32_t e) {
+    if (!timing()) {
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(stream(r), events_[e], 0));
+      return;
+    }
+    auto const begin = mark(r);
+    TIDE_CUDA_CHECK(cudaStreamWaitEvent(stream(r), events_[e], 0));
+    wait_marks_.push_back({e, r, begin, mark(r)});
+  }
+
+  //! Runs the task inline: it calls the user's lambda, which enqueues on `stream(r)`.
+  void run(stream_role r, std::uint32_t i, op const& o, task t) {
+    nvtx_op_range const range(opt_.nvtx, o);
+    if (!timing()) {
+      t();
+      return;
+    }
+    auto const begin = mark(r);
+    t();
+    op_marks_.push_back({i, r, begin, mark(r)});
+  }
+
+  void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
+    nvtx_op_range const range(opt_.nvtx, o, slot_name(o));
+    auto const kind = o.kind == op_kind::offload    ? cudaMemcpyDeviceToHost
+                      : o.kind == op_kind::prefetch ? cudaMemcpyHostToDevice
+                                                    : cudaMemcpyDefault;
+    if (!timing()) {
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream(r)));
+      return;
+    }
+    auto const begin = mark(r);
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream(r)));
+    op_marks_.push_back({i, r, begin, mark(r)});
+  }
+
+  //! A host function in stream order (`cudaLaunchHostFunc`); it must not call CUDA.
+  void host_task(stream_role r, task t) {
+    auto* p = (capturing_ ? captured_.tasks : tasks_).acquire(t);
+    TIDE_CUDA_CHECK(cudaLaunchHostFunc(stream(r), &detail::run_host_task, p));
+  }
+
+  void begin_step() {
+    tasks_.reset();
+    op_marks_.clear();
+    wait_marks_.clear();
+    timed_used_ = 0;
+    start_ = nullptr;
+    if (capture_next_) {
+      capture_next_ = false;
+      begin_capture();
+    } else if (timeline_) {
+      // A common origin for all four streams: the side streams start after it.
+      start_ = timed_event();
+      TIDE_CUDA_CHECK(cudaEventRecord(start_, stream(stream_role::compute)));
+      for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams_[r], start_, 0));
+    }
+    if (opt_.nvtx) nvtx_push(capturing_ ? "tide step (capture)" : "tide step");
+  }
+
+  //! Synchronizes every stream (or ends the capture) and reports the first failure.
+  void end_step() {
+    if (opt_.nvtx) nvtx_pop();
+    if (capturing_) {
+      finish_capture();
+      return;
+    }
+    synchronize();
+    // A failed launch (bad configuration, missing kernel image) is reported only as the
+    // runtime's last error; report it here rather than let it surface in unrelated code.
+    if (auto const e = cudaGetLastError(); e != cudaSuccess)
+      detail::throw_cuda_error(e, "a kernel launch or CUDA call during the step (reported by cudaGetLastError())",
+                               __FILE__, __LINE__);
+    if (timeline_ && start_) fill_timeline();
+  }
+
+ private:
+  struct op_mark {
+    std::uint32_t index;  // op index or event index
+    stream_role role;
+    cudaEvent_t begin, end;
+  };
+
+  void create_streams(std::optional<cudaStream_t> user_compute) {
+    TIDE_CUDA_CHECK(cudaGetDevice(&device_));
+    int least = 0, greatest = 0;
+    TIDE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    // Constructed piecewise so that a failure part-way still destroys what was created.
+    try {
+      for (std::size_t r = 0; r < stream_count; ++r) {
+        auto const role = static_cast<stream_role>(r);
+        if (role == stream_role::compute && user_compute) {
+          streams_[r] = *user_compute;
+          continue;
+        }
+        int const priority = role == stream_role::h2d && opt_.prefetch_priority ? greatest : least;
+        TIDE_CUDA_CHECK(cudaStreamCreateWithPriority(&streams_[r], cudaStreamNonBlocking, priority));
+        owned_[r] = true;
+      }
+    } catch (...) {
+      for (std::size_t r = 0; r < stream_count; ++r)
+        if (owned_[r]) static_cast<void>(cudaStreamDestroy(streams_[r]));
+      throw;
+    }
+  }
+
+  std::byte* reserve_device(std::size_t bytes) {
+    if (opt_.device_resource) return device_arena_.reserve(*opt_.device_resource, bytes, 256);
+    device_memory_resource d;
+    try {
+      return device_arena_.reserve(d, bytes, 256);
+    } catch (cuda_error const& e) {
+      if (e.code != cudaErrorMemoryAllocation) throw;
+      std::size_t free = 0, total = 0;
+      static_cast<void>(cudaMemGetInfo(&free, &total));
+      throw out_of_memory("tide: CUDA backend device arena (cudaMalloc failed; the capacity is the device's free "
+                          "memory)",
+                          bytes, free);
+    }
+  }
+
+  bool timing() const noexcept { return start_ != nullptr; }
+
+  cudaEvent_t timed_event() {
+    if (timed_used_ == timed_.size()) {  // only while a timeline is first recorded
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreate(&e));
+      timed_.push_back(e);
+    }
+    return timed_[timed_used_++];
+  }
+  cudaEvent_t mark(stream_role r) {
+    auto const e = timed_event();
+    TIDE_CUDA_CHECK(cudaEventRecord(e, stream(r)));
+    return e;
+  }
+
+  void fill_timeline() {
+    timeline_->clear();
+    auto us = [&](cudaEvent_t e) {
+      float ms = 0;
+      TIDE_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, e));
+      return 1000.0 * static_cast<double>(ms);
+    };
+    for (auto const& m : op_marks_) timeline_->ops.push_back({m.index, m.role, us(m.begin), us(m.end)});
+    for (auto const& m : wait_marks_) {
+      auto const b = us(m.begin), e = us(m.end);
+      if (e > b) timeline_->waits.push_back({m.role, m.index, b, e});  // only waits that blocked
+    }
+  }
+
+  std::string_view slot_name(op const& o) const noexcept {
+    if (!opt_.nvtx || o.layer >= names_.layers.size()) return {};
+    auto const slots = names_.slots_of(o.layer);
+    return o.slot < slots.size() ? slots[o.slot].name : std::string_view{};
+  }
+
+  // Fork: the side streams join the capture by waiting on an event recorded in the capturing
+  // compute stream. Join: the compute stream waits on each side stream before the capture ends.
+  void begin_capture() {
+    auto const compute = stream(stream_role::compute);
+    TIDE_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
+    capturing_ = true;
+    captured_ = captured_step{};  // an unclaimed earlier capture is dropped
+    detail::first_failure f;
+    TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[0], compute));
+    for (std::size_t r = 1; r < stream_count; ++r)
+      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(streams_[r], fork_join_[0], 0));
+    if (f.code != cudaSuccess) {
+      abandon_capture();
+      f.raise();
+    }
+  }
+  void finish_capture() {
+    auto const compute = stream(stream_role::compute);
+    detail::first_failure f;
+    for (std::size_t r = 1; r < stream_count; ++r) {
+      TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[r], streams_[r]));
+      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(compute, fork_join_[r], 0));
+    }
+    cudaGraph_t g = nullptr;
+    TIDE_CUDA_NOTE(f, cudaStreamEndCapture(compute, &g));  // always, so the stream leaves capture mode
+    capturing_ = false;
+    if (f.code != cudaSuccess) {
+      if (g) static_cast<void>(cudaGraphDestroy(g));
+      captured_ = captured_step{};
+      f.raise();
+    }
+    captured_.graph = g;
+  }
+  void abandon_capture() noexcept {
+    cudaGraph_t g = nullptr;
+    static_cast<void>(cudaStreamEndCapture(stream(stream_role::compute), &g));
+    if (g) static_cast<void>(cudaGraphDestroy(g));
+    static_cast<void>(cudaGetLastError());
+    capturing_ = false;
+    captured_ = captured_step{};
+  }
+
+  cuda_backend_options opt_;
+  int device_ = 0;
+  std::array<cudaStream_t, stream_count> streams_{};
+  std::array<bool, stream_count> owned_{};
+  std::vector<cudaEvent_t> events_;
+  std::array<cudaEvent_t, stream_count> fork_join_{};  // [0]: fork from compute; [r]: join of stream r
+  detail::memory_block device_arena_, host_arena_;
+  detail::task_pool tasks_;
+  // tracing
+  timeline* timeline_ = nullptr;
+  std::vector<cudaEvent_t> timed_;
+  std::size_t timed_used_ = 0;
+  cudaEvent_t start_ = nullptr;  // set while the current step is timed
+  std::vector<op_mark> op_marks_, wait_marks_;
+  schedule_view names_{};
+  // graph capture
+  bool capture_next_ = false, capturing_ = false;
+  captured_step captured_;
+};
+
+static_assert(backend<cuda_backend>);
+
+}  // namespace tide

@@ -1,0 +1,86 @@
+#pragma once
+//! \file NVTX3 ranges in the `tide` domain, named like tide's own trace ("forward L3",
+//! "offload L3 q_proj 1/4"), so that an Nsight Systems timeline reads like a tide timeline. Ranges
+//! are pushed on the host around the enqueueing of each op; Nsight Systems projects them onto the
+//! CUDA stream the op's kernels and copies ran on.
+//!
+//! Names are formatted into a stack buffer: NVTX copies the message, and nothing is allocated.
+
+#include <nvtx3/nvtx3.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string_view>
+
+#include <tide/core/op.hpp>
+
+namespace tide {
+
+//! The NVTX domain of every range tide emits.
+struct nvtx_domain {
+  static constexpr char const* name{"tide"};
+};
+
+namespace detail {
+
+//! One colour per op kind, so kinds are told apart at a glance.
+constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
+  switch (k) {
+    case op_kind::forward: return {0x4c, 0xaf, 0x50};
+    case op_kind::recompute: return {0xff, 0x98, 0x00};
+    case op_kind::backward: return {0x21, 0x96, 0xf3};
+    case op_kind::offload: return {0x9c, 0x27, 0xb0};
+    case op_kind::prefetch: return {0x00, 0xbc, 0xd4};
+    case op_kind::gather:
+    case op_kind::collective: return {0xf4, 0x43, 0x36};
+  }
+  return {0x80, 0x80, 0x80};
+}
+
+//! Writes the range name of `o` into `buf`. `slot_name` may be empty (then the slot's index is used).
+inline void nvtx_name(std::span<char> buf, op const& o, std::string_view slot_name) noexcept {
+  auto const kind = to_string(o.kind);
+  int const k = static_cast<int>(kind.size());
+  if (!is_copy(o.kind)) {
+    std::snprintf(buf.data(), buf.size(), "%.*s L%u", k, kind.data(), static_cast<unsigned>(o.layer));
+  } else if (!slot_name.empty()) {
+    std::snprintf(buf.data(), buf.size(), "%.*s L%u %.*s %u/%u", k, kind.data(), static_cast<unsigned>(o.layer),
+                  static_cast<int>(slot_name.size()), slot_name.data(), static_cast<unsigned>(o.chunk + 1),
+                  static_cast<unsigned>(o.chunks));
+  } else {
+    std::snprintf(buf.data(), buf.size(), "%.*s L%u slot %u %u/%u", k, kind.data(), static_cast<unsigned>(o.layer),
+                  static_cast<unsigned>(o.slot), static_cast<unsigned>(o.chunk + 1), static_cast<unsigned>(o.chunks));
+  }
+}
+
+}  // namespace detail
+
+//! A range in the `tide` domain for the lifetime of the object (or nothing when `enabled` is false).
+class nvtx_op_range {
+ public:
+  nvtx_op_range(bool enabled, op const& o, std::string_view slot_name = {}) noexcept : enabled_(enabled) {
+    if (!enabled_) return;
+    char buf[128];
+    detail::nvtx_name(buf, o, slot_name);
+    nvtx3::event_attributes const attr{nvtx3::message{static_cast<char const*>(buf)}, detail::nvtx_color(o.kind)};
+    nvtxDomainRangePushEx(nvtx3::domain::get<nvtx_domain>(), attr.get());
+  }
+  nvtx_op_range(nvtx_op_range const&) = delete;
+  nvtx_op_range& operator=(nvtx_op_range const&) = delete;
+  ~nvtx_op_range() {
+    if (enabled_) nvtxDomainRangePop(nvtx3::domain::get<nvtx_domain>());
+  }
+
+ private:
+  bool enabled_;
+};
+
+//! Pushes a named range in the `tide` domain (e.g. "step 12"); pair with `nvtx_pop`.
+inline void nvtx_push(char const* name) noexcept {
+  nvtx3::event_attributes const attr{nvtx3::message{name}, nvtx3::rgb{0x60, 0x60, 0x60}};
+  nvtxDomainRangePushEx(nvtx3::domain::get<nvtx_domain>(), attr.get());
+}
+inline void nvtx_pop() noexcept { nvtxDomainRangePop(nvtx3::domain::get<nvtx_domain>()); }
+
+}  // namespace tide
