@@ -1,9 +1,17 @@
 #!/usr/bin/env python3
-"""Lists tide's public headers (relative to include/), one per line. --host: those g++ can compile; --cuda: the rest."""
+"""Lists tide's public headers (relative to include/), one per line.
+
+--host: those g++ compiles with no other dependency; --cuda: those that need the CUDA toolkit;
+--mpi: those that need MPI."""
 import pathlib, sys
 
 root = pathlib.Path(sys.argv[1])
-cuda_only = ("tide/backends/cuda/", "tide/collectives/nccl")
+groups = {"--cuda": ("tide/backends/cuda/", "tide/collectives/nccl"), "--mpi": ("tide/collectives/mpi",)}
 headers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.hpp"))
-want_cuda = "--cuda" in sys.argv
-print("\n".join(h for h in headers if h.startswith(cuda_only) == want_cuda))
+kind = sys.argv[2] if len(sys.argv) > 2 else "--host"
+special = tuple(p for g in groups.values() for p in g)
+if kind == "--host":
+    chosen = [h for h in headers if not h.startswith(special)]
+else:
+    chosen = [h for h in headers if h.startswith(groups[kind])]
+print("\n".join(chosen))

@@ -22,6 +22,7 @@ struct config {
   std::uint32_t width = 192;
   std::uint32_t batch = 32;
   float learning_rate = 0.05f;
+  std::uint64_t seed = 42;  //!< the data; weights always start from the same values
 };
 
 inline tide::stack_spec make_stack(config const& c) {
@@ -47,6 +48,7 @@ class network {
  public:
   explicit network(config c) : c_(c), w_(c.layers), b_(c.layers), dw_(c.layers), db_(c.layers) {
     rng r{42};
+    rng data{c.seed};
     float const scale = 1.5f / std::sqrt(static_cast<float>(c.width));
     for (std::uint32_t l = 0; l < c.layers; ++l) {
       w_[l].resize(std::size_t{c.width} * c.width);
@@ -59,7 +61,7 @@ class network {
     input_.resize(n);
     target_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-      input_[i] = r.uniform();
+      input_[i] = data.uniform();
       target_[i] = 0.5f * std::sin(3.0f * input_[i]);
     }
     h_.resize(n);
@@ -155,6 +157,29 @@ class network {
         for (std::uint32_t j = 0; j < H; ++j) s += dzr[j] * wr[j];
         g_[std::size_t{i} * H + k] = s;
       }
+  }
+
+  //! A layer's weight and bias gradients as one span each (for collectives).
+  std::span<float> weight_grad(std::uint32_t l) { return dw_[l]; }
+  std::span<float> bias_grad(std::uint32_t l) { return db_[l]; }
+  //! FNV-1a of the weights' bits: equal on every rank of a data-parallel run.
+  std::uint64_t weight_checksum() const {
+    std::uint64_t h = 1469598103934665603ull;
+    for (auto const& w : w_)
+      for (float f : w) {
+        std::uint32_t u;
+        std::memcpy(&u, &f, 4);
+        h = (h ^ u) * 1099511628211ull;
+      }
+    return h;
+  }
+
+  //! Drops the gradients of a failed step.
+  void discard_gradients() {
+    for (std::uint32_t l = 0; l < c_.layers; ++l) {
+      std::fill(dw_[l].begin(), dw_[l].end(), 0.0f);
+      std::fill(db_[l].begin(), db_[l].end(), 0.0f);
+    }
   }
 
   //! Applies SGD and clears the gradients; returns the gradients' checksum (FNV-1a of the bits).

@@ -78,11 +78,15 @@ struct backward_context : layer_context<Stream> {
 
 //! Given to collective hooks: `kind` is `op_kind::gather` (before a layer's forward) or
 //! `op_kind::collective` (after its backward).
+//!
+//! Collective hooks run even after another op of the step failed (`step_failed` is then true),
+//! so that a rank can tell its peers instead of leaving them blocked in a collective.
 template <class Stream>
 struct collective_context {
   std::uint32_t layer = 0;
   Stream stream{};
   op_kind kind = op_kind::collective;
+  bool step_failed = false;
 };
 
 }  // namespace tide

@@ -169,8 +169,11 @@ class executor {
 
   static void run_op(void* self, std::uint32_t i) noexcept { static_cast<executor*>(self)->run(i); }
   void run(std::uint32_t i) noexcept {
-    if (failed_.load(std::memory_order_relaxed)) return;  // drain: skip user work after a failure
     auto const& o = s_.ops[i];
+    bool const failed = failed_.load(std::memory_order_relaxed);
+    // Drain: skip user work after a failure, but still call collective hooks (told so), so a
+    // distributed peer is informed rather than left waiting.
+    if (failed && o.kind != op_kind::gather && o.kind != op_kind::collective) return;
     try {
       switch (o.kind) {
         case op_kind::forward:
@@ -187,7 +190,7 @@ class executor {
         }
         case op_kind::gather:
         case op_kind::collective: {
-          collective_context_type c{o.layer, backend_.stream(o.stream), o.kind};
+          collective_context_type c{o.layer, backend_.stream(o.stream), o.kind, failed};
           (o.kind == op_kind::gather ? gather_ : collective_).call((o.kind == op_kind::gather ? gather_ : collective_).obj, c);
           break;
         }
