@@ -1,0 +1,237 @@
+#pragma once
+//! \file Transformer decoder stacks from public architecture dimensions: per-slot bytes from the
+//! dimensions, per-layer compute time from FLOPs over throughput (`hardware_spec`).
+//!
+//! Each layer saves these slots (names are stable: policies and plans refer to them):
+//! - `layer_input`  the residual stream entering the layer (sequence-parallel: sharded by TP);
+//! - `attn_norm`    the normalized input to the attention projections (gathered: full width);
+//! - `q_latent`, `kv_latent`  (multi-head latent attention only) the compressed query and
+//!   key/value projections;
+//! - `qkv`          the query, key and value heads the attention kernel reads;
+//! - `attn_out`     the attention output, input to the output projection;
+//! - `softmax_lse`  the attention kernel's per-row log-sum-exp (FP32), for its backward;
+//! - `mlp_input`    the residual stream after attention;
+//! - `router`       (mixture-of-experts only) the router logits (FP32);
+//! - `mlp_up`       the gate and up projections (for MoE: of the routed and shared experts);
+//! - `mlp_act`      the gated activation, input to the down projection.
+//!
+//! Compute: a layer's forward is the sum of its matrix products (2 FLOPs per multiply-add) and
+//! causal attention over `hardware_spec::mfu` of peak, plus elementwise work over HBM
+//! bandwidth. Backward is twice the matrix work and 2.5 times the attention (flash-attention's
+//! backward recomputes the scores). Recomputing a slot costs its producing op; rematting
+//! `layer_input` would mean rerunning the previous layer, so it costs a full forward.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tide/core/error.hpp>
+#include <tide/core/stack.hpp>
+#include <tide/plan/cost_model.hpp>
+#include <tide/plan/hardware.hpp>
+
+namespace tide {
+
+struct transformer_spec {
+  std::string_view name;
+  std::uint32_t layers = 0;
+  std::uint32_t dense_layers = 0;  //!< the first layers use the dense MLP; the rest MoE when experts > 0
+  std::uint64_t hidden = 0;
+  std::uint32_t heads = 0;
+  std::uint32_t kv_heads = 0;      //!< grouped-query attention (== heads: multi-head)
+  std::uint32_t head_dim = 0;
+  // Multi-head latent attention (DeepSeek-V2/V3); used when `latent_attention`.
+  bool latent_attention = false;
+  std::uint32_t q_lora_rank = 0;
+  std::uint32_t kv_lora_rank = 0;
+  std::uint32_t qk_nope_head_dim = 0;
+  std::uint32_t qk_rope_head_dim = 0;
+  std::uint32_t v_head_dim = 0;
+  // MLP
+  std::uint64_t ffn = 0;           //!< dense MLP intermediate width
+  std::uint32_t experts = 0;       //!< routed experts (0: dense only)
+  std::uint32_t top_k = 0;         //!< routed experts per token
+  std::uint32_t shared_experts = 0;
+  std::uint64_t expert_ffn = 0;    //!< intermediate width of one expert
+  // Run shape
+  std::uint64_t seq_len = 4096;
+  std::uint64_t micro_batch = 1;
+  std::uint32_t bytes_per_element = 2;  //!< BF16
+  std::uint32_t tensor_parallel = 1;    //!< heads and MLP widths are split over this many GPUs
+
+  constexpr std::uint64_t tokens() const noexcept { return seq_len * micro_batch; }
+  constexpr bool is_moe(std::uint32_t layer) const noexcept { return experts > 0 && layer >= dense_layers; }
+};
+
+namespace models {
+
+//! DeepSeek-V3-like: 61 layers (3 dense, 58 MoE), hidden 7168, 128 heads with multi-head latent
+//! attention (q rank 1536, kv rank 512, head dims 128 + 64 rope, v 128), 256 routed experts of
+//! width 2048 with top-8 plus one shared expert, dense MLP width 18432.
+//! Source: DeepSeek-V3 Technical Report, arXiv:2412.19437, and its published config.json.
+constexpr transformer_spec deepseek_v3(std::uint64_t seq_len = 4096, std::uint64_t micro_batch = 1,
+                                       std::uint32_t tensor_parallel = 1) {
+  transformer_spec m;
+  m.name = "DeepSeek-V3-like";
+  m.layers = 61;
+  m.dense_layers = 3;
+  m.hidden = 7168;
+  m.heads = 128;
+  m.kv_heads = 128;
+  m.head_dim = 192;
+  m.latent_attention = true;
+  m.q_lora_rank = 1536;
+  m.kv_lora_rank = 512;
+  m.qk_nope_head_dim = 128;
+  m.qk_rope_head_dim = 64;
+  m.v_head_dim = 128;
+  m.ffn = 18432;
+  m.experts = 256;
+  m.top_k = 8;
+  m.shared_experts = 1;
+  m.expert_ffn = 2048;
+  m.seq_len = seq_len;
+  m.micro_batch = micro_batch;
+  m.tensor_parallel = tensor_parallel;
+  return m;
+}
+
+//! Llama-3.1-405B-like: 126 dense layers, hidden 16384, 128 query heads and 8 key/value heads
+//! of dimension 128, MLP width 53248.
+//! Source: The Llama 3 Herd of Models, arXiv:2407.21783, Table 3.
+constexpr transformer_spec llama3_405b(std::uint64_t seq_len = 8192, std::uint64_t micro_batch = 1,
+                                       std::uint32_t tensor_parallel = 8) {
+  transformer_spec m;
+  m.name = "Llama-3.1-405B-like";
+  m.layers = 126;
+  m.hidden = 16384;
+  m.heads = 128;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.v_head_dim = 128;
+  m.ffn = 53248;
+  m.seq_len = seq_len;
+  m.micro_batch = micro_batch;
+  m.tensor_parallel = tensor_parallel;
+  return m;
+}
+
+}  // namespace models
+
+namespace detail {
+
+//! One slot of a transformer layer and the op that produces it.
+struct transformer_slot {
+  std::string_view name;
+  double bytes = 0;
+  double flops = 0;         //!< matrix work of the producing op (0: elementwise)
+  double attention_flops = 0;
+  double memory_bytes = 0;  //!< HBM traffic of the producing op when elementwise
+  bool whole_forward = false;
+};
+
+struct transformer_layer {
+  std::vector<transformer_slot> slots;
+  double extra_flops = 0;  //!< matrix work that produces no saved slot (down projection)
+  double extra_memory_bytes = 0;
+};
+
+inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
+  if (m.hidden == 0 || m.heads == 0 || m.layers == 0 || m.tensor_parallel == 0 || m.tokens() == 0)
+    throw schedule_error("tide: transformer '" + std::string(m.name) +
+                         "' needs layers, hidden, heads, tensor_parallel, seq_len and micro_batch above zero");
+  double const T = static_cast<double>(m.tokens());
+  double const tp = m.tensor_parallel;
+  double const e = m.bytes_per_element;
+  double const h = static_cast<double>(m.hidden);
+  double const H = m.heads / tp;  // heads on this GPU
+  double const seq = static_cast<double>(m.seq_len);
+  transformer_layer L;
+  auto elementwise = [&](std::string_view n, double width, double elem = 0) {
+    double const b = T * width * (elem > 0 ? elem : e);
+    return transformer_slot{n, b, 0, 0, 2 * b};
+  };
+  L.slots.push_back({"layer_input", T * h / tp * e, 0, 0, 0, true});
+  L.slots.push_back(elementwise("attn_norm", h));
+  double d_qk = m.head_dim, d_v = m.v_head_dim > 0 ? m.v_head_dim : m.head_dim;
+  if (m.latent_attention) {
+    d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
+    double const kv_a = m.kv_lora_rank + m.qk_rope_head_dim;
+    L.slots.push_back({"q_latent", T * m.q_lora_rank * e, 2 * T * h * m.q_lora_rank});
+    L.slots.push_back({"kv_latent", T * kv_a * e, 2 * T * h * kv_a});
+    double const q = H * d_qk, k = H * d_qk, v = H * d_v;
+    L.slots.push_back({"qkv", T * (q + k + v) * e,
+                       2 * T * (m.q_lora_rank * q + m.kv_lora_rank * (H * m.qk_nope_head_dim + v))});
+  } else {
+    double const kvh = std::max(1.0, m.kv_heads / tp);
+    double const width = (H + 2 * kvh) * d_qk;
+    L.slots.push_back({"qkv", T * width * e, 2 * T * h * width});
+  }
+  // Causal attention: each token attends to seq/2 keys on average, QK^T then PV.
+  double const attn = 2 * T * (seq / 2) * H * (d_qk + d_v);
+  L.slots.push_back({"attn_out", T * H * d_v * e, 0, attn});
+  L.slots.push_back({"softmax_lse", T * H * 4, 0, attn});
+  // The residual after attention needs the output projection again.
+  L.slots.push_back({"mlp_input", T * h / tp * e, 2 * T * H * d_v * h, 0, 3 * T * h / tp * e});
+  double width = 0;
+  if (moe) {
+    width = static_cast<double>(m.top_k + m.shared_experts) * static_cast<double>(m.expert_ffn) / tp;
+    L.slots.push_back({"router", T * m.experts * 4.0, 2 * T * h * m.experts});
+  } else {
+    width = static_cast<double>(m.ffn) / tp;
+  }
+  L.slots.push_back({"mlp_up", T * 2 * width * e, 2 * T * h * 2 * width});
+  L.slots.push_back(elementwise("mlp_act", width));
+  L.extra_flops = 2 * T * width * h;  // down projection
+  L.extra_memory_bytes = 2 * T * h / tp * e;  // the residual add after the MLP
+  return L;
+}
+
+}  // namespace detail
+
+//! The stack of `m`: one layer type "dense" and, with experts, one "moe". Slot names are string
+//! literals, so the stack does not refer to `m`.
+inline stack_spec transformer_stack(transformer_spec const& m) {
+  stack_spec s;
+  for (std::uint32_t l = 0; l < m.layers; ++l) {
+    bool const moe = m.is_moe(l);
+    auto const desc = detail::describe_layer(m, moe);
+    layer_spec t{moe ? "moe" : "dense", {}};
+    for (auto const& sl : desc.slots)
+      t.slots.push_back({sl.name, static_cast<std::size_t>(sl.bytes)});
+    s.append(t);
+  }
+  return s;
+}
+
+//! Per-layer costs of `m` on `hw`: forward, backward, per-slot recompute, and `hw`'s link.
+inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw) {
+  cost_table c;
+  c.link = hw.link();
+  layer_cost per_type[2];
+  for (int moe = 0; moe < 2; ++moe) {
+    auto const desc = detail::describe_layer(m, moe == 1);
+    auto& lc = per_type[moe];
+    double mat = desc.extra_flops, mem = desc.extra_memory_bytes, attn = 0;
+    for (auto const& s : desc.slots) {
+      mat += s.flops;
+      mem += s.memory_bytes;
+      if (s.attention_flops > 0 && s.name == "attn_out") attn += s.attention_flops;  // one kernel
+    }
+    double const fwd = hw.matmul_seconds(mat + attn) + hw.memory_seconds(mem);
+    lc.forward_us = fwd * 1e6;
+    lc.backward_us = (hw.matmul_seconds(2 * mat + 2.5 * attn) + hw.memory_seconds(2 * mem)) * 1e6;
+    lc.recompute_us = lc.forward_us;
+    for (auto const& s : desc.slots)
+      lc.slot_recompute_us.push_back(
+          s.whole_forward ? lc.forward_us
+                          : (hw.matmul_seconds(s.flops + s.attention_flops) + hw.memory_seconds(s.memory_bytes)) * 1e6);
+  }
+  for (std::uint32_t l = 0; l < m.layers; ++l) c.layers.push_back(per_type[m.is_moe(l) ? 1 : 0]);
+  return c;
+}
+
+}  // namespace tide

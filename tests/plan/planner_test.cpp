@@ -1,0 +1,203 @@
+// The planner: exact == exhaustive on random small instances, heuristic within 5% of exact,
+// policies from decisions round-trip, plans on presets fit their budget in the sim.
+#include <gtest/gtest.h>
+
+#include <tide/backends/sim/sim_backend.hpp>
+#include <tide/plan/hardware.hpp>
+#include <tide/plan/planner.hpp>
+#include <tide/plan/transformer.hpp>
+#include <tide/tide.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+using namespace tide;
+
+namespace {
+
+struct instance {
+  stack_spec stack;
+  cost_table costs;
+  std::size_t budget;
+};
+
+// A random stack of 2-3 layers with 2-3 slots (at most 9 decisions), costs and a link so that
+// offload, remat and keep all compete, and a budget between the smallest and the keep-all peak.
+instance random_instance(std::mt19937& rng) {
+  std::uniform_int_distribution<int> layers(2, 3), slots(2, 3);
+  std::uniform_real_distribution<double> u(0, 1);
+  static constexpr std::string_view names[] = {"s0", "s1", "s2"};
+  instance in;
+  int const L = layers(rng);
+  int const S = L == 3 ? 2 + (u(rng) < 0.3) : slots(rng);
+  layer_spec t{"blk", {}};
+  for (int k = 0; k < S; ++k) t.slots.push_back({names[k], static_cast<std::size_t>(1024 * (1 + rng() % 16))});
+  in.stack.append(t, static_cast<std::uint32_t>(L));
+  for (int l = 0; l < L; ++l) {
+    layer_cost c{.forward_us = 50 + 100 * u(rng), .backward_us = 100 + 200 * u(rng)};
+    for (int k = 0; k < S; ++k) c.slot_recompute_us.push_back(5 + 60 * u(rng));
+    c.recompute_us = c.forward_us;
+    in.costs.layers.push_back(c);
+  }
+  in.costs.link = link_spec::symmetric(1024 * (50 + 400 * u(rng)) * 1e6 / 1e3 / 1e3 * 1e3, 1e-6 * 5 * u(rng),
+                                       u(rng) < 0.7);
+  auto keep = build_schedule(in.stack, {});
+  auto remat = build_schedule(in.stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}});
+  auto const lo = remat.peak_device_bytes(), hi = keep.peak_device_bytes();
+  in.budget = lo + static_cast<std::size_t>(static_cast<double>(hi - lo) * (0.2 + 0.7 * u(rng)));
+  return in;
+}
+
+// The reference: every assignment with every pipeline candidate, simulated, no pruning.
+double exhaustive_step_us(instance const& in) {
+  std::size_t n = 0;
+  for (std::uint32_t l = 0; l < in.stack.layer_count(); ++l) n += in.stack.layer(l).slots.size();
+  auto const pipes = default_pipeline_choices(in.stack);
+  std::vector<placement> d(n);
+  double best = std::numeric_limits<double>::infinity();
+  std::size_t total = 1;
+  for (std::size_t i = 0; i < n; ++i) total *= 3;
+  for (std::size_t code = 0; code < total; ++code) {
+    auto c = code;
+    for (std::size_t i = 0; i < n; ++i, c /= 3) d[i] = static_cast<placement>(c % 3);
+    auto pol = policy_from_decisions(in.stack, d);
+    for (auto const& pc : pipes) {
+      auto s = build_schedule(in.stack, pol, pc.buffers, pc.pipeline);
+      if (s.peak_device_bytes() > in.budget) continue;
+      best = std::min(best, simulate_step_us(s, in.costs));
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+TEST(Planner, PolicyFromDecisionsRoundTrips) {
+  std::mt19937 rng(7);
+  stack_spec st;
+  st.append({"dense", {{"x", 512}, {"q", 4096}, {"up", 10000}}}, 3).append({"moe", {{"x", 512}, {"e", 7777}}}, 6);
+  std::size_t n = 3 * 3 + 6 * 2;
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<placement> d(n);
+    for (auto& p : d) p = static_cast<placement>(rng() % 3);
+    if (trial % 5 == 0) std::fill(d.begin(), d.end(), placement::offload);
+    auto pol = policy_from_decisions(st, d);
+    auto s = build_schedule(st, pol);
+    ASSERT_EQ(s.slots.size(), n);
+    for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(s.slots[i].where, d[i]) << "trial " << trial << " slot " << i;
+  }
+  std::vector<placement> d(n, placement::keep);
+  for (std::size_t i = 9; i < n; i += 2) d[i] = placement::offload;  // x of every moe layer... index 9 = layer 3 x
+  auto pol = policy_from_decisions(st, d);
+  ASSERT_EQ(pol.rules.size(), 1u);  // one range rule
+  EXPECT_EQ(pol.rules[0].first_layer, 3u);
+  EXPECT_EQ(pol.rules[0].last_layer, all_layers);
+  EXPECT_THROW(policy_from_decisions(st, std::vector<placement>(3)), schedule_error);
+}
+
+TEST(Planner, ExactMatchesExhaustiveAndHeuristicIsWithinFivePercent) {
+  std::mt19937 rng(2024);
+  int fitting = 0, worst_case = -1;
+  double worst = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    auto in = random_instance(rng);
+    auto const want = exhaustive_step_us(in);
+    plan_options opt;
+    opt.device_budget = in.budget;
+    opt.method = plan_method::exact;
+    auto exact = make_plan(in.stack, in.costs, opt);
+    ASSERT_EQ(exact.fits, std::isfinite(want)) << "trial " << trial;
+    if (!exact.fits) continue;
+    ++fitting;
+    EXPECT_TRUE(exact.exact);
+    EXPECT_NEAR(exact.step_us, want, 1e-6 * want) << "trial " << trial;
+    EXPECT_LE(exact.device_bytes, in.budget);
+    // The plan rebuilds to the schedule it was scored on.
+    auto s = exact.build(in.stack);
+    EXPECT_EQ(s.peak_device_bytes(), exact.device_bytes);
+    EXPECT_DOUBLE_EQ(simulate_step_us(s, in.costs), exact.step_us);
+
+    opt.method = plan_method::heuristic;
+    auto h = make_plan(in.stack, in.costs, opt);
+    ASSERT_TRUE(h.fits) << "trial " << trial;
+    EXPECT_LE(h.device_bytes, in.budget);
+    EXPECT_GE(h.step_us, exact.step_us - 1e-9);
+    EXPECT_LE(h.step_us, 1.05 * exact.step_us) << "trial " << trial << ": heuristic " << h.step_us << " exact "
+                                               << exact.step_us;
+    auto const ratio = h.step_us / exact.step_us - 1;
+    if (ratio > worst) worst = ratio, worst_case = trial;
+  }
+  EXPECT_GE(fitting, 15);
+  std::printf("heuristic vs exact on %d fitting instances: worst %.2f%% (trial %d)\n", fitting, 100 * worst, worst_case);
+}
+
+TEST(Planner, CannotFitReportsTheSmallestPeak) {
+  stack_spec st;
+  st.append({"blk", {{"a", 4096}, {"b", 8192}}}, 4);
+  auto costs = uniform_costs(4, {.forward_us = 100, .backward_us = 200}, link_spec::symmetric(1e9));
+  plan_options opt;
+  opt.device_budget = 1000;  // below any schedule's peak
+  for (auto m : {plan_method::exact, plan_method::heuristic}) {
+    opt.method = m;
+    auto p = make_plan(st, costs, opt);
+    EXPECT_FALSE(p.fits);
+    EXPECT_GT(p.smallest_device_bytes, 1000u);
+    EXPECT_LE(p.smallest_device_bytes, 8192u + 4096u);  // everything rematted: one layer's scratch
+  }
+}
+
+TEST(Planner, KeepAllWhenItFitsAndCppTypesText) {
+  stack_spec st;
+  st.append({"blk", {{"a", 4096}, {"b", 8192}}}, 6);
+  auto costs = uniform_costs(6, {.forward_us = 100, .backward_us = 200, .slot_recompute_us = {10, 40}},
+                             link_spec::symmetric(8192 / 50e-6));
+  plan_options opt;
+  auto p = make_plan(st, costs, opt);
+  EXPECT_TRUE(p.fits);
+  EXPECT_TRUE(p.policy.rules.empty());
+  EXPECT_DOUBLE_EQ(p.step_us, 1800);
+  // Tight budget: b is offloaded where its copy hides (8192 bytes in 50 us < 100 us forward).
+  opt.device_budget = build_schedule(st, {}).peak_device_bytes() / 2;
+  opt.method = plan_method::heuristic;
+  p = make_plan(st, costs, opt);
+  ASSERT_TRUE(p.fits);
+  EXPECT_LE(p.device_bytes, opt.device_budget);
+  auto text = to_cpp_types(p);
+  EXPECT_NE(text.find("using planned_policy = tide::policy<"), std::string::npos) << text;
+  EXPECT_NE(text.find("tide::pipeline<"), std::string::npos) << text;
+  EXPECT_NE(text.find("tide::staging_ring<"), std::string::npos) << text;
+  for (auto const& r : p.policy.rules)
+    EXPECT_NE(text.find("tide::" + std::string(to_string(r.action)) + "<tide::slots<\"" + std::string(r.slots[0])),
+              std::string::npos)
+        << text;
+}
+
+TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
+  struct cfg {
+    transformer_spec model;
+    hardware_spec hw;
+  };
+  for (auto const& c : {cfg{models::deepseek_v3(4096, 1, 1), hardware::h100_sxm()},
+                        cfg{models::llama3_405b(8192, 1, 8), hardware::gh200()},
+                        cfg{models::deepseek_v3(4096, 2, 1), hardware::gb200()}}) {
+    auto st = transformer_stack(c.model);
+    auto costs = transformer_costs(c.model, c.hw);
+    auto keep = build_schedule(st, {}).peak_device_bytes();
+    plan_options opt;
+    opt.device_budget = keep / 3;
+    auto t0 = std::chrono::steady_clock::now();
+    auto p = make_plan(st, costs, opt);
+    auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(p.fits) << c.model.name << " on " << c.hw.name;
+    EXPECT_LE(p.device_bytes, opt.device_budget);
+    auto s = p.build(st);
+    auto r = simulate(s, costs, {.device_capacity = opt.device_budget});
+    EXPECT_DOUBLE_EQ(r.summary.step_us, p.step_us);
+    EXPECT_LE(r.summary.measured_device_bytes, opt.device_budget);
+    EXPECT_GE(p.step_us, costs.compute_us() * (1 - 1e-9));
+    std::printf("%s on %s, budget 1/3 of keep-all: step %.1f ms (compute %.1f ms), %zu evaluations, %.1f ms planning\n",
+                std::string(c.model.name).c_str(), std::string(c.hw.name).c_str(), p.step_us / 1e3,
+                costs.compute_us() / 1e3, p.evaluations, ms);
+  }
+}
