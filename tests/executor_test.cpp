@@ -254,7 +254,7 @@ TEST(DebugChecks, UseBeforeReloadIsCaught) {
     }
   EXPECT_THROW(check_schedule(s), schedule_error);  // the checker rejects it statically
   host_backend_options slow;
-  slow.h2d = {1e6, 0.05};  // 50 ms per reload: the backward surely runs first
+  slow.h2d = {1e6, 0.25};  // 250 ms per reload: the backward surely runs first
   host_backend b(slow);
   executor exec(b, s, {true, false});
   try {

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it:
+#   1. the main build: every host test, the examples, the compile-fail and consumer tests, the
+#      2-rank MPI tests, and every CUDA target compiled for sm_90 when nvcc is found (GPU tests
+#      exit 77 without a GPU and count as skipped);
+#   2. the host tests again under ThreadSanitizer;
+#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Usage: tools/test.sh [main|tsan|asan ...]   (default: all three)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+export PATH="$PATH:/usr/local/cuda/bin"
+jobs=$(nproc)
+configs=("$@")
+[ ${#configs[@]} -eq 0 ] && configs=(main tsan asan)
+
+setup() {  # dir, options...
+  local dir=$1
+  shift
+  if [ -f "$dir/build.ninja" ]; then meson setup --reconfigure "$dir" "$@" >/dev/null
+  else meson setup "$dir" "$@" >/dev/null; fi
+}
+
+for c in "${configs[@]}"; do
+  echo "=== tide tests: $c"
+  case $c in
+    main)
+      setup build-test/main -Dcuda=auto -Dbenchmarks=true
+      ninja -C build-test/main -j "$jobs"
+      meson test -C build-test/main --print-errorlogs --num-processes "$jobs"
+      ;;
+    tsan | asan)
+      san=thread
+      [ "$c" = asan ] && san=address,undefined
+      # Host tests only; fewer random stress cases, since sanitizers run them ~10x slower.
+      setup "build-test/$c" -Dcuda=disabled -Dbenchmarks=false -Db_sanitize="$san" -Db_lundef=false \
+        -Dstress_cases=60
+      ninja -C "build-test/$c" -j "$jobs"
+      meson test -C "build-test/$c" --print-errorlogs --num-processes "$jobs" --no-suite compile --no-suite mpi \
+        --no-suite consumer
+      ;;
+    *) echo "unknown configuration '$c' (main, tsan, asan)" >&2; exit 2 ;;
+  esac
+done
