@@ -1,0 +1,245 @@
+// The CUDA backend on a real GPU: gradients bitwise equal between policies, graph replay equal to
+// eager steps, budgets, error paths, timelines, user streams and resources, NCCL hooks. Without a
+// device the program exits 77 before running anything (Meson: skipped).
+#include <gtest/gtest.h>
+
+#include "model.hpp"
+
+#include <tide/backends/cuda/cuda_backend.hpp>
+#include <tide/backends/cuda/cuda_graph.hpp>
+#if TIDE_HAS_NCCL
+#include <tide/collectives/nccl.hpp>
+#endif
+
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+using cuda_stack::bitwise_equal;
+
+namespace {
+
+cuda_stack::dims const small{4, 64, 48};
+
+bool contains(std::string const& s, char const* what) { return s.find(what) != std::string::npos; }
+
+tide::schedule keep_schedule() { return cuda_stack::build(small, cuda_stack::policy_cases(small)[0]); }
+tide::schedule hidden_schedule() { return cuda_stack::build(small, cuda_stack::policy_cases(small)[3]); }
+
+}  // namespace
+
+TEST(CudaBackend, SatisfiesTheBackendConcept) {
+  static_assert(tide::backend<tide::cuda_backend>);
+  static_assert(std::is_same_v<tide::cuda_backend::stream_type, cudaStream_t>);
+  static_assert(!tide::cuda_backend::device_memory_is_host_accessible);
+}
+
+TEST(CudaBackend, GradientsAreBitwiseEqualBetweenPolicies) {
+  cuda_stack::model const m(small);
+  auto const cases = cuda_stack::policy_cases(small);
+  cuda_stack::run_options o;  // debug checks on in debug builds: reload checks run as host functions
+  auto const keep = cuda_stack::run(m, cuda_stack::build(small, cases[0]), o);
+  ASSERT_FALSE(keep.grads.empty());
+  bool nonzero = false;
+  for (float g : keep.grads) nonzero |= g != 0.0f;
+  EXPECT_TRUE(nonzero) << "the gradients are all zero: the stack computes nothing";
+  for (std::size_t i = 1; i < cases.size(); ++i) {
+    auto const r = cuda_stack::run(m, cuda_stack::build(small, cases[i]), o);
+    EXPECT_TRUE(bitwise_equal(r.grads, keep.grads)) << cases[i].name;
+  }
+  // Chunk sizes that do not divide the slot, and phase regions not shared.
+  auto odd = cases[4];
+  odd.pipeline.chunk_bytes = 4096 + 256;
+  odd.buffers.share_phase_regions = false;
+  EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, cuda_stack::build(small, odd), o).grads, keep.grads));
+  // Mixed: remat some layers, offload others, just-in-time prefetch, one staging buffer.
+  cuda_stack::policy_case mixed{"mixed",
+                                {tide::rule_spec{tide::placement::remat, {"act"}, 0, 2, 0},
+                                 tide::rule_spec{tide::placement::offload, {"input", "pre"}, 1, tide::all_layers, 0}},
+                                {true, 0, 0, 1},
+                                {}};
+  mixed.buffers.staging_buffers = 1;
+  EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, cuda_stack::build(small, mixed), o).grads, keep.grads));
+}
+
+TEST(CudaBackend, GraphReplayEqualsEagerStep) {
+  cuda_stack::model const m(small);
+  for (auto const& c : cuda_stack::policy_cases(small)) {
+    auto const s = cuda_stack::build(small, c);
+    cuda_stack::run_options eager;
+    eager.exec.debug_checks = false;
+    auto const e = cuda_stack::run(m, s, eager);
+    cuda_stack::run_options graph = eager;
+    graph.graph = true;
+    auto const g = cuda_stack::run(m, s, graph);
+    EXPECT_TRUE(bitwise_equal(g.grads, e.grads)) << c.name;
+  }
+}
+
+TEST(CudaBackend, ArenasAreAllocatedOnceAtStableAddresses) {
+  struct counting_resource {
+    int allocations = 0;
+    void* allocate(std::size_t n, std::size_t a) {
+      ++allocations;
+      return tide::device_memory_resource{}.allocate(n, a);
+    }
+    void deallocate(void* p, std::size_t n, std::size_t a) noexcept { tide::device_memory_resource{}.deallocate(p, n, a); }
+  } counting;
+  cuda_stack::model const m(small);
+  auto const s = hidden_schedule();
+  tide::cuda_backend_options bo;
+  bo.device_resource = counting;
+  tide::cuda_backend be(bo);
+  tide::executor ex(be, s);
+  auto const before = ex.memory();
+  auto fwd = [&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); };
+  auto bwd = [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); };
+  for (int i = 0; i < 3; ++i) ex.step(fwd, bwd);
+  EXPECT_EQ(counting.allocations, 1);
+  EXPECT_EQ(ex.memory().device, before.device);
+  EXPECT_EQ(ex.memory().host, before.host);
+  EXPECT_GE(be.device_arena_bytes(), s.peak_device_bytes());
+  EXPECT_GE(be.host_arena_bytes(), s.peak_host_bytes());
+}
+
+TEST(CudaBackend, UserComputeStream) {
+  cuda_stack::model const m(small);
+  cudaStream_t user = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking), cudaSuccess);
+  std::vector<float> grads;
+  {
+    tide::cuda_backend be(user);  // a cudaStream_t converts to cuda::stream_ref
+    EXPECT_EQ(be.stream(tide::stream_role::compute), user);
+    EXPECT_NE(be.stream(tide::stream_role::h2d), user);
+    auto const s = hidden_schedule();
+    tide::executor ex(be, s);
+    m.clear_gradients();
+    ex.step([&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); },
+            [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); });
+    grads = m.gradients();
+  }
+  EXPECT_EQ(cudaStreamDestroy(user), cudaSuccess);  // tide did not destroy the user's stream
+  EXPECT_TRUE(bitwise_equal(grads, cuda_stack::run(m, keep_schedule(), {}).grads));
+}
+
+TEST(CudaBackend, OutOfMemoryUnderABudget) {
+  auto const s = hidden_schedule();
+  tide::cuda_backend_options bo;
+  bo.device_budget = s.peak_device_bytes() - 1;
+  tide::cuda_backend be(bo);
+  try {
+    tide::executor ex(be, s);
+    FAIL() << "expected tide::out_of_memory";
+  } catch (tide::out_of_memory const& e) {
+    EXPECT_EQ(e.requested, s.peak_device_bytes());
+    EXPECT_EQ(e.capacity, bo.device_budget);
+    EXPECT_TRUE(contains(e.what(), "device arena")) << e.what();
+  }
+  tide::cuda_backend_options host;
+  host.host_budget = s.peak_host_bytes() / 2;
+  tide::cuda_backend hb(host);
+  EXPECT_THROW(tide::executor(hb, s), tide::out_of_memory);
+  // Exactly the predicted peak fits.
+  tide::cuda_backend_options exact;
+  exact.device_budget = s.peak_device_bytes();
+  exact.host_budget = s.peak_host_bytes();
+  tide::cuda_backend eb(exact);
+  EXPECT_NO_THROW(tide::executor(eb, s));
+}
+
+TEST(CudaBackend, FailuresNameTheCall) {
+  try {
+    TIDE_CUDA_CHECK(cudaSetDevice(-1));
+    FAIL() << "expected tide::cuda_error";
+  } catch (tide::cuda_error const& e) {
+    EXPECT_EQ(e.code, cudaErrorInvalidDevice);
+    EXPECT_TRUE(contains(e.what(), "cudaSetDevice(-1)")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "cudaErrorInvalidDevice")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "cuda_test.cu:")) << e.what();
+    EXPECT_FALSE(e.sticky);
+  }
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the non-sticky error was cleared
+
+  // An invalid copy through the backend: reported as a cuda_error naming the call.
+  tide::cuda_backend be;
+  be.setup({1, 0, 256, 256});
+  tide::op o;
+  o.kind = tide::op_kind::offload;
+  o.stream = tide::stream_role::d2h;
+  try {
+    be.copy(tide::stream_role::d2h, 0, o, nullptr, nullptr, 64);
+    be.synchronize();
+    FAIL() << "expected tide::cuda_error";
+  } catch (tide::cuda_error const& e) {
+    EXPECT_TRUE(contains(e.what(), "cudaMemcpyAsync") || contains(e.what(), "cudaStreamSynchronize")) << e.what();
+  }
+  // ... and the backend still works afterwards.
+  cuda_stack::model const m(small);
+  EXPECT_NO_THROW(cuda_stack::run(m, hidden_schedule(), {}));
+}
+
+TEST(CudaBackend, UserExceptionsAreRethrownAfterTheStep) {
+  cuda_stack::model const m(small);
+  auto const s = hidden_schedule();
+  tide::cuda_backend be;
+  tide::executor ex(be, s);
+  auto bwd = [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); };
+  auto bad = [&](tide::forward_context<cudaStream_t> const& c) {
+    if (c.layer == 2) throw std::runtime_error("layer 2 failed");
+    m.forward(c);
+  };
+  EXPECT_THROW(ex.step(bad, bwd), std::runtime_error);
+  EXPECT_NO_THROW(ex.step([&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); }, bwd));
+}
+
+TEST(CudaBackend, TimelineFromTimedEvents) {
+  cuda_stack::model const m(small);
+  auto const s = hidden_schedule();
+  cuda_stack::run_options o;
+  o.trace = true;
+  auto const r = cuda_stack::run(m, s, o);
+  ASSERT_EQ(r.trace.ops.size(), s.ops.size());
+  std::size_t side = 0;
+  for (auto const& span : r.trace.ops) {
+    EXPECT_GE(span.begin_us, 0.0);
+    EXPECT_GE(span.end_us, span.begin_us);
+    EXPECT_EQ(span.stream, s.ops[span.op].stream);
+    side += span.stream != tide::stream_role::compute;
+  }
+  EXPECT_GT(side, 0u);
+  EXPECT_GT(r.summary.step_us, 0.0);
+}
+
+#if TIDE_HAS_NCCL
+TEST(CudaBackend, NcclAllReduceAfterBackward) {
+  ncclComm_t comm = nullptr;
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  TIDE_NCCL_CHECK(ncclCommInitAll(&comm, 1, &dev));
+  {
+    cuda_stack::model const m(small);
+    auto const c = cuda_stack::policy_cases(small)[3];
+    auto const s = cuda_stack::build(small, c, {false, true});
+    tide::nccl_hooks hooks(comm, small.layers);
+    for (std::uint32_t l = 0; l < small.layers; ++l) hooks.all_reduce(l, m.weight_grad(l), m.weight_elements());
+    auto const plain = cuda_stack::run(m, cuda_stack::build(small, c), {});
+    auto const reduced = cuda_stack::run(m, s, {}, hooks);  // one rank: the sum is the identity
+    EXPECT_TRUE(bitwise_equal(reduced.grads, plain.grads));
+    cuda_stack::run_options graph;
+    graph.graph = true;
+    EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, s, graph, hooks).grads, plain.grads));
+    EXPECT_THROW(hooks.all_reduce(small.layers, m.weight_grad(0), 1), tide::collective_error);
+  }
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+#endif
+
+int main(int argc, char** argv) {
+  if (!cuda_stack::have_device()) {
+    std::printf("cuda_test: no CUDA device is available; skipping\n");
+    return cuda_stack::skip_exit_code;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
