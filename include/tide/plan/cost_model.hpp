@@ -66,6 +66,9 @@ struct link_spec {
 struct cost_table {
   std::vector<layer_cost> layers;
   link_spec link{};
+  //! Time from an event's record to the waiting stream resuming, when the wait blocks (thread
+  //! wake-up on the host backend, a few microseconds on a GPU). `calibrate` measures it.
+  double sync_latency_us = 0;
 
   std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! Compute time of a keep-all step: the lower bound of any schedule's step time.

@@ -84,8 +84,9 @@ class sim_backend {
     auto& t = ready_[index(r)];
     auto const at = event_us_[e];  // the most recent record, as on CUDA; 0 when never recorded
     if (at <= t) return;
-    if (timeline_) timeline_->waits.push_back({r, e, t, at});
-    t = at;
+    auto const resume = at + costs_->sync_latency_us;
+    if (timeline_) timeline_->waits.push_back({r, e, t, resume});
+    t = resume;
   }
   //! Compute or a collective: advances the stream by the op's cost. The task is not called:
   //! there is no data.

@@ -1,0 +1,142 @@
+#pragma once
+//! \file Calibration: measure a cost table from a real backend run. Per-layer forward, backward
+//! and recompute times come from timelines of keep-all and remat-all steps; the link comes from
+//! a line fitted (latency + bytes / bandwidth) to the copies of offload-all steps, whole and
+//! chunked so that sizes vary. The host backend is measured now; a backend with the same
+//! `record_timeline` hook (CUDA) is measured the same way.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <tide/backends/host/host_backend.hpp>
+#include <tide/core/error.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/executor/executor.hpp>
+#include <tide/plan/cost_model.hpp>
+#include <tide/trace/timeline.hpp>
+
+namespace tide {
+
+struct calibration_options {
+  std::uint32_t repeats = 3;  //!< steps per measured schedule; each time is the median
+  bool full_duplex = true;    //!< the link's duplex (not measured: the calibration copies one way at a time)
+  bool measure_recompute = true;
+  bool measure_link = true;
+  bool measure_sync = true;  //!< the cross-stream wake-up latency (`cost_table::sync_latency_us`)
+};
+
+namespace detail {
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+//! Least-squares latency (s) and bandwidth (bytes/s) of (bytes, seconds) samples. Without
+//! spread in sizes the latency is taken as zero.
+inline link_model fit_link(std::vector<std::pair<double, double>> const& xy) {
+  if (xy.empty()) return {};
+  double mx = 0, my = 0;
+  for (auto [x, y] : xy) mx += x, my += y;
+  mx /= static_cast<double>(xy.size());
+  my /= static_cast<double>(xy.size());
+  double sxx = 0, sxy = 0;
+  for (auto [x, y] : xy) sxx += (x - mx) * (x - mx), sxy += (x - mx) * (y - my);
+  if (sxx > 0 && sxy > 0) {
+    auto const slope = sxy / sxx;
+    auto const latency = my - slope * mx;
+    if (latency >= 0) return {1 / slope, latency};
+  }
+  return {mx / my, 0};
+}
+
+template <class Backend, class Forward, class Backward>
+void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, Forward& f, Backward& b,
+                    std::vector<timeline>& out) {
+  executor<Backend> ex(backend, s.view());
+  out.assign(repeats, {});
+  ex.step(f, b);  // warm-up: arenas touched, threads running
+  for (auto& t : out) {
+    backend.record_timeline(&t);
+    ex.step(f, b);
+  }
+  backend.record_timeline(nullptr);
+}
+
+}  // namespace detail
+
+//! Measures the cost table of `stack` by running `forward` and `backward` (the same lambdas a
+//! training step uses) on `backend`. The backend must have room for the keep-all schedule.
+template <class Backend, class Forward, class Backward>
+cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forward, Backward&& backward,
+                     calibration_options const& opt = {}) {
+  if (opt.repeats == 0) throw schedule_error("tide: calibration needs at least one repeat");
+  auto const L = stack.layer_count();
+  cost_table c;
+  c.layers.resize(L);
+  c.link.full_duplex = opt.full_duplex;
+  std::vector<timeline> runs;
+  auto per_layer = [&](schedule const& s, op_kind kind, auto set) {
+    std::vector<std::vector<double>> samples(L);
+    for (auto const& t : runs)
+      for (auto const& sp : t.ops)
+        if (s.ops[sp.op].kind == kind) samples[s.ops[sp.op].layer].push_back(sp.end_us - sp.begin_us);
+    for (std::uint32_t l = 0; l < L; ++l) set(c.layers[l], detail::median(samples[l]));
+  };
+
+  auto keep = build_schedule(stack, {});
+  detail::measured_steps(backend, keep, opt.repeats, forward, backward, runs);
+  per_layer(keep, op_kind::forward, [](layer_cost& lc, double us) { lc.forward_us = us; });
+  per_layer(keep, op_kind::backward, [](layer_cost& lc, double us) { lc.backward_us = us; });
+
+  if (opt.measure_recompute) {
+    auto remat = build_schedule(stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}});
+    detail::measured_steps(backend, remat, opt.repeats, forward, backward, runs);
+    per_layer(remat, op_kind::recompute, [](layer_cost& lc, double us) { lc.recompute_us = us; });
+  }
+
+  if (opt.measure_link) {
+    std::size_t largest = 0;
+    for (auto const& t : stack.types)
+      for (auto const& sl : t.slots) largest = std::max(largest, sl.bytes);
+    std::vector<std::pair<double, double>> d2h, h2d;
+    // Copies on the compute stream, one at a time, whole and in thirds: sizes vary for the fit.
+    for (std::size_t chunk : {std::size_t{0}, std::max<std::size_t>(largest / 3, 1)}) {
+      auto off = build_schedule(stack, policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}, {},
+                                {false, 0, chunk, 1});
+      detail::measured_steps(backend, off, opt.repeats, forward, backward, runs);
+      for (auto const& t : runs)
+        for (auto const& sp : t.ops) {
+          auto const& o = off.ops[sp.op];
+          if (!is_copy(o.kind)) continue;
+          (o.kind == op_kind::offload ? d2h : h2d).push_back({static_cast<double>(o.bytes), (sp.end_us - sp.begin_us) * 1e-6});
+        }
+    }
+    c.link.d2h = detail::fit_link(d2h);
+    c.link.h2d = detail::fit_link(h2d);
+  }
+
+  if (opt.measure_sync) {
+    // Cross-stream waits: from the end of the op that records the event to the end of the
+    // blocked wait, in a latency-hiding offload step (copies and compute on different streams).
+    auto hide = build_schedule(stack, policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}, {},
+                               {true, std::min<std::uint32_t>(1, L - 1), 0, 2});
+    std::vector<double> recorded_by(hide.event_count, -1), gaps;
+    detail::measured_steps(backend, hide, opt.repeats, forward, backward, runs);
+    for (auto const& t : runs) {
+      std::fill(recorded_by.begin(), recorded_by.end(), -1.0);
+      for (auto const& sp : t.ops)
+        if (hide.ops[sp.op].event >= 0) recorded_by[static_cast<std::size_t>(hide.ops[sp.op].event)] = sp.end_us;
+      for (auto const& w : t.waits)
+        if (w.event < recorded_by.size() && recorded_by[w.event] >= 0)
+          gaps.push_back(std::max(0.0, w.end_us - recorded_by[w.event]));
+    }
+    c.sync_latency_us = detail::median(gaps);
+  }
+  return c;
+}
+
+}  // namespace tide

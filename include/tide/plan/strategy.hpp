@@ -1,0 +1,123 @@
+#pragma once
+//! \file The strategy table: for a stack, a cost table and a device budget, the usual ways to
+//! place activations side by side, each simulated: keep all, full remat, offload with copies on
+//! the compute stream, the same with latency hiding, with chunked copies and deeper prefetch,
+//! and the planner's choice. It shows the trade: prefetch buffers cost device memory, so the
+//! fastest schedule's peak may be above a slower one's.
+
+#include <cstddef>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tide/backends/sim/sim_backend.hpp>
+#include <tide/core/describe.hpp>
+#include <tide/plan/planner.hpp>
+
+namespace tide {
+
+struct strategy_options {
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();
+  //! Slots the offload rows offload (empty: every slot not in `keep_slots`).
+  std::vector<std::string_view> offload_slots;
+  //! Slots the remat and offload rows keep: the layer input is what a recompute starts from.
+  std::vector<std::string_view> keep_slots = {"layer_input"};
+  std::uint32_t deep_prefetch_distance = 3;
+  std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: a quarter of the largest slot)
+  bool include_plan = true;
+};
+
+struct strategy_row {
+  std::string name;
+  policy_spec policy;
+  pipeline_choice pipeline;
+  double step_us = 0;
+  double exposed_transfer_us = 0;
+  double recompute_us = 0;
+  std::size_t device_bytes = 0;
+  std::size_t host_bytes = 0;
+  bool fits = false;
+};
+
+namespace detail {
+inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std::vector<std::string_view> const& keep) {
+  std::vector<std::string_view> r;
+  for (auto const& t : st.types)
+    for (auto const& s : t.slots)
+      if (std::find(keep.begin(), keep.end(), s.name) == keep.end() && std::find(r.begin(), r.end(), s.name) == r.end())
+        r.push_back(s.name);
+  return r;
+}
+}  // namespace detail
+
+inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
+                                                    strategy_options const& opt = {}) {
+  costs.check_against(stack);
+  std::vector<strategy_row> rows;
+  auto add = [&](std::string name, policy_spec p, pipeline_choice pc) {
+    strategy_row r{std::move(name), std::move(p), pc};
+    auto s = build_schedule(stack, r.policy, pc.buffers, pc.pipeline);
+    auto sim = simulate(s, costs);
+    r.step_us = sim.summary.step_us;
+    r.exposed_transfer_us = sim.summary.exposed_transfer_us;
+    r.recompute_us = sim.summary.recompute_us;
+    r.device_bytes = s.peak_device_bytes();
+    r.host_bytes = s.peak_host_bytes();
+    r.fits = r.device_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
+    rows.push_back(std::move(r));
+  };
+  auto const rest = detail::slot_names_except(stack, opt.keep_slots);
+  auto const offloaded = opt.offload_slots.empty() ? rest : opt.offload_slots;
+  auto const L = stack.layer_count();
+  buffer_spec one;
+  one.staging_buffers = 1;
+  buffer_spec two;
+  buffer_spec deep;
+  auto const d = std::min<std::uint32_t>(opt.deep_prefetch_distance, L - 1);
+  deep.staging_buffers = d + 1;
+  std::size_t chunk = opt.chunk_bytes;
+  if (chunk == 0) {
+    std::size_t largest = 0;
+    for (auto const& t : stack.types)
+      for (auto const& s : t.slots) largest = std::max(largest, s.bytes);
+    chunk = std::max<std::size_t>(align_up(largest / 4, 4096), 4096);
+  }
+  policy_spec off{rule_spec{placement::offload, offloaded, 0, all_layers, 0}};
+  add("keep all", {}, {{}, two});
+  if (!rest.empty()) add("full remat", {rule_spec{placement::remat, rest, 0, all_layers, 0}}, {{}, two});
+  if (!offloaded.empty()) {
+    add("offload, copies on compute", off, {{false, 0, 0, 1}, one});
+    add("offload, latency hiding", off, {{true, std::min<std::uint32_t>(1, L - 1), 0, 2}, two});
+    add("offload, chunked, prefetch " + std::to_string(d), off, {{true, d, chunk, 2}, deep});
+  }
+  if (opt.include_plan) {
+    plan_options po;
+    po.device_budget = opt.device_budget;
+    po.host_budget = opt.host_budget;
+    auto p = make_plan(stack, costs, po);
+    if (p.fits) add(p.exact ? "planner (exact)" : "planner (heuristic)", p.policy, {p.pipeline, p.buffers});
+  }
+  return rows;
+}
+
+//! The table as aligned text: one row per strategy, "does not fit" where the peak is over budget.
+inline std::string format_strategy_table(std::vector<strategy_row> const& rows) {
+  std::string r;
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-32s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms",
+                "recomp ms", "device peak", "host", "fits");
+  r += line;
+  for (auto const& row : rows) {
+    std::snprintf(line, sizeof line, "  %-32s %12.2f %12.2f %12.2f %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3,
+                  row.exposed_transfer_us / 1e3, row.recompute_us / 1e3,
+                  format_bytes(static_cast<double>(row.device_bytes)).c_str(),
+                  format_bytes(static_cast<double>(row.host_bytes)).c_str(), row.fits ? "yes" : "does not fit");
+    r += line;
+  }
+  return r;
+}
+
+}  // namespace tide
