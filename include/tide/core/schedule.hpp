@@ -310,6 +310,16 @@ constexpr schedule build_schedule(stack_spec const& stack, policy_spec const& po
 
   // 3. The op program.
   detail::program_writer w(s);
+  {
+    std::size_t copies = 0;
+    for (auto const& b : s.slots)
+      if (b.where == placement::offload)
+        copies += pipeline.chunk_bytes == 0 ? 1 : (b.bytes + pipeline.chunk_bytes - 1) / pipeline.chunk_bytes;
+    auto const n_ops = 4 * std::size_t{L} + 2 * copies;
+    s.ops.reserve(n_ops);
+    s.waits.reserve(2 * n_ops);
+    w.clocks.reserve(n_ops);
+  }
   auto const compute = stream_role::compute;
   auto const d2h = hiding ? stream_role::d2h : compute;
   auto const h2d = hiding ? stream_role::h2d : compute;
@@ -389,11 +399,10 @@ constexpr schedule build_schedule(stack_spec const& stack, policy_spec const& po
     }
   };
 
+  std::uint32_t next_prefetch = 0;  // issue points fall monotonically with k, so one cursor serves
   for (std::uint32_t l = L; l-- > 0;) {
-    for (std::uint32_t k = 0; k < n_off; ++k) {
-      auto const pl = offloaded[n_off - 1 - k];
-      if (issue_at[pl] == static_cast<std::int64_t>(l)) emit_prefetches_of(pl);
-    }
+    while (next_prefetch < n_off && issue_at[offloaded[n_off - 1 - next_prefetch]] == static_cast<std::int64_t>(l))
+      emit_prefetches_of(offloaded[n_off - 1 - next_prefetch++]);
     auto const& lb = s.layers[l];
     if (lb.remat_bytes > 0) {
       w.wait(last_prefetch_of_layer[l]);
