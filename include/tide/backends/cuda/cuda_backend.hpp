@@ -172,8 +172,8 @@ class cuda_backend {
     synchronize();
     arenas a;
     a.device = reserve_device(s.device_bytes);
-    pinned_memory_resource pinned;
-    a.host = host_arena_.reserve(opt_.host_resource ? *opt_.host_resource : resource_ref(pinned), s.host_bytes, 4096);
+    a.host = host_arena_.reserve(opt_.host_resource ? *opt_.host_resource : resource_ref(default_host_), s.host_bytes,
+                                 4096);
     while (events_.size() < s.events) {
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -299,9 +299,8 @@ class cuda_backend {
 
   std::byte* reserve_device(std::size_t bytes) {
     if (opt_.device_resource) return device_arena_.reserve(*opt_.device_resource, bytes, 256);
-    device_memory_resource d;
     try {
-      return device_arena_.reserve(d, bytes, 256);
+      return device_arena_.reserve(default_device_, bytes, 256);
     } catch (cuda_error const& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
       std::size_t free = 0, total = 0;
@@ -396,6 +395,10 @@ class cuda_backend {
   std::array<bool, stream_count> owned_{};
   std::vector<cudaEvent_t> events_;
   std::array<cudaEvent_t, stream_count> fork_join_{};  // [0]: fork from compute; [r]: join of stream r
+  // The blocks keep a reference to their resource: the defaults are declared first, so that
+  // they outlive the blocks.
+  device_memory_resource default_device_;
+  pinned_memory_resource default_host_;
   detail::memory_block device_arena_, host_arena_;
   detail::task_pool tasks_;
   // tracing
