@@ -91,6 +91,14 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
   detail::measured_steps(backend, keep, opt.repeats, forward, backward, runs);
   per_layer(keep, op_kind::forward, [](layer_cost& lc, double us) { lc.forward_us = us; });
   per_layer(keep, op_kind::backward, [](layer_cost& lc, double us) { lc.backward_us = us; });
+  {  // Keep-all has no waits: the gaps between consecutive compute ops are the dispatch overhead.
+    std::vector<double> gaps;
+    for (auto const& t : runs)
+      for (std::size_t i = 1; i < t.ops.size(); ++i)
+        if (t.ops[i].stream == stream_role::compute && t.ops[i - 1].stream == stream_role::compute)
+          gaps.push_back(std::max(0.0, t.ops[i].begin_us - t.ops[i - 1].end_us));
+    c.op_overhead_us = detail::median(gaps);
+  }
 
   if (opt.measure_recompute) {
     auto remat = build_schedule(stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}});

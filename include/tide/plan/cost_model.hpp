@@ -69,6 +69,8 @@ struct cost_table {
   //! Time from an event's record to the waiting stream resuming, when the wait blocks (thread
   //! wake-up on the host backend, a few microseconds on a GPU). `calibrate` measures it.
   double sync_latency_us = 0;
+  //! Time a stream spends between two ops of its own (dispatch; launch overhead on a GPU).
+  double op_overhead_us = 0;
 
   std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! Compute time of a keep-all step: the lower bound of any schedule's step time.

@@ -101,14 +101,14 @@ class sim_backend {
       case op_kind::collective: d = c.collective_us; break;
       default: break;
     }
-    advance(r, i, ready_[index(r)], d);
+    advance(r, i, ready_[index(r)] + costs_->op_overhead_us, d);
   }
   //! A copy waits for its stream and for its link direction (both directions on a shared link).
   void copy(stream_role r, std::uint32_t i, op const& o, void*, void const*, std::size_t n) {
     bool const d2h = o.kind == op_kind::offload;
     auto const& link = costs_->link;
     auto& busy = link_us_[link.full_duplex && !d2h ? 1 : 0];
-    auto const begin = std::max(ready_[index(r)], busy);
+    auto const begin = std::max(ready_[index(r)] + costs_->op_overhead_us, busy);
     busy = advance(r, i, begin, (d2h ? link.d2h : link.h2d).seconds(n) * 1e6);
   }
   void host_task(stream_role, task) noexcept {}
