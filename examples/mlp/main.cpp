@@ -30,7 +30,7 @@ struct run_result {
 struct options {
   mlp::config net;
   int steps = 4;
-  double link_ratio = 0.5;  // copy time over compute time for the paced link
+  double link_ratio = 0.5;  // copy time over the compute time it can hide behind
   bool json = false;
   std::string trace;
 };
@@ -106,7 +106,9 @@ int main(int argc, char** argv) {
   using tide::placement;
   tide::policy_spec const keep_all{};
   tide::policy_spec const remat{tide::rule_spec{placement::remat, {"pre_act", "act", "inv_rms"}, 0, tide::all_layers, 0}};
-  tide::policy_spec const offload{tide::rule_spec{placement::offload, {"input", "pre_act", "act"}, 0, tide::all_layers, 0}};
+  // The last layer's activations are used right after they are produced: keep them.
+  tide::policy_spec const offload{
+      tide::rule_spec{placement::offload, {"input", "pre_act", "act"}, 0, opt.net.layers - 1, 0}};
   tide::buffer_spec buffers;
   buffers.staging_buffers = 3;
   tide::pipeline_spec const hidden{true, 2, 0, 2};
@@ -117,11 +119,13 @@ int main(int argc, char** argv) {
   auto const s_hidden = tide::build_schedule(stack, offload, buffers, hidden);
   auto const s_naive = tide::build_schedule(stack, offload, buffers, naive);
 
-  // Pace the link so that copying everything offloaded takes `link_ratio` of the compute time.
+  // Pace the link so that the offloads take `link_ratio` of the forward compute time they hide
+  // behind, and the reloads `link_ratio` of the backward compute time.
   auto const base = train("keep-all", opt, s_keep, {});
-  double const copy_s = opt.link_ratio * base.summary.compute_us * 1e-6 / 2;  // each direction
+  auto const bytes = static_cast<double>(s_hidden.peak_host_bytes());
   tide::host_backend_options paced;
-  paced.d2h = paced.h2d = {static_cast<double>(s_hidden.peak_host_bytes()) / copy_s, 0};
+  paced.d2h = {bytes / (opt.link_ratio * base.summary.forward_us * 1e-6), 0};
+  paced.h2d = {bytes / (opt.link_ratio * base.summary.backward_us * 1e-6), 0};
 
   tide::timeline trace;
   std::vector<run_result> runs;
@@ -149,17 +153,20 @@ int main(int argc, char** argv) {
   }
 
   if (opt.json) {
-    std::printf("{\"layers\":%u,\"width\":%u,\"batch\":%u,\"steps\":%d,\"link_bytes_per_second\":%.0f,"
-                "\"device_budget\":%zu,\"checksums_equal\":%s,\"loss_decreased\":%s,\"runs\":[",
+    std::printf("{\"layers\":%u,\"width\":%u,\"batch\":%u,\"steps\":%d,\"d2h_bytes_per_second\":%.0f,"
+                "\"h2d_bytes_per_second\":%.0f,\"device_budget\":%zu,\"checksums_equal\":%s,\"loss_decreased\":%s,\"runs\":[",
                 opt.net.layers, opt.net.width, opt.net.batch, opt.steps, paced.d2h.bytes_per_second,
-                budget_opts.device_capacity, same ? "true" : "false", descended ? "true" : "false");
+                paced.h2d.bytes_per_second, budget_opts.device_capacity, same ? "true" : "false", descended ? "true" : "false");
     for (std::size_t i = 0; i < runs.size(); ++i) {
       auto const& r = runs[i];
       auto const& s = r.summary;
       std::printf("%s{\"policy\":\"%s\",", i ? "," : "", r.name.c_str());
       if (!r.error.empty()) {
         std::string e;
-        for (char c : r.error) e += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
+        for (char c : r.error) {
+          if (c == '"' || c == '\\') e.push_back('\\');
+          e.push_back(c);
+        }
         std::printf("\"error\":\"%s\"}", e.c_str());
         continue;
       }
@@ -172,10 +179,10 @@ int main(int argc, char** argv) {
     }
     std::printf("]}\n");
   } else {
-    std::printf("tide mlp demo: %u layers, width %u, batch %u, %d steps; link paced at %.1f MB/s per direction "
-                "(copies = %.0f%% of compute)\n\n",
+    std::printf("tide mlp demo: %u layers, width %u, batch %u, %d steps; link paced at %.1f MB/s d2h, %.1f MB/s h2d "
+                "(copies = %.0f%% of the compute they can hide behind)\n\n",
                 opt.net.layers, opt.net.width, opt.net.batch, opt.steps, paced.d2h.bytes_per_second / 1e6,
-                opt.link_ratio * 100);
+                paced.h2d.bytes_per_second / 1e6, opt.link_ratio * 100);
     std::printf("%-36s %9s %12s %12s %11s %11s %8s %10s  %s\n", "policy", "step ms", "pred device", "meas device",
                 "host", "exposed ms", "overlap", "loss", "grad checksum");
     for (auto const& r : runs) {
@@ -196,6 +203,9 @@ int main(int argc, char** argv) {
     std::printf("gradient checksums %s; loss %s (%.6f -> %.6f)\n", same ? "bitwise equal" : "DIFFER",
                 descended ? "decreased" : "did NOT decrease", runs[0].first_loss, runs[0].last_loss);
   }
-  bool const ok = same && descended && !over.error.empty() && fits.error.empty();
+  // On tiny stacks the staging and source buffers can cost more than offloading saves; then
+  // keep-all fits the budget too, and that is the right answer.
+  bool const keep_should_fit = s_keep.peak_device_bytes() <= budget_opts.device_capacity;
+  bool const ok = same && descended && over.error.empty() == keep_should_fit && fits.error.empty();
   return ok ? 0 : 1;
 }

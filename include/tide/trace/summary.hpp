@@ -16,7 +16,9 @@ namespace tide {
 struct step_summary {
   double step_us = 0;                //!< from the step's start to the end of its last op
   double compute_us = 0;             //!< forward, recompute and backward time on the compute stream
+  double forward_us = 0;             //!< of which forward
   double recompute_us = 0;           //!< of which recompute
+  double backward_us = 0;            //!< of which backward
   double copy_us = 0;                //!< time any copy was running (union of intervals)
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
   double exposed_collective_us = 0;  //!< compute-stream time spent waiting for collectives
@@ -138,7 +140,9 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
       r.exposed_transfer_us += dur;  // a copy on the compute stream is never hidden
     } else {
       r.compute_us += dur;
+      if (o.kind == op_kind::forward) r.forward_us += dur;
       if (o.kind == op_kind::recompute) r.recompute_us += dur;
+      if (o.kind == op_kind::backward) r.backward_us += dur;
     }
     // The compute stream idled before this op; blame what it waited for.
     auto const gap = std::max(0.0, ot.begin[i] - prev_compute_end);

@@ -107,6 +107,7 @@ class host_backend {
     if (events_.size() < s.events) {
       std::vector<event> e(s.events);
       events_.swap(e);
+      recorded_.assign(s.events, false);
     }
     for (auto& q : queues_) {
       std::lock_guard lock(q.mutex);
@@ -120,12 +121,13 @@ class host_backend {
   stream_type stream(stream_role r) const noexcept { return r; }
 
   void record(stream_role r, std::uint32_t e) {
+    recorded_[e] = true;
     auto const target = ++events_[e].recorded;
     push(r, {item::record, e, target});
   }
   void wait(stream_role r, std::uint32_t e) {
+    if (!recorded_[e]) return;                // waiting on a never-recorded event is a no-op, as on CUDA
     auto const target = events_[e].recorded;  // the most recent record, as on CUDA
-    if (target == 0) return;                  // waiting on a never-recorded event is a no-op
     push(r, {item::wait, e, target});
   }
   void run(stream_role r, std::uint32_t i, op const&, task t) { push(r, {item::run, i, 0, t}); }
@@ -158,14 +160,19 @@ class host_backend {
   }
 
  private:
+  // 32-bit counters: libstdc++ waits on those with a futex directly; its proxy wait for 64-bit
+  // atomics (GCC 12) was seen to miss wake-ups for milliseconds. Comparisons are wrap-safe.
   struct event {
-    std::uint64_t recorded = 0;               // issue side (host thread)
-    std::atomic<std::uint64_t> completed{0};  // stream side
+    std::uint32_t recorded = 0;               // issue side (host thread)
+    std::atomic<std::uint32_t> completed{0};  // stream side
   };
+  static bool reached(std::uint32_t value, std::uint32_t target) noexcept {
+    return static_cast<std::int32_t>(value - target) >= 0;
+  }
   struct item {
     enum kind_t : std::uint8_t { run, copy, record, wait, host } kind = run;
     std::uint32_t index = 0;  // op index or event index
-    std::uint64_t target = 0;
+    std::uint32_t target = 0;
     task fn{};
     void* dst = nullptr;
     void const* src = nullptr;
@@ -237,9 +244,9 @@ class host_backend {
         case item::wait: {
           auto& e = events_[it.index].completed;
           auto v = e.load(std::memory_order_acquire);
-          if (v >= it.target) break;
+          if (reached(v, it.target)) break;
           auto const b = now_us();
-          while (v < it.target) {
+          while (!reached(v, it.target)) {
             e.wait(v, std::memory_order_acquire);
             v = e.load(std::memory_order_acquire);
           }
@@ -254,6 +261,7 @@ class host_backend {
   host_backend_options opt_;
   detail::capped_arena device_, host_;
   std::vector<event> events_;
+  std::vector<bool> recorded_;  // issue side: ever recorded
   std::array<queue, stream_count> queues_;
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;
