@@ -7,6 +7,7 @@
 #include <tide/core/config.hpp>
 #include <tide/core/describe.hpp>
 #include <tide/core/error.hpp>
+#include <tide/core/link_model.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/pipeline.hpp>
 #include <tide/core/policy.hpp>
@@ -18,6 +19,13 @@
 #include <tide/executor/context.hpp>
 #include <tide/executor/executor.hpp>
 #include <tide/backends/host/host_backend.hpp>
+#include <tide/backends/sim/sim_backend.hpp>
+#include <tide/plan/calibrate.hpp>
+#include <tide/plan/cost_model.hpp>
+#include <tide/plan/hardware.hpp>
+#include <tide/plan/planner.hpp>
+#include <tide/plan/strategy.hpp>
+#include <tide/plan/transformer.hpp>
 #include <tide/trace/chrome_trace.hpp>
 #include <tide/trace/summary.hpp>
 #include <tide/trace/timeline.hpp>

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <tide/backends/host/host_backend.hpp>  // link_model: the same pacing the host backend applies
+#include <tide/core/link_model.hpp>  // the same pacing the host backend applies
 #include <tide/core/error.hpp>
 #include <tide/core/schedule.hpp>
 

@@ -21,19 +21,11 @@
 #include <vector>
 
 #include <tide/core/error.hpp>
+#include <tide/core/link_model.hpp>
 #include <tide/executor/backend.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
-
-//! Latency plus bytes over bandwidth, for one direction of a link.
-struct link_model {
-  double bytes_per_second = 0;  //!< 0: unpaced (as fast as memcpy)
-  double latency_s = 0;
-  constexpr double seconds(std::size_t bytes) const noexcept {
-    return bytes_per_second > 0 ? latency_s + static_cast<double>(bytes) / bytes_per_second : latency_s;
-  }
-};
 
 struct host_backend_options {
   std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget
