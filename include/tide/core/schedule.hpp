@@ -179,8 +179,8 @@ namespace detail {
 //! (per-stream vector clocks), so the program carries the minimal set of events.
 struct program_writer {
   schedule& out;
-  std::vector<std::array<std::int64_t, stream_count>> clocks;  // per op: latest op per stream that precedes it
-  std::array<std::array<std::int64_t, stream_count>, stream_count> tail{};  // per stream: its tail's clock
+  std::vector<std::array<std::int32_t, stream_count>> clocks;  // per op: latest op per stream that precedes it
+  std::array<std::array<std::int32_t, stream_count>, stream_count> tail{};  // per stream: its tail's clock
   std::vector<std::uint32_t> pending;
 
   constexpr explicit program_writer(schedule& s) : out(s) {
@@ -193,13 +193,13 @@ struct program_writer {
     auto const s = static_cast<std::size_t>(o.stream);
     auto& mine = tail[s];
     o.wait_begin = static_cast<std::uint32_t>(out.waits.size());
-    // Latest first, so an earlier wait implied by a later one is dropped.
-    for (std::size_t i = 0; i < pending.size(); ++i)
-      for (std::size_t j = i + 1; j < pending.size(); ++j)
-        if (pending[j] > pending[i]) std::swap(pending[i], pending[j]);
+    // Latest first, so an earlier wait implied by a later one is dropped (an op has few waits:
+    // insertion sort).
+    for (std::size_t i = 1; i < pending.size(); ++i)
+      for (std::size_t j = i; j > 0 && pending[j] > pending[j - 1]; --j) std::swap(pending[j], pending[j - 1]);
     for (auto w : pending) {
       auto const ws = static_cast<std::size_t>(out.ops[w].stream);
-      if (mine[ws] >= static_cast<std::int64_t>(w)) continue;  // same stream, or already ordered
+      if (mine[ws] >= static_cast<std::int32_t>(w)) continue;  // same stream, or already ordered
       out.waits.push_back(w);
       if (out.ops[w].event < 0) out.ops[w].event = static_cast<std::int32_t>(out.event_count++);
       for (std::size_t t = 0; t < stream_count; ++t) mine[t] = std::max(mine[t], clocks[w][t]);
@@ -207,7 +207,7 @@ struct program_writer {
     pending.clear();
     o.wait_count = static_cast<std::uint32_t>(out.waits.size()) - o.wait_begin;
     auto const idx = static_cast<std::uint32_t>(out.ops.size());
-    mine[s] = idx;
+    mine[s] = static_cast<std::int32_t>(idx);
     out.ops.push_back(o);
     clocks.push_back(mine);
     return idx;

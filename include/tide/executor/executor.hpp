@@ -276,6 +276,9 @@ class executor {
   }
   static void poison(void* self, std::uint32_t i) noexcept {
     auto& e = *static_cast<executor*>(self);
+    // After a failure (a reload check among them) the program may no longer be ordered: poison
+    // nothing rather than race with a copy still running.
+    if (e.failed_.load(std::memory_order_relaxed)) return;
     auto const& o = e.s_.ops[i];
     auto const p = static_cast<int>(e.opt_.poison_pattern);
     if (o.kind == op_kind::offload) {  // the source chunk is dead once copied out
