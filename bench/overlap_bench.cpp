@@ -17,7 +17,7 @@
 
 namespace {
 
-mlp::config const net_cfg{16, 160, 32, 0.01f};
+mlp::config const net_cfg{24, 160, 32, 0.01f};
 
 tide::stack_spec const& stack() {
   static auto const s = mlp::make_stack(net_cfg);
@@ -28,9 +28,10 @@ tide::schedule const& schedule_of(int policy) {
   static std::map<int, tide::schedule> cache;
   if (auto it = cache.find(policy); it != cache.end()) return it->second;
   using tide::placement;
-  // The last layer's activations are consumed right after they are produced: kept.
+  // The last two layers' activations are consumed soon after they are produced: kept (their
+  // offload and reload could hide behind nothing but each other).
   tide::policy_spec const offload{
-      tide::rule_spec{placement::offload, {"input", "pre_act", "act"}, 0, net_cfg.layers - 1, 0}};
+      tide::rule_spec{placement::offload, {"input", "pre_act", "act"}, 0, net_cfg.layers - 2, 0}};
   tide::policy_spec const remat{tide::rule_spec{placement::remat, {"pre_act", "act", "inv_rms"}, 0, tide::all_layers, 0}};
   tide::buffer_spec b;
   b.staging_buffers = 3;
@@ -104,6 +105,8 @@ void register_all() {
 
 }  // namespace
 
+// Run with --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true and compare
+// medians: on a shared 2-core machine step times drift by more than the effects measured.
 int main(int argc, char** argv) {
   register_all();
   benchmark::Initialize(&argc, argv);

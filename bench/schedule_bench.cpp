@@ -37,6 +37,26 @@ void schedule_build(benchmark::State& state) {
 }
 BENCHMARK(schedule_build)->RangeMultiplier(2)->Range(8, 1024)->Unit(benchmark::kMicrosecond);
 
+// The same into a reused schedule (build_schedule_into): what a planner's inner loop pays. The
+// difference from the above is allocation: above ~128 KiB glibc maps fresh pages per vector.
+void schedule_build_into(benchmark::State& state) {
+  auto const layers = static_cast<std::uint32_t>(state.range(0));
+  auto const stack = make_stack(layers);
+  tide::policy_spec const policy{
+      tide::rule_spec{tide::placement::offload, {"q_proj", "attn_out", "experts_up"}, 0, tide::all_layers, 0},
+      tide::rule_spec{tide::placement::remat, {"mlp_act", "experts_act"}, 0, tide::all_layers, 0}};
+  tide::buffer_spec buffers;
+  buffers.staging_buffers = 3;
+  tide::pipeline_spec const pipeline{true, 2, 2 << 20, 2};
+  tide::schedule s;
+  for (auto _ : state) {
+    tide::build_schedule_into(s, stack, policy, buffers, pipeline);
+    benchmark::DoNotOptimize(s.arena.device_bytes);
+  }
+  state.counters["ops"] = static_cast<double>(s.ops.size());
+}
+BENCHMARK(schedule_build_into)->RangeMultiplier(2)->Range(8, 1024)->Unit(benchmark::kMicrosecond);
+
 void schedule_check(benchmark::State& state) {  // the checker is for tests; this shows its cost
   auto const layers = static_cast<std::uint32_t>(state.range(0));
   auto const s = tide::build_schedule(

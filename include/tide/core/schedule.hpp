@@ -216,12 +216,20 @@ struct program_writer {
 
 }  // namespace detail
 
-//! Builds the schedule from values. Throws `schedule_error` naming what is wrong.
-constexpr schedule build_schedule(stack_spec const& stack, policy_spec const& policy, buffer_spec const& buffers = {},
-                                  pipeline_spec const& pipeline = {}, collective_spec const& collectives = {}) {
+//! Builds the schedule from values into `s`, reusing its storage: a caller that builds many
+//! schedules (a planner, a sweep) allocates nothing once `s` has grown. Throws `schedule_error`
+//! naming what is wrong (then `s` is left empty).
+constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_spec const& policy,
+                                   buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
+                                   collective_spec const& collectives = {}) {
+  s.layers.clear();
+  s.slots.clear();
+  s.ops.clear();
+  s.waits.clear();
+  s.event_count = 0;
+  s.arena = {};
   if (auto issue = find_schedule_issue(stack, policy, buffers, pipeline)) throw schedule_error(to_message(issue));
 
-  schedule s;
   s.buffers = buffers;
   s.pipeline = pipeline;
   s.collectives = collectives;
@@ -417,6 +425,13 @@ constexpr schedule build_schedule(stack_spec const& stack, policy_spec const& po
       w.emit({op_kind::collective, stream_role::comm, no_slot, l});
     }
   }
+}
+
+//! Builds the schedule from values. Throws `schedule_error` naming what is wrong.
+constexpr schedule build_schedule(stack_spec const& stack, policy_spec const& policy, buffer_spec const& buffers = {},
+                                  pipeline_spec const& pipeline = {}, collective_spec const& collectives = {}) {
+  schedule s;
+  build_schedule_into(s, stack, policy, buffers, pipeline, collectives);
   return s;
 }
 

@@ -5,6 +5,7 @@
 //! An optional link model per direction paces copies, so overlap can be studied on a CPU with
 //! realistic ratios of copy time to compute time.
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -19,6 +20,10 @@
 #include <new>
 #include <thread>
 #include <vector>
+
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <tide/core/error.hpp>
 #include <tide/core/link_model.hpp>
@@ -198,15 +203,24 @@ class host_backend {
   }
 
   void work(std::size_t s) {
+#ifdef __linux__
+    prctl(PR_SET_TIMERSLACK, 1UL);  // paced copies wake at their deadline, not up to 50 us late
+#endif
     auto& q = queues_[s];
     auto const role = static_cast<stream_role>(s);
+    // When this stream's next item could nominally start: after the previous item (a paced copy
+    // counts as done at its due time, not when this thread woke up) and after any blocking.
+    auto ready_at = clock::now();
     for (;;) {
       item it;
       {
         std::unique_lock lock(q.mutex);
         q.busy = false;
-        if (q.head == q.tail) q.idle.notify_all();
-        q.ready.wait(lock, [&] { return q.stop || q.head != q.tail; });
+        if (q.head == q.tail) {
+          q.idle.notify_all();
+          q.ready.wait(lock, [&] { return q.stop || q.head != q.tail; });
+          ready_at = std::max(ready_at, clock::now());
+        }
         if (q.head == q.tail) return;
         it = q.items[q.head++ % q.items.size()];
         q.busy = true;
@@ -215,15 +229,26 @@ class host_backend {
         case item::run: {
           auto const b = now_us();
           it.fn();
+          ready_at = clock::now();
           if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
           break;
         }
         case item::copy: {
-          auto const t0 = clock::now();
           auto const b = now_us();
           std::memcpy(it.dst, it.src, it.bytes);
-          if (auto const secs = it.pace->seconds(it.bytes); secs > 0)
-            std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs)));
+          if (auto const secs = it.pace->seconds(it.bytes); secs > 0) {
+            // Pace against the link's own schedule, as a copy engine would run: a copy that was
+            // ready (queued, its waits done) when the link became free starts then, not when this
+            // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
+            auto& link = link_free_[it.pace == &opt_.d2h ? 0 : 1];
+            auto const due = std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
+            auto const end = due + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs));
+            link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
+            std::this_thread::sleep_until(end);
+            ready_at = end;
+          } else {
+            ready_at = clock::now();
+          }
           if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
           break;
         }
@@ -242,6 +267,7 @@ class host_backend {
             e.wait(v, std::memory_order_acquire);
             v = e.load(std::memory_order_acquire);
           }
+          ready_at = std::max(ready_at, clock::now());
           if (timeline_) wait_spans_[s].push_back({role, it.index, b, now_us()});
           break;
         }
@@ -252,6 +278,7 @@ class host_backend {
 
   host_backend_options opt_;
   detail::capped_arena device_, host_;
+  std::array<std::atomic<clock::rep>, 2> link_free_{};  // d2h, h2d: when the paced link is next free
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded
   std::array<queue, stream_count> queues_;
