@@ -43,3 +43,16 @@ for c in "${configs[@]}"; do
     *) echo "unknown configuration '$c' (main, tsan, asan)" >&2; exit 2 ;;
   esac
 done
+
+# One closing line over every configuration run (from Meson's JSON test logs).
+python3 - "${configs[@]}" <<'PY'
+import json, sys
+counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
+for c in sys.argv[1:]:
+    with open(f"build-test/{c}/meson-logs/testlog.json") as f:
+        for line in f:
+            r = json.loads(line)["result"]
+            key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
+            counts[key] += 1
+print(f"tide: {counts['OK']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped")
+PY

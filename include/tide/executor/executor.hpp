@@ -74,6 +74,7 @@ class executor {
   tide::arenas memory() const noexcept { return arenas_; }
   Backend& backend() noexcept { return backend_; }
   std::uint64_t steps() const noexcept { return steps_; }
+  executor_options const& options() const noexcept { return opt_; }
 
   //! Runs one step: forward of every layer, then backward in reverse, with copies, recomputes
   //! and collectives as scheduled. Rethrows the first error after every stream has drained.
