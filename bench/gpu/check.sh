@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check: on a machine with a GPU, builds tide for the GPU present, runs the CUDA tests,
 # compute-sanitizer memcheck and racecheck on a small case (when installed), the GPU benchmarks,
-# and prints a compact table. Budget: under 8 minutes on one H100/H200-class GPU.
+# and prints a compact table. Budget: under 8 minutes on one H100/H200-class GPU, held even when
+# something hangs: every phase runs under a timeout cut to what is left of 470 s.
 #
 # Usage: bench/gpu/check.sh [build-dir]     (default: build-gpu-check, next to build/)
 set -euo pipefail
@@ -11,41 +12,69 @@ build=${1:-$root/build-gpu-check}
 cd "$root"
 start=$SECONDS
 phase() { printf '\n== %s (%ds)\n' "$1" $((SECONDS - start)); }
+# within SECONDS COMMAND...: COMMAND under a timeout of SECONDS, or of what is left of the budget.
+within() {
+  local t=$1 left=$((start + 470 - SECONDS))
+  shift
+  ((left < t)) && t=$left
+  if ((t <= 0)); then
+    echo "check.sh: out of time (the budget is 8 minutes) before: $*" >&2
+    return 124
+  fi
+  timeout "$t" "$@"
+}
 
-if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+if ! command -v nvidia-smi >/dev/null || ! within 30 nvidia-smi -L >/dev/null 2>&1; then
   echo "check.sh: no GPU (nvidia-smi finds none); nothing to check" >&2
   exit 77
 fi
-gpu=$(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | head -n 1)
-arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+# GPU 0 only: `| head -n 1` would fail under pipefail (SIGPIPE) on a node with many GPUs.
+gpu=$(within 30 nvidia-smi -i 0 --query-gpu=name,compute_cap,driver_version --format=csv,noheader)
+arch=sm_$(within 30 nvidia-smi -i 0 --query-gpu=compute_cap --format=csv,noheader | tr -d ' .')
 echo "GPU: $gpu ($arch)"
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 export PATH=/usr/local/cuda/bin:$PATH
 
 phase "build ($arch, release)"
+options=(-Dcuda=enabled -Dbenchmarks=true -Dgpu_arch="$arch")
 if [[ -d $build ]]; then
-  meson configure "$build" -Dgpu_arch="$arch" >/dev/null
+  # Re-asserted: an existing build directory may have been set up without CUDA or benchmarks.
+  within 60 meson setup --reconfigure "$build" "${options[@]}" >/dev/null
 else
-  meson setup "$build" -Dcuda=enabled -Dbenchmarks=true -Dgpu_arch="$arch" -Dbuildtype=release >/dev/null
+  within 60 meson setup "$build" "${options[@]}" -Dbuildtype=release >/dev/null
 fi
-ninja -C "$build" tests/cuda/cuda_test examples/cuda_stack/cuda_stack bench/gpu/gpu_bench
+targets=(tests/cuda/cuda_test examples/cuda_stack/cuda_stack bench/gpu/gpu_bench)
+# Built only when NCCL was found, and then run by the CUDA suite too. (A variable, not a pipe:
+# grep -q quitting early would fail the pipe under pipefail.)
+all_targets=$(ninja -C "$build" -t targets all)
+if grep -q '^examples/cuda_stack/data_parallel:' <<<"$all_targets"; then
+  targets+=(examples/cuda_stack/data_parallel)
+fi
+within 300 ninja -C "$build" "${targets[@]}"
 
 phase "CUDA tests"
-timeout 300 meson test -C "$build" --suite cuda --print-errorlogs --no-rebuild
+within 150 meson test -C "$build" --suite cuda --print-errorlogs --no-rebuild
 
 phase "compute-sanitizer (small case)"
 sanitized=skipped
 if command -v compute-sanitizer >/dev/null; then
-  small=(--layers 3 --width 64 --batch 32 --steps 2)
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 "$build/examples/cuda_stack/cuda_stack" "${small[@]}" >/dev/null
-  timeout 180 compute-sanitizer --tool racecheck --error-exitcode 1 "$build/examples/cuda_stack/cuda_stack" "${small[@]}" >/dev/null
+  small=(--layers 4 --width 64 --batch 32 --steps 2)
+  for tool in memcheck racecheck; do
+    log="$build/$tool.log"
+    if ! within 150 compute-sanitizer --tool "$tool" --error-exitcode 99 --log-file "$log" \
+        "$build/examples/cuda_stack/cuda_stack" "${small[@]}" >/dev/null; then
+      echo "compute-sanitizer $tool failed (or timed out); the end of $log:" >&2
+      tail -n 40 "$log" >&2 || true
+      exit 1
+    fi
+  done
   sanitized="memcheck + racecheck clean"
 fi
 echo "compute-sanitizer: $sanitized"
 
 phase "benchmarks"
 json="$build/gpu_bench.json"
-timeout 300 "$build/bench/gpu/gpu_bench" --benchmark_out="$json" --benchmark_out_format=json >/dev/null
+within 300 "$build/bench/gpu/gpu_bench" --benchmark_out="$json" --benchmark_out_format=json >/dev/null
 
 phase "table"
 python3 - "$json" <<'PY'

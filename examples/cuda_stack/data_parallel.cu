@@ -9,6 +9,8 @@
 
 #include <tide/collectives/nccl.hpp>
 
+#include <barrier>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -33,9 +35,13 @@ int main() {
     auto const policy = cuda_stack::policy_cases(d)[3];  // offload with latency hiding
     std::vector<std::vector<float>> grads(devices.size());
     std::vector<std::string> errors(devices.size());
+    // Every rank allocates its arenas before any starts an all-reduce: NCCL kernels waiting for
+    // a peer can deadlock with that peer's cudaMalloc/cudaHostAlloc.
+    std::barrier ready(static_cast<std::ptrdiff_t>(devices.size()));
     std::vector<std::thread> workers;
     for (std::size_t r = 0; r < devices.size(); ++r)
       workers.emplace_back([&, r] {
+        bool arrived = false;
         try {
           TIDE_CUDA_CHECK(cudaSetDevice(devices[r]));
           cuda_stack::model const m(d, static_cast<std::uint32_t>(r + 1));  // each rank its own data
@@ -44,10 +50,15 @@ int main() {
           for (std::uint32_t l = 0; l < d.layers; ++l) hooks.all_reduce(l, m.weight_grad(l), m.weight_elements());
           cuda_stack::run_options o;
           o.steps = 2;
+          o.before_first_step = [&] {
+            arrived = true;
+            ready.arrive_and_wait();
+          };
           grads[r] = cuda_stack::run(m, s, o, hooks).grads;
           grads[r].resize(std::size_t{d.layers} * m.weight_elements());  // the all-reduced part
         } catch (std::exception const& e) {
           errors[r] = e.what();
+          if (!arrived) ready.arrive_and_drop();  // the other ranks do not wait for this one
         }
       });
     for (auto& w : workers) w.join();

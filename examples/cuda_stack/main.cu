@@ -39,8 +39,9 @@ options parse(int argc, char** argv) {
       std::exit(a == "--help" ? 0 : 2);
     }
   }
-  if (o.net.layers < 2 || o.net.width == 0 || o.net.batch == 0 || o.steps < 2) {
-    std::fprintf(stderr, "cuda_stack: need --layers >= 2, --steps >= 2 and a positive width and batch\n");
+  // Three layers at least: the latency-hiding cases prefetch two layers ahead.
+  if (o.net.layers < 3 || o.net.width == 0 || o.net.batch == 0 || o.steps < 2) {
+    std::fprintf(stderr, "cuda_stack: need --layers >= 3, --steps >= 2 and a positive width and batch\n");
     std::exit(2);
   }
   return o;
@@ -83,15 +84,20 @@ int main(int argc, char** argv) {
     cuda_stack::run_options ro;
     ro.steps = opt.steps;
     ro.trace = true;
+    ro.exec.debug_checks = false;  // timed: no host-function round trips per op (on without NDEBUG)
 
     std::vector<row> rows;
     for (auto const& c : cases) rows.push_back(measure(c.name, m, cuda_stack::build(opt.net, c), ro));
 
-    // A device budget keep-all exceeds and latency-hidden offload fits.
+    // A device budget keep-all exceeds and latency-hidden offload fits. With three layers the
+    // offload's min(offloaded layers, staging buffers) staging buffers take as much as keep-all,
+    // which then fits too: out_of_memory is expected only when the peaks differ.
     auto const hidden = cuda_stack::build(opt.net, cases[3]);
+    auto const keep = cuda_stack::build(opt.net, cases[0]);
+    bool const separable = hidden.peak_device_bytes() < keep.peak_device_bytes();
     auto budget = ro;
     budget.backend.device_budget = hidden.peak_device_bytes();
-    auto over = measure("keep-all under budget", m, cuda_stack::build(opt.net, cases[0]), budget);
+    auto over = measure("keep-all under budget", m, keep, budget);
     auto fits = measure("offload under budget", m, hidden, budget);
     rows.push_back(over);
     rows.push_back(fits);
@@ -153,7 +159,7 @@ int main(int argc, char** argv) {
                   over.error.empty() ? "fits" : "does not fit (out_of_memory)", fits.error.empty() ? "fits" : "fails");
       std::printf("gradients %s between policies\n", same ? "bitwise equal" : "DIFFER");
     }
-    return same && !over.error.empty() && fits.error.empty() ? 0 : 1;
+    return same && over.error.empty() != separable && fits.error.empty() ? 0 : 1;
   } catch (tide::error const& e) {
     std::fprintf(stderr, "cuda_stack: %s\n", e.what());
     return 1;

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -187,10 +188,13 @@ inline tide::schedule build(dims const& d, policy_case const& p, tide::collectiv
 
 struct run_options {
   int steps = 3;              //!< the first is a warm-up, excluded from the step time
-  bool trace = false;         //!< record a timeline of the last step (timed events)
+  bool trace = false;         //!< record a timeline of the last step (timed events; not in step_ms if steps > 2)
   bool graph = false;         //!< capture one step into a CUDA graph and replay it `steps` times
   tide::cuda_backend_options backend{};
   tide::executor_options exec{};
+  //! Called once the executor (and its arenas) exists, before the first step: data parallel
+  //! ranks meet at a barrier here, so that no collective starts while a rank still allocates.
+  std::function<void()> before_first_step;
 };
 
 struct run_result {
@@ -211,13 +215,19 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Co
   auto exec_opt = o.exec;
   if (o.graph) exec_opt.debug_checks = false;  // their host tasks would replay stale counters
   tide::executor ex(be, s, exec_opt);
+  if (o.before_first_step) o.before_first_step();
   auto fwd = [&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); };
   auto bwd = [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); };
   tide::cuda_graph g;
   if (o.graph) g.capture(ex, fwd, bwd, tide::no_hook{}, collective);
+  // The traced last step (timed events around every op) is left out of the average too, unless
+  // it is the only step after the warm-up.
+  bool const traced = o.trace && !o.graph;
   double total_ms = 0;
+  int timed = 0;
   for (int i = 0; i < o.steps; ++i) {
-    if (o.trace && i + 1 == o.steps && !o.graph) be.record_timeline(&r.trace);
+    bool const last = i + 1 == o.steps;
+    if (traced && last) be.record_timeline(&r.trace);
     auto const t0 = clock::now();
     if (o.graph) {
       g.replay();
@@ -226,10 +236,13 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Co
       ex.step(fwd, bwd, tide::no_hook{}, collective);
     }
     auto const ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    if (i > 0 || o.steps == 1) total_ms += ms;
+    if ((i > 0 || o.steps == 1) && !(traced && last && o.steps > 2)) {
+      total_ms += ms;
+      ++timed;
+    }
   }
   be.record_timeline(nullptr);
-  r.step_ms = total_ms / (o.steps > 1 ? o.steps - 1 : 1);
+  r.step_ms = timed > 0 ? total_ms / timed : 0;
   if (o.trace && !o.graph) r.summary = tide::summarize(r.trace, s);
   r.grads = m.gradients();
   return r;

@@ -38,7 +38,8 @@ TEST(CudaBackend, SatisfiesTheBackendConcept) {
 TEST(CudaBackend, GradientsAreBitwiseEqualBetweenPolicies) {
   cuda_stack::model const m(small);
   auto const cases = cuda_stack::policy_cases(small);
-  cuda_stack::run_options o;  // debug checks on in debug builds: reload checks run as host functions
+  cuda_stack::run_options o;
+  o.exec.debug_checks = true;  // reload checks run as host functions (release builds too)
   auto const keep = cuda_stack::run(m, cuda_stack::build(small, cases[0]), o);
   ASSERT_FALSE(keep.grads.empty());
   bool nonzero = false;
@@ -75,6 +76,19 @@ TEST(CudaBackend, GraphReplayEqualsEagerStep) {
     auto const g = cuda_stack::run(m, s, graph);
     EXPECT_TRUE(bitwise_equal(g.grads, e.grads)) << c.name;
   }
+  // Debug checks cannot be captured: their host nodes would replay with stale counters.
+  auto const s = hidden_schedule();
+  tide::cuda_backend be;
+  tide::executor_options eo;
+  eo.debug_checks = true;
+  tide::executor ex(be, s, eo);
+  tide::cuda_graph g;
+  EXPECT_THROW(g.capture(
+                   ex, [&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); },
+                   [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); }),
+               tide::error);
+  EXPECT_FALSE(g.ready());
+  EXPECT_FALSE(be.capturing());
 }
 
 TEST(CudaBackend, ArenasAreAllocatedOnceAtStableAddresses) {

@@ -5,8 +5,9 @@
 //!
 //! Streams: the compute stream is the user's (`cudaStream_t` or `cuda::stream_ref`) or one tide
 //! creates; tide creates the device-to-host, host-to-device and communication streams,
-//! non-blocking, the host-to-device one at the device's greatest priority by default (a
-//! prefetch gates the backward that waits on it; see bench/gpu for the measurement).
+//! non-blocking, the host-to-device one at the device's greatest priority by default. Priorities
+//! order kernels only (copy engines ignore them), so this matters only for kernels a user
+//! enqueues on that stream; bench/gpu measures whether it has any effect.
 //!
 //! Events are created once, without timing, for ordering only. Timed events are recorded only
 //! while a timeline is attached (`record_timeline`). One step may also be captured into a CUDA
@@ -39,7 +40,7 @@ namespace tide {
 struct cuda_backend_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< bytes the device arena may take
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< bytes the pinned arena may take
-  bool prefetch_priority = true;  //!< host-to-device stream at the greatest priority (else the default)
+  bool prefetch_priority = true;  //!< host-to-device stream at the greatest priority (kernels only; not copies)
   bool nvtx = true;               //!< NVTX ranges around every op
   std::optional<resource_ref> device_resource;  //!< device arena from here (default: cudaMalloc)
   std::optional<resource_ref> host_resource;    //!< pinned arena from here (default: cudaHostAlloc)
@@ -351,9 +352,9 @@ class cuda_backend {
   // compute stream. Join: the compute stream waits on each side stream before the capture ends.
   void begin_capture() {
     auto const compute = stream(stream_role::compute);
+    captured_ = captured_step{};  // an unclaimed earlier capture is dropped (before capture mode)
     TIDE_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
     capturing_ = true;
-    captured_ = captured_step{};  // an unclaimed earlier capture is dropped
     detail::first_failure f;
     TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[0], compute));
     for (std::size_t r = 1; r < stream_count; ++r)

@@ -8,8 +8,8 @@
 //! the compute stream (or any stream) and returns without waiting.
 //!
 //! What replay reuses: the arenas (their addresses are stable), the pointers and sizes the user's
-//! lambdas passed to their kernels when they were captured, and the executor (debug-check host
-//! tasks call into it), which must outlive the graph. Timelines are not recorded in replay.
+//! lambdas passed to their kernels when they were captured, and the executor, which must outlive
+//! the graph. The executor's debug checks must be off. Timelines are not recorded in replay.
 
 #include <cuda_runtime_api.h>
 
@@ -40,10 +40,14 @@ class cuda_graph {
 
   //! Captures one step of `ex` (the arguments of `executor::step`) and instantiates it. Replaces
   //! an earlier capture. Throws what the step throws, or `cuda_error` when capture fails (e.g. a
-  //! lambda made a call that is illegal during capture, such as a synchronization).
+  //! lambda made a call that is illegal during capture, such as a synchronization); `error` when
+  //! `ex` has debug checks on.
   template <class Forward, class Backward, class Gather = no_hook, class Collective = no_hook>
   void capture(executor<cuda_backend>& ex, Forward&& forward, Backward&& backward, Gather&& gather = {},
                Collective&& collective = {}) {
+    // Debug-check host nodes would replay with counters never reset and errors never rethrown.
+    if (ex.options().debug_checks)
+      throw error("tide::cuda_graph::capture: turn off executor_options::debug_checks for captured steps");
     auto& be = ex.backend();
     be.capture_next_step();
     ex.step(std::forward<Forward>(forward), std::forward<Backward>(backward), std::forward<Gather>(gather),
