@@ -14,6 +14,7 @@ namespace {
 using blk = layer<"blk", slot<"a", 1000>, slot<"b", 3000>>;
 using three = stack<repeat<blk, 3>>;
 using offload_b = policy<offload<slots<"b">>>;
+policy_spec offload_b_any() { return policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}; }
 
 struct expected_op {
   op_kind kind;
@@ -297,4 +298,65 @@ TEST(Describe, NamesPlacementsAndStreams) {
   EXPECT_NE(d.find("b=offload"), std::string::npos) << d;
   EXPECT_NE(d.find("d2h: #"), std::string::npos) << d;
   EXPECT_NE(d.find("h2d: #"), std::string::npos) << d;
+}
+
+TEST(Schedule, GathersRunOneLayerAheadAndNoFurther) {
+  auto s = build_schedule(three::spec(), keep_all::spec(), {}, {}, {true, false});
+  // gather(l + 1) waits for forward(l - 1): two receive buffers suffice.
+  std::vector<std::uint32_t> fwd(3), gat(3);
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+    if (s.ops[i].kind == op_kind::forward) fwd[s.ops[i].layer] = i;
+    if (s.ops[i].kind == op_kind::gather) gat[s.ops[i].layer] = i;
+  }
+  auto waits_of = [&](std::uint32_t i) {
+    auto w = s.view().waits_of(s.ops[i]);
+    return std::vector<std::uint32_t>(w.begin(), w.end());
+  };
+  EXPECT_EQ(waits_of(gat[2]), std::vector<std::uint32_t>{fwd[0]});
+  EXPECT_EQ(waits_of(fwd[2]), std::vector<std::uint32_t>{gat[2]});
+  EXPECT_LT(gat[1], fwd[0]);  // issued one layer ahead
+  check_schedule(s);
+}
+
+TEST(Schedule, NaivePipelineIgnoresDistanceAndRings) {
+  stack_spec one;
+  one.append({"l", {{"x", 100}}});
+  buffer_spec zero;
+  zero.staging_buffers = 0;
+  // Prefetch distance, staging buffers and offloads in flight only matter with latency hiding.
+  auto s = build_schedule(one, offload_b_any(), zero, {false, 1, 0, 0});
+  EXPECT_EQ(s.peak_device_bytes(), 256u);
+  check_schedule(s);
+  EXPECT_THROW(build_schedule(one, offload_b_any(), zero, {true, 0, 0, 2}), schedule_error);
+  EXPECT_THROW(build_schedule(one, offload_b_any(), {}, {true, 1, 0, 2}), schedule_error);
+  EXPECT_NO_THROW(build_schedule(one, offload_b_any(), {}, {true, 0, 1, 2}));  // 100 chunks of 1 byte
+  stack_spec big;
+  big.append({"l", {{"x", std::size_t{1} << 25}}});
+  try {
+    build_schedule(big, offload_b_any(), {}, {true, 0, 1, 2});
+    FAIL();
+  } catch (schedule_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("would be copied in 33554432 chunks"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Checker, ChunkCopiedTwiceInsteadOfReloadedIsCaught) {
+  buffer_spec b;
+  b.share_phase_regions = false;
+  auto s = build_schedule(three::spec(), offload_b::spec(), b, {true, 1, 1024, 2});
+  check_schedule(s);
+  // Replace the reload of layer 0's chunk 1 by a second copy of chunk 0: bytes [1024, 2048) of
+  // the slot never come back, though byte counts still add up.
+  std::int64_t c0 = -1;
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+    auto& o = s.ops[i];
+    if (o.kind != op_kind::prefetch || o.layer != 0) continue;
+    if (o.chunk == 0) c0 = i;
+    if (o.chunk == 1) {
+      o.chunk = 0;
+      o.device_offset = s.ops[c0].device_offset;
+      o.host_offset = s.ops[c0].host_offset;
+    }
+  }
+  EXPECT_THROW(check_schedule(s), schedule_error);
 }

@@ -360,3 +360,75 @@ TEST(Trace, SummaryAndChromeJson) {
   EXPECT_TRUE(contains(js.str(), "\"name\":\"offload L0 x\""));
   EXPECT_TRUE(contains(js.str(), "\"name\":\"device bytes\",\"ph\":\"C\""));
 }
+
+TEST(Failures, StepIsNeitherReentrantNorSharedAcrossExecutors) {
+  auto const s = build_schedule(small_stack(), {});
+  host_backend b;
+  executor exec(b, s);
+  auto noop = [](auto const&) {};
+  try {
+    exec.step([&](auto const& c) { if (c.layer == 2) exec.step(noop, noop); }, noop);
+    FAIL();
+  } catch (error const& e) {
+    EXPECT_TRUE(contains(e.what(), "already running")) << e.what();
+  }
+  executor other(b, s);
+  try {
+    exec.step([&](auto const& c) { if (c.layer == 2) other.step(noop, noop); }, noop);
+    FAIL();
+  } catch (error const& e) {
+    EXPECT_TRUE(contains(e.what(), "a step is already running on this backend")) << e.what();
+  }
+  EXPECT_NO_THROW(exec.step(noop, noop));
+  EXPECT_NO_THROW(other.step(noop, noop));
+}
+
+TEST(Failures, SlotViewedAsTheWrongTypeIsRejected) {
+  stack_spec st;
+  st.append({"l", {{"odd", 6}}}, 2);
+  auto const s = build_schedule(st, {});
+  host_backend b;
+  executor exec(b, s);
+  try {
+    exec.step([](auto const& c) { (void)c.template slot_as<float>("odd"); }, [](auto const&) {});
+    FAIL();
+  } catch (slot_error const& e) {
+    EXPECT_TRUE(contains(e.what(), "slot 'odd' of layer 0 (6 bytes) cannot be viewed as elements of 4 bytes")) << e.what();
+  }
+}
+
+namespace {
+//! The host backend, failing its n-th copy at issue time (as a CUDA call can).
+struct failing_backend : host_backend {
+  int copies_left;
+  explicit failing_backend(int n) : copies_left(n) {}
+  void copy(stream_role r, std::uint32_t i, op const& o, void* d, void const* s, std::size_t n) {
+    if (copies_left-- == 0) throw error("injected copy failure");
+    host_backend::copy(r, i, o, d, s, n);
+  }
+};
+}  // namespace
+
+TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
+  auto const s = build_schedule(small_stack(), rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  failing_backend b(3);
+  executor exec(b, s);
+  std::vector<int> calls(6, 0), failed_calls(6, 0);
+  auto hook = [&](auto const& c) {
+    if (c.kind != op_kind::collective) return;
+    ++calls[c.layer];
+    failed_calls[c.layer] += c.step_failed;
+  };
+  auto noop = [](auto const&) {};
+  try {
+    exec.step(noop, noop, noop, hook);
+    FAIL();
+  } catch (error const& e) {
+    EXPECT_STREQ(e.what(), "injected copy failure");
+  }
+  // Every layer's collective ran once, told that the step failed: a peer rank is not left waiting.
+  EXPECT_EQ(calls, std::vector<int>(6, 1));
+  EXPECT_EQ(failed_calls, std::vector<int>(6, 1));
+  b.copies_left = 1 << 30;
+  EXPECT_NO_THROW(exec.step(noop, noop, noop, hook));
+}

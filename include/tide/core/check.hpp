@@ -10,6 +10,7 @@
 //! - peaks: replaying the ops' byte ranges reproduces the predicted device and host peaks.
 
 #include <algorithm>
+#include <utility>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +37,22 @@ struct access {
   std::size_t begin, end;
   std::uint32_t layer;
   std::uint16_t slot;
+  std::int64_t shift;  //!< slot-relative offset of a byte minus its address: equal shifts, same bytes
+  bool same_data(access const& o) const noexcept { return layer == o.layer && slot == o.slot && shift == o.shift; }
 };
+
+//! Length of the union of `spans` clipped to [lo, hi).
+inline std::size_t covered_length(std::vector<std::pair<std::size_t, std::size_t>>& spans, std::size_t lo,
+                                  std::size_t hi) {
+  std::sort(spans.begin(), spans.end());
+  std::size_t total = 0, until = lo;
+  for (auto [b, e] : spans) {
+    b = std::max(b, until);
+    e = std::min(e, hi);
+    if (b < e) total += e - b, until = e;
+  }
+  return total;
+}
 
 inline std::string op_name(schedule_view const& s, std::uint32_t i) {
   auto const& o = s.ops[i];
@@ -49,36 +65,40 @@ inline std::string op_name(schedule_view const& s, std::uint32_t i) {
 }
 
 inline void collect_accesses(schedule_view const& s, std::vector<access>& out) {
+  auto sh = [](std::size_t data, std::size_t addr) { return static_cast<std::int64_t>(data) - static_cast<std::int64_t>(addr); };
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     auto const& o = s.ops[i];
     auto slots = [&] { return s.slots_of(o.layer); };
     auto const n = [&] { return static_cast<std::uint16_t>(slots().size()); };
+    // A copy chunk's first byte is this far into its slot.
+    auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * s.pipeline.chunk_bytes : 0;
     switch (o.kind) {
       case op_kind::forward:
         for (std::uint16_t k = 0; k < n(); ++k) {
           auto const& b = slots()[k];
-          out.push_back({i, false, true, b.forward_offset, b.forward_offset + b.bytes, o.layer, k});
+          out.push_back({i, false, true, b.forward_offset, b.forward_offset + b.bytes, o.layer, k, sh(0, b.forward_offset)});
         }
         break;
       case op_kind::recompute:
         for (std::uint16_t k = 0; k < n(); ++k) {
           auto const& b = slots()[k];
-          out.push_back({i, false, b.where == placement::remat, b.backward_offset, b.backward_offset + b.bytes, o.layer, k});
+          out.push_back({i, false, b.where == placement::remat, b.backward_offset, b.backward_offset + b.bytes, o.layer, k,
+                         sh(0, b.backward_offset)});
         }
         break;
       case op_kind::backward:
         for (std::uint16_t k = 0; k < n(); ++k) {
           auto const& b = slots()[k];
-          out.push_back({i, false, false, b.backward_offset, b.backward_offset + b.bytes, o.layer, k});
+          out.push_back({i, false, false, b.backward_offset, b.backward_offset + b.bytes, o.layer, k, sh(0, b.backward_offset)});
         }
         break;
       case op_kind::offload:
-        out.push_back({i, false, false, o.device_offset, o.device_offset + o.bytes, o.layer, o.slot});
-        out.push_back({i, true, true, o.host_offset, o.host_offset + o.bytes, o.layer, o.slot});
+        out.push_back({i, false, false, o.device_offset, o.device_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.device_offset)});
+        out.push_back({i, true, true, o.host_offset, o.host_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.host_offset)});
         break;
       case op_kind::prefetch:
-        out.push_back({i, true, false, o.host_offset, o.host_offset + o.bytes, o.layer, o.slot});
-        out.push_back({i, false, true, o.device_offset, o.device_offset + o.bytes, o.layer, o.slot});
+        out.push_back({i, true, false, o.host_offset, o.host_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.host_offset)});
+        out.push_back({i, false, true, o.device_offset, o.device_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.device_offset)});
         break;
       case op_kind::gather:
       case op_kind::collective: break;
@@ -103,14 +123,17 @@ inline check_report check_schedule(schedule_view const& s) {
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];
     auto const st = static_cast<std::size_t>(o.stream);
-    if (st >= stream_count) fail(detail::op_name(s, i) + " names no valid stream");
     if (o.layer >= s.layers.size()) fail("op #" + std::to_string(i) + " names layer " + std::to_string(o.layer) + " beyond the stack");
+    if (o.slot != no_slot && o.slot >= s.layers[o.layer].slot_count)
+      fail("op #" + std::to_string(i) + " names slot " + std::to_string(o.slot) + " which layer " + std::to_string(o.layer) + " does not have");
+    if (is_copy(o.kind) && o.slot == no_slot) fail("op #" + std::to_string(i) + " is a copy of no slot");
+    if (st >= stream_count) fail(detail::op_name(s, i) + " names no valid stream");
     if (o.event >= 0) {
       if (static_cast<std::uint32_t>(o.event) >= s.event_count || event_seen[o.event])
         fail(detail::op_name(s, i) + " records event " + std::to_string(o.event) + " which is out of range or used twice");
       event_seen[o.event] = true;
     }
-    if (o.wait_begin + o.wait_count > s.waits.size()) fail(detail::op_name(s, i) + " has waits out of range");
+    if (std::uint64_t{o.wait_begin} + o.wait_count > s.waits.size()) fail(detail::op_name(s, i) + " has waits out of range");
     auto c = tail[st];
     for (auto w : s.waits_of(o)) {
       if (w >= i) fail(detail::op_name(s, i) + " waits on op #" + std::to_string(w) + " which is not issued before it");
@@ -163,32 +186,33 @@ inline check_report check_schedule(schedule_view const& s) {
 
   // Data flow: each read sees the bytes written for its own (layer, slot).
   std::vector<detail::access const*> writers;
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
   for (auto const& r : acc) {
     if (r.write) continue;
     writers.clear();
-    std::size_t covered = 0;
+    spans.clear();
     for (auto const& w : acc)
-      if (w.write && w.host == r.host && w.begin < r.end && r.begin < w.end && w.layer == r.layer && w.slot == r.slot) {
+      if (w.write && w.host == r.host && w.begin < r.end && r.begin < w.end && w.same_data(r)) {
         if (before(r.op, w.op)) continue;  // a later rewrite of the same data
         if (!before(w.op, r.op))
           fail(detail::op_name(s, r.op) + " reads data that " + detail::op_name(s, w.op) + " has not finished writing");
         writers.push_back(&w);
-        covered += std::min(w.end, r.end) - std::max(w.begin, r.begin);
+        spans.push_back({w.begin, w.end});
       }
-    if (covered < r.end - r.begin)
+    if (detail::covered_length(spans, r.begin, r.end) < r.end - r.begin)
       fail(detail::op_name(s, r.op) + " reads " + space(r.host) + " bytes [" + std::to_string(r.begin) + ", " +
-           std::to_string(r.end) + ") of a slot that no earlier op wrote there");
+           std::to_string(r.end) + ") that no earlier op wrote with this slot's data");
     for (auto const& x : acc) {
       if (!x.write || x.host != r.host || !(x.begin < r.end && r.begin < x.end)) continue;
-      if (x.layer == r.layer && x.slot == r.slot) continue;
+      if (x.same_data(r)) continue;
       if (before(r.op, x.op)) continue;
-      // x precedes the read: some write of the read's own data must come after x and cover the
+      // x precedes the read: writes of the read's own data must come after x and cover the
       // bytes x clobbered, or the read sees x's bytes.
-      std::size_t rewritten = 0;
       auto const lo = std::max(x.begin, r.begin), hi = std::min(x.end, r.end);
+      spans.clear();
       for (auto const* w : writers)
-        if (before(x.op, w->op)) rewritten += std::max(lo, std::min(hi, w->end)) - std::max(lo, std::min(hi, w->begin));
-      if (rewritten < hi - lo)
+        if (before(x.op, w->op)) spans.push_back({w->begin, w->end});
+      if (detail::covered_length(spans, lo, hi) < hi - lo)
           fail(detail::op_name(s, x.op) + " overwrites bytes that " + detail::op_name(s, r.op) +
                " reads before that read is done");
     }

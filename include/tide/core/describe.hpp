@@ -43,8 +43,9 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
     for (std::uint32_t l = 0; l < s.layer_count(); ++l) {
       r += "  layer " + std::to_string(l) + " (" + std::string(s.layers[l].type_name) + "):";
       for (auto const& b : s.slots_of(l)) {
-        r += " " + std::string(b.name) + "=" + std::string(to_string(b.where)) + "[" +
-             format_bytes(static_cast<double>(b.bytes)) + " @" + std::to_string(b.forward_offset);
+        // Appended piecewise: " " + std::string(...) trips GCC 12's -Wrestrict (PR 105651).
+        r.append(" ").append(b.name).append("=").append(to_string(b.where)).append("[");
+        r.append(format_bytes(static_cast<double>(b.bytes))).append(" @").append(std::to_string(b.forward_offset));
         if (b.backward_offset != b.forward_offset) r += "->" + std::to_string(b.backward_offset);
         if (b.where == placement::offload) r += " host@" + std::to_string(b.host_offset);
         r += "]";

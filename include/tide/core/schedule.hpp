@@ -58,10 +58,14 @@ struct schedule {
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
-  constexpr schedule_view view() const noexcept {
+  constexpr schedule_view view() const& noexcept {
     return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives};
   }
-  constexpr operator schedule_view() const noexcept { return view(); }
+  constexpr operator schedule_view() const& noexcept { return view(); }
+  // A view of a temporary would dangle (`executor ex(b, build_schedule(...))`): keep the
+  // schedule in a variable.
+  schedule_view view() const&& = delete;
+  operator schedule_view() const&& = delete;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -80,6 +84,7 @@ enum class schedule_issue_code : std::uint8_t {
   zero_offloads_in_flight,
   bad_alignment,
   too_many_slots,
+  too_many_chunks,
 };
 
 struct schedule_issue {
@@ -120,19 +125,31 @@ constexpr schedule_issue find_schedule_issue(stack_spec const& s, policy_spec co
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
   if (!pow2(b.device_alignment)) return {c::bad_alignment, "device", {}, b.device_alignment};
   if (!pow2(b.host_alignment)) return {c::bad_alignment, "host", {}, b.host_alignment};
-  // Prefetch and staging parameters only matter once something is offloaded.
-  if (any_placement(s, p, placement::offload)) {
+  // Prefetch, staging and in-flight parameters only matter once something is offloaded with
+  // latency hiding (without it copies are serialized on the compute stream).
+  if (pl.latency_hiding && any_placement(s, p, placement::offload)) {
     if (pl.prefetch_distance >= s.layer_count())
       return {c::prefetch_beyond_stack, {}, {}, pl.prefetch_distance, s.layer_count()};
     if (b.staging_buffers == 0) return {c::zero_staging_buffers, {}, {}, 0, 0};
     if (pl.max_offloads_in_flight == 0) return {c::zero_offloads_in_flight, {}, {}, 0, 0};
   }
+  // Chunk and op indices are 32-bit: refuse chunk sizes that would split a slot absurdly fine.
+  if (pl.chunk_bytes > 0)
+    for (auto const& t : s.types)
+      for (auto const& sl : t.slots)
+        if (auto const n = sl.bytes / pl.chunk_bytes + (sl.bytes % pl.chunk_bytes != 0); n > (std::size_t{1} << 24))
+          return {c::too_many_chunks, t.name, sl.name, n, std::size_t{1} << 24};
   return {};
 }
 
 inline std::string to_message(schedule_issue const& i) {
   using c = schedule_issue_code;
-  auto q = [](std::string_view v) { return "'" + std::string(v) + "'"; };
+  auto q = [](std::string_view v) {
+    std::string r;  // appended piecewise: "'" + std::string(v) trips GCC 12's -Wrestrict (PR 105651)
+    r.reserve(v.size() + 2);
+    r.append(1, '\'').append(v).append(1, '\'');
+    return r;
+  };
   switch (i.code) {
     case c::none: return "no issue";
     case c::empty_stack: return "tide: the stack has no layers: add at least one layer";
@@ -163,6 +180,10 @@ inline std::string to_message(schedule_issue const& i) {
     case c::bad_alignment:
       return "tide: the " + std::string(i.type_name) + " alignment " + std::to_string(i.value) +
              " is not a power of two";
+    case c::too_many_chunks:
+      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) + " would be copied in " +
+             std::to_string(i.value) + " chunks, more than the supported " + std::to_string(i.limit) +
+             ": use a larger chunk size";
     case c::too_many_slots:
       return "tide: layer type " + q(i.type_name) + " has " + std::to_string(i.value) +
              " slots, more than the supported " + std::to_string(i.limit);
@@ -323,7 +344,7 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
     for (auto const& b : s.slots)
       if (b.where == placement::offload)
         copies += pipeline.chunk_bytes == 0 ? 1 : (b.bytes + pipeline.chunk_bytes - 1) / pipeline.chunk_bytes;
-    auto const n_ops = 4 * std::size_t{L} + 2 * copies;
+    auto const n_ops = 5 * std::size_t{L} + 2 * copies;
     s.ops.reserve(n_ops);
     s.waits.reserve(2 * n_ops);
     w.clocks.reserve(n_ops);
@@ -344,7 +365,12 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
   if (collectives.before_forward) emit_gather(0);
   std::int64_t last_offload = -1;
   for (std::uint32_t l = 0; l < L; ++l) {
-    if (collectives.before_forward && l + 1 < L) emit_gather(l + 1);
+    // Gathers run one layer ahead and no further: the gather of layer l + 1 waits for the
+    // forward of layer l - 1, so two receive buffers suffice.
+    if (collectives.before_forward && l + 1 < L) {
+      if (l >= 1) w.wait(forward_op[l - 1]);
+      emit_gather(l + 1);
+    }
     auto const& lb = s.layers[l];
     w.wait(gather_op[l]);
     if (lb.offloaded_bytes > 0 && ring_index[l] >= a.offload_buffers)

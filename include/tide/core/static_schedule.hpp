@@ -26,10 +26,12 @@ struct static_schedule {
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(Layers); }
-  constexpr schedule_view view() const noexcept {
+  constexpr schedule_view view() const& noexcept {
     return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives};
   }
-  constexpr operator schedule_view() const noexcept { return view(); }
+  constexpr operator schedule_view() const& noexcept { return view(); }
+  schedule_view view() const&& = delete;  // a view of a temporary would dangle
+  operator schedule_view() const&& = delete;
 };
 
 namespace detail {
@@ -87,6 +89,7 @@ consteval auto make_schedule() {
   static_assert(issue != c::zero_offloads_in_flight, "tide: the policy offloads slots but zero offloads may be in flight");
   static_assert(issue != c::bad_alignment, "tide: an arena alignment is not a power of two");
   static_assert(issue != c::too_many_slots, "tide: a layer type has too many slots");
+  static_assert(issue != c::too_many_chunks, "tide: the chunk size splits a slot into too many chunks: use a larger one");
   if constexpr (issue != c::none) {
     return static_schedule<0, 0, 0, 0>{};
   } else {

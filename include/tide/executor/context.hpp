@@ -38,6 +38,17 @@ struct layer_context {
   std::string_view slot_name(std::uint16_t k) const { return bindings[k].name; }
   placement where(std::uint16_t k) const { return bindings[k].where; }
   std::uint16_t slot_index(std::string_view name) const { return detail::find_slot(bindings, layer, type_name, name); }
+
+ protected:
+  template <class T, class Byte>
+  std::span<T> typed(std::span<Byte> s, std::string_view name) const {
+    if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
+      throw slot_error("tide: slot '" + std::string(name) + "' of layer " + std::to_string(layer) + " (" +
+                       std::to_string(s.size()) + " bytes) cannot be viewed as elements of " +
+                       std::to_string(sizeof(T)) + " bytes aligned to " + std::to_string(alignof(T)) +
+                       ": check the slot size and the arena alignment");
+    return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+  }
 };
 
 //! Given to the forward lambda. In forward mode every slot is to be written; in recompute mode
@@ -53,10 +64,10 @@ struct forward_context : layer_context<Stream> {
     return {this->device + (recompute ? b.backward_offset : b.forward_offset), b.bytes};
   }
   std::span<std::byte> slot(std::string_view name) const { return slot(this->slot_index(name)); }
+  //! Slot `name` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
   std::span<T> slot_as(std::string_view name) const {
-    auto s = slot(name);
-    return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+    return this->template typed<T>(slot(name), name);
   }
 };
 
@@ -69,10 +80,10 @@ struct backward_context : layer_context<Stream> {
     return {this->device + b.backward_offset, b.bytes};
   }
   std::span<std::byte const> slot(std::string_view name) const { return slot(this->slot_index(name)); }
+  //! Slot `name` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
   std::span<T const> slot_as(std::string_view name) const {
-    auto s = slot(name);
-    return {reinterpret_cast<T const*>(s.data()), s.size() / sizeof(T)};
+    return this->template typed<T const>(slot(name), name);
   }
 };
 

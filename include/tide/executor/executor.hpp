@@ -88,6 +88,13 @@ class executor {
                   "tide::executor::step: the gather hook must be callable as f(tide::collective_context<Stream> const&)");
     static_assert(std::is_invocable_v<Collective&, collective_context_type const&>,
                   "tide::executor::step: the collective hook must be callable as f(tide::collective_context<Stream> const&)");
+    if (in_step_.exchange(true))
+      throw error("tide::executor::step: a step of this executor is already running (steps are neither reentrant "
+                  "nor concurrent)");
+    struct leave {
+      std::atomic<bool>& flag;
+      ~leave() { flag.store(false); }
+    } guard{in_step_};
     forward_ = erase<forward_context_type>(forward);
     backward_ = erase<backward_context_type>(backward);
     gather_ = erase<collective_context_type>(gather);
@@ -119,15 +126,23 @@ class executor {
     for (auto& r : reloads_) r.store(0, std::memory_order_relaxed);
     backend_.begin_step();
     std::exception_ptr issue_error;
+    auto const n = static_cast<std::uint32_t>(s_.ops.size());
+    std::uint32_t issued = 0;
     try {
-      auto const n = static_cast<std::uint32_t>(s_.ops.size());
-      for (std::uint32_t i = 0; i < n; ++i) issue_op(i);
+      for (; issued < n; ++issued) issue_op(issued);
     } catch (...) {
       issue_error = std::current_exception();  // still drain what was enqueued
+      failed_.store(true, std::memory_order_relaxed);
     }
     backend_.end_step();
     ++steps_;
-    if (issue_error) std::rethrow_exception(issue_error);
+    if (issue_error) {
+      // Collective hooks of ops never issued still run, told that the step failed, so that
+      // distributed peers waiting in a collective learn of it instead of hanging.
+      for (std::uint32_t i = issued; i < n; ++i)
+        if (s_.ops[i].kind == op_kind::gather || s_.ops[i].kind == op_kind::collective) run(i);
+      std::rethrow_exception(issue_error);
+    }
     if (error_) {
       auto e = std::exchange(error_, nullptr);
       std::rethrow_exception(e);
@@ -306,6 +321,7 @@ class executor {
   std::mutex error_mutex_;
   std::exception_ptr error_;
   std::atomic<bool> failed_{false};
+  std::atomic<bool> in_step_{false};
   std::uint64_t steps_ = 0;
 };
 

@@ -121,14 +121,16 @@ inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
   return {detail::sweep(dev), detail::sweep(host)};
 }
 
-//! Summarizes one recorded step of schedule `s`.
+//! Summarizes one recorded step of schedule `s`. Exposed time is what the compute stream spent
+//! running copies (without latency hiding) or blocked on events recorded by copies or
+//! collectives: every backend records its blocking waits, so host issue gaps and debug tasks are
+//! not mistaken for transfers.
 inline step_summary summarize(timeline const& t, schedule_view const& s) {
   step_summary r;
   r.predicted_device_bytes = s.arena.device_bytes;
   r.predicted_host_bytes = s.arena.host_bytes;
   detail::op_times ot(t, s.ops.size());
   std::vector<std::pair<double, double>> copies;
-  double prev_compute_end = 0;
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     if (!ot.has(i)) continue;
     auto const& o = s.ops[i];
@@ -138,24 +140,23 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
     if (o.stream != stream_role::compute) continue;
     if (is_copy(o.kind)) {
       r.exposed_transfer_us += dur;  // a copy on the compute stream is never hidden
-    } else {
+    } else if (o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::backward) {
       r.compute_us += dur;
       if (o.kind == op_kind::forward) r.forward_us += dur;
       if (o.kind == op_kind::recompute) r.recompute_us += dur;
       if (o.kind == op_kind::backward) r.backward_us += dur;
     }
-    // The compute stream idled before this op; blame what it waited for.
-    auto const gap = std::max(0.0, ot.begin[i] - prev_compute_end);
-    bool on_copy = false, on_comm = false;
-    for (auto w : s.waits_of(o)) {
-      on_copy |= is_copy(s.ops[w].kind);
-      on_comm |= s.ops[w].stream == stream_role::comm;
-    }
-    if (on_copy)
-      r.exposed_transfer_us += gap;
-    else if (on_comm)
-      r.exposed_collective_us += gap;
-    prev_compute_end = std::max(prev_compute_end, ot.end[i]);
+  }
+  std::vector<std::int64_t> recorder(s.event_count, -1);  // event -> the op that records it
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].event >= 0 && static_cast<std::uint32_t>(s.ops[i].event) < s.event_count) recorder[s.ops[i].event] = i;
+  for (auto const& w : t.waits) {
+    if (w.stream != stream_role::compute || w.event >= s.event_count || recorder[w.event] < 0) continue;
+    auto const& by = s.ops[static_cast<std::size_t>(recorder[w.event])];
+    if (is_copy(by.kind))
+      r.exposed_transfer_us += w.end_us - w.begin_us;
+    else if (by.stream == stream_role::comm)
+      r.exposed_collective_us += w.end_us - w.begin_us;
   }
   std::sort(copies.begin(), copies.end());
   double until = -1;

@@ -48,6 +48,9 @@ class capped_arena {
   std::byte* reserve(std::size_t bytes) {
     if (bytes > capacity_) throw out_of_memory(std::string("tide: host backend ") + name_ + " arena", bytes, capacity_);
     if (bytes > size_ || !data_) {
+      // An executor set up earlier on this backend keeps using the block it was given: retire
+      // it rather than free it.
+      if (data_) retired_.push_back(std::move(data_));
       data_.reset(static_cast<std::byte*>(::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{4096})));
       size_ = bytes;
     }
@@ -66,6 +69,7 @@ class capped_arena {
   std::size_t capacity_;
   std::size_t size_ = 0, peak_ = 0;
   std::unique_ptr<std::byte, deleter> data_;
+  std::vector<std::unique_ptr<std::byte, deleter>> retired_;
 };
 
 }  // namespace detail
@@ -80,18 +84,17 @@ class host_backend {
 
   explicit host_backend(host_backend_options opt = {})
       : opt_(opt), device_("device", opt.device_capacity), host_("pinned host", opt.host_capacity) {
-    for (std::size_t s = 0; s < stream_count; ++s) workers_[s] = std::thread([this, s] { work(s); });
+    std::size_t started = 0;
+    try {
+      for (; started < stream_count; ++started) workers_[started] = std::thread([this, s = started] { work(s); });
+    } catch (...) {
+      stop_workers();  // a thread failed to start: join those that did, then report it
+      throw;
+    }
   }
   host_backend(host_backend const&) = delete;
   host_backend& operator=(host_backend const&) = delete;
-  ~host_backend() {
-    for (auto& q : queues_) {
-      std::lock_guard lock(q.mutex);
-      q.stop = true;
-      q.ready.notify_all();
-    }
-    for (auto& w : workers_) w.join();
-  }
+  ~host_backend() { stop_workers(); }
 
   //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
   void record_timeline(timeline* t) noexcept { timeline_ = t; }
@@ -110,6 +113,7 @@ class host_backend {
       std::lock_guard lock(q.mutex);
       if (q.items.size() < 4 * s.ops + 16) q.items.resize(4 * s.ops + 16);
     }
+    max_ops_ = std::max(max_ops_, s.ops);
     for (auto& t : spans_) t.reserve(s.ops);
     for (auto& t : wait_spans_) t.reserve(s.ops);
     return a;
@@ -139,6 +143,8 @@ class host_backend {
   void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
 
   void begin_step() {
+    if (in_step_.exchange(true))
+      throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
     start_ = clock::now();
     for (auto& t : spans_) t.clear();
     for (auto& t : wait_spans_) t.clear();
@@ -151,9 +157,12 @@ class host_backend {
     }
     if (timeline_) {
       timeline_->clear();
+      // Sized once for the whole program: how many waits block varies from step to step.
+      timeline_->reserve(max_ops_);
       for (auto& t : spans_) timeline_->ops.insert(timeline_->ops.end(), t.begin(), t.end());
       for (auto& t : wait_spans_) timeline_->waits.insert(timeline_->waits.end(), t.begin(), t.end());
     }
+    in_step_.store(false);
   }
 
  private:
@@ -183,6 +192,16 @@ class host_backend {
     std::size_t head = 0, tail = 0;
     bool busy = false, stop = false;
   };
+
+  void stop_workers() noexcept {
+    for (auto& q : queues_) {
+      std::lock_guard lock(q.mutex);
+      q.stop = true;
+      q.ready.notify_all();
+    }
+    for (auto& w : workers_)
+      if (w.joinable()) w.join();
+  }
 
   void push(stream_role r, item const& it) {
     auto& q = queues_[static_cast<std::size_t>(r)];
@@ -242,7 +261,9 @@ class host_backend {
             // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
             auto& link = link_free_[it.pace == &opt_.d2h ? 0 : 1];
             auto const due = std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
-            auto const end = due + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs));
+            // Never faster than the copy really took (a preempted memcpy), never slower than the link.
+            auto const end = std::max(due + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs)),
+                                      clock::now());
             link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
             std::this_thread::sleep_until(end);
             ready_at = end;
@@ -285,6 +306,8 @@ class host_backend {
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;
   timeline* timeline_ = nullptr;
+  std::size_t max_ops_ = 0;
+  std::atomic<bool> in_step_{false};
   clock::time_point start_{};
   std::array<std::thread, stream_count> workers_;
 };
