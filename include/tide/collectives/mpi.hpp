@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <type_traits>
@@ -46,7 +47,10 @@ class environment {
       MPI_Finalize();
       throw collective_error("tide::mpi: the MPI library does not provide MPI_THREAD_SERIALIZED");
     }
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (int const rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN); rc != MPI_SUCCESS) {
+      MPI_Finalize();
+      check(rc, "MPI_Comm_set_errhandler", -1);
+    }
   }
   environment(environment const&) = delete;
   environment& operator=(environment const&) = delete;
@@ -79,7 +83,8 @@ class communicator {
     return worst;
   }
 
-  //! In-place sum across ranks, divided by the number of ranks when `average`. `step_failed`
+  //! In-place sum across ranks, divided by the number of ranks when `average` (floating point
+  //! only). `step_failed`
   //! comes from the hook's context: a failed rank still takes part in the agreement, and every
   //! rank then throws rather than reducing half a step's data.
   template <class T>
@@ -87,10 +92,15 @@ class communicator {
     if (int const failed = agree_on_failure(step_failed); failed >= 0)
       throw collective_error("tide::mpi: rank " + std::to_string(failed) + " failed during this step; rank " +
                              std::to_string(rank_) + " abandons the all-reduce of layer " + std::to_string(layer));
+    if (data.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+      throw collective_error("tide::mpi: the all-reduce of layer " + std::to_string(layer) + " has " +
+                             std::to_string(data.size()) + " elements, more than MPI's int count allows: split it");
     check(MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), datatype<T>(), MPI_SUM, comm_),
           "MPI_Allreduce", rank_);
-    if (average)
-      for (auto& x : data) x /= static_cast<T>(size_);
+    if constexpr (std::is_floating_point_v<T>) {  // an integer mean would truncate: integers are summed
+      if (average)
+        for (auto& x : data) x /= static_cast<T>(size_);
+    }
   }
 
   //! The collective hook for a data-parallel step: all-reduces what `grads(layer)` returns.

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <memory>
 #include <optional>
+#include <vector>
 #include <type_traits>
 
 #if defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
@@ -95,14 +96,20 @@ class memory_block {
   memory_block() = default;
   memory_block(memory_block const&) = delete;
   memory_block& operator=(memory_block const&) = delete;
-  ~memory_block() { release(); }
+  ~memory_block() {
+    release(data_, bytes_, alignment_, resource_);
+    for (auto& b : retired_) release(b.data, b.bytes, b.alignment, b.resource);
+  }
 
-  //! At least `bytes` (at least one byte, so that even an empty arena has an address).
+  //! At least `bytes` (at least one byte, so that even an empty arena has an address). A block
+  //! replaced by a larger one is retired, not freed: an executor set up earlier on the same
+  //! backend still holds its addresses. Retired blocks go back with the backend.
   std::byte* reserve(resource_ref r, std::size_t bytes, std::size_t alignment) {
     bytes = bytes == 0 ? 1 : bytes;
     if (data_ && bytes <= bytes_) return data_;
-    release();
-    data_ = static_cast<std::byte*>(r.allocate(bytes, alignment));
+    auto* fresh = static_cast<std::byte*>(r.allocate(bytes, alignment));
+    if (data_) retired_.push_back({data_, bytes_, alignment_, resource_});
+    data_ = fresh;
     bytes_ = bytes;
     alignment_ = alignment;
     resource_.emplace(r);
@@ -112,14 +119,18 @@ class memory_block {
   std::size_t size() const noexcept { return data_ ? bytes_ : 0; }
 
  private:
-  void release() noexcept {
-    if (data_) resource_->deallocate(data_, bytes_, alignment_);
-    data_ = nullptr;
-    bytes_ = 0;
+  struct block {
+    std::byte* data;
+    std::size_t bytes, alignment;
+    std::optional<resource_ref> resource;
+  };
+  static void release(std::byte* p, std::size_t n, std::size_t a, std::optional<resource_ref>& r) noexcept {
+    if (p) r->deallocate(p, n, a);
   }
   std::byte* data_ = nullptr;
   std::size_t bytes_ = 0, alignment_ = 0;
   std::optional<resource_ref> resource_;
+  std::vector<block> retired_;
 };
 
 }  // namespace detail
