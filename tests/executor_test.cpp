@@ -356,8 +356,9 @@ TEST(Trace, SummaryAndChromeJson) {
   EXPECT_GT(sum.measured_device_bytes, 0u);
   EXPECT_EQ(sum.measured_host_bytes, 6 * 4096u);  // all offloaded copies live at the turn
   std::ostringstream js;
-  write_chrome_trace(js, t, s);
+  write_chrome_trace(js, t, s, "run \"a\"\n");
   EXPECT_TRUE(contains(js.str(), "\"name\":\"offload L0 x\""));
+  EXPECT_TRUE(contains(js.str(), "\"name\":\"run \\\"a\\\"\\u000a\"")) << js.str().substr(0, 200);
   EXPECT_TRUE(contains(js.str(), "\"name\":\"device bytes\",\"ph\":\"C\""));
 }
 

@@ -356,6 +356,16 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
     if (pipeline.chunk_bytes == 0 || bytes <= pipeline.chunk_bytes) return 1;
     return static_cast<std::uint32_t>((bytes + pipeline.chunk_bytes - 1) / pipeline.chunk_bytes);
   };
+  // Chunk `c` of `n` of slot `k` of layer `l`, between device offset `device` and its host copy.
+  auto const chunk_op = [&](op_kind kind, stream_role stream, slot_binding const& b, std::size_t device,
+                            std::uint32_t k, std::uint32_t l, std::uint32_t c, std::uint32_t n) {
+    auto const begin = pipeline.chunk_bytes * c;
+    op o{kind, stream, static_cast<std::uint16_t>(k), l, c, n};
+    o.device_offset = device + begin;
+    o.host_offset = b.host_offset + begin;
+    o.bytes = n == 1 ? b.bytes : std::min(pipeline.chunk_bytes, b.bytes - begin);
+    return o;
+  };
   // Per (slot binding, chunk): the offload op, so the matching prefetch chunk waits on it.
   std::vector<std::uint32_t> first_chunk_op(s.slots.size(), 0);
   std::vector<std::int64_t> last_offload_of_layer(L, -1), forward_op(L, -1), backward_op(L, -1),
@@ -381,11 +391,7 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
       if (b.where != placement::offload) continue;
       auto const n = chunk_count(b.bytes);
       for (std::uint32_t c = 0; c < n; ++c) {
-        auto const begin = pipeline.chunk_bytes * c;
-        op o{op_kind::offload, d2h, static_cast<std::uint16_t>(k), l, c, n};
-        o.device_offset = b.forward_offset + begin;
-        o.host_offset = b.host_offset + begin;
-        o.bytes = (n == 1 ? b.bytes : std::min(pipeline.chunk_bytes, b.bytes - begin));
+        auto const o = chunk_op(op_kind::offload, d2h, b, b.forward_offset, k, l, c, n);
         w.wait(forward_op[l]);
         auto const idx = w.emit(o);
         if (c == 0) first_chunk_op[lb.first_slot + k] = idx;
@@ -416,11 +422,7 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
       if (b.where != placement::offload) continue;
       auto const n = chunk_count(b.bytes);
       for (std::uint32_t c = 0; c < n; ++c) {
-        auto const begin = pipeline.chunk_bytes * c;
-        op o{op_kind::prefetch, h2d, static_cast<std::uint16_t>(i), l, c, n};
-        o.device_offset = b.backward_offset + begin;
-        o.host_offset = b.host_offset + begin;
-        o.bytes = (n == 1 ? b.bytes : std::min(pipeline.chunk_bytes, b.bytes - begin));
+        auto const o = chunk_op(op_kind::prefetch, h2d, b, b.backward_offset, i, l, c, n);
         w.wait(first_chunk_op[lb.first_slot + i] + c);  // the chunk's data has reached the host
         if (k >= a.staging_buffers) w.wait(backward_op[offloaded[n_off - 1 - (k - a.staging_buffers)]]);
         if (first_backward_area_use_h2d && buffers.share_phase_regions) {
