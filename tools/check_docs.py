@@ -3,7 +3,9 @@
 the docs show code that compiles. A block with an #include is a whole translation unit; any
 other block is a fragment, compiled inside a function after #include <tide/tide.hpp>.
 
-usage: check_docs.py "COMPILER ARGS" INCLUDE_DIR FILE.md..."""
+usage: check_docs.py "COMPILER ARGS" INCLUDE_DIR FILE.md...
+
+A compiler without -fsyntax-only (nvcc) gets "-c -o /dev/null" instead when it contains "nvcc"."""
 import pathlib, re, subprocess, sys, tempfile
 
 compiler, include, *docs = sys.argv[1:]
@@ -12,9 +14,11 @@ for doc in map(pathlib.Path, docs):
     for i, block in enumerate(re.findall(r"```cpp\n(.*?)```", doc.read_text(), re.S)):
         total += 1
         src = block if "#include" in block else "#include <tide/tide.hpp>\nvoid snippet() {\n" + block + "\n}\n"
-        with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as f:
+        nvcc = "nvcc" in compiler
+        with tempfile.NamedTemporaryFile("w", suffix=".cu" if nvcc else ".cpp", delete=False) as f:
             f.write(src)
-        r = subprocess.run([*compiler.split(), "-std=c++20", "-fsyntax-only", "-I", include, f.name],
+        only = ["-c", "-o", "/dev/null"] if nvcc else ["-fsyntax-only"]
+        r = subprocess.run([*compiler.split(), "-std=c++20", *only, "-I", include, f.name],
                            capture_output=True, text=True)
         pathlib.Path(f.name).unlink()
         if r.returncode:
