@@ -27,14 +27,19 @@ struct null_backend {
   void end_step() noexcept {}
 };
 
-void executor_overhead(benchmark::State& state) {
+//! `layers` layers of six 4 KiB slots: three offloaded in 1 KiB chunks, one rematted, with
+//! gather and collective hooks: every kind of op.
+tide::schedule program(std::uint32_t layers) {
   tide::stack_spec st;
-  st.append({"l", {{"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}, {"e", 4096}, {"f", 4096}}},
-            static_cast<std::uint32_t>(state.range(0)));
-  auto const s = tide::build_schedule(
+  st.append({"l", {{"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}, {"e", 4096}, {"f", 4096}}}, layers);
+  return tide::build_schedule(
       st, tide::policy_spec{tide::rule_spec{tide::placement::offload, {"a", "b", "c"}, 0, tide::all_layers, 0},
                             tide::rule_spec{tide::placement::remat, {"d"}, 0, tide::all_layers, 0}},
       {}, {true, 2, 1024, 2}, {true, true});
+}
+
+void executor_overhead(benchmark::State& state) {
+  auto const s = program(static_cast<std::uint32_t>(state.range(0)));
   null_backend b;
   tide::executor exec(b, s, {false, false});
   std::uint64_t calls = 0;
@@ -51,13 +56,7 @@ BENCHMARK(executor_overhead)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 // The same program on the host backend with empty lambdas and unpaced copies of 4 KiB: the cost
 // of its queues, worker hand-offs and event waits, per op (wall time: the work is on 4 threads).
 void host_backend_overhead(benchmark::State& state) {
-  tide::stack_spec st;
-  st.append({"l", {{"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}, {"e", 4096}, {"f", 4096}}},
-            static_cast<std::uint32_t>(state.range(0)));
-  auto const s = tide::build_schedule(
-      st, tide::policy_spec{tide::rule_spec{tide::placement::offload, {"a", "b", "c"}, 0, tide::all_layers, 0},
-                            tide::rule_spec{tide::placement::remat, {"d"}, 0, tide::all_layers, 0}},
-      {}, {true, 2, 1024, 2}, {true, true});
+  auto const s = program(static_cast<std::uint32_t>(state.range(0)));
   tide::host_backend b;
   tide::executor exec(b, s, {false, false});
   auto f = [](auto const&) {};

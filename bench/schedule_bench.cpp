@@ -17,15 +17,16 @@ tide::stack_spec make_stack(std::uint32_t layers) {
   return s;
 }
 
+// Three slots offloaded and two rematted per layer, 2 MiB chunks, prefetch distance 2.
+tide::policy_spec const policy{
+    tide::rule_spec{tide::placement::offload, {"q_proj", "attn_out", "experts_up"}, 0, tide::all_layers, 0},
+    tide::rule_spec{tide::placement::remat, {"mlp_act", "experts_act"}, 0, tide::all_layers, 0}};
+tide::buffer_spec const buffers{3, 256, 64, 0, true};
+tide::pipeline_spec const pipeline{true, 2, 2 << 20, 2};
+
 void schedule_build(benchmark::State& state) {
   auto const layers = static_cast<std::uint32_t>(state.range(0));
   auto const stack = make_stack(layers);
-  tide::policy_spec const policy{
-      tide::rule_spec{tide::placement::offload, {"q_proj", "attn_out", "experts_up"}, 0, tide::all_layers, 0},
-      tide::rule_spec{tide::placement::remat, {"mlp_act", "experts_act"}, 0, tide::all_layers, 0}};
-  tide::buffer_spec buffers;
-  buffers.staging_buffers = 3;
-  tide::pipeline_spec const pipeline{true, 2, 2 << 20, 2};
   std::size_t ops = 0;
   for (auto _ : state) {
     auto s = tide::build_schedule(stack, policy, buffers, pipeline);
@@ -42,12 +43,6 @@ BENCHMARK(schedule_build)->RangeMultiplier(2)->Range(8, 1024)->Unit(benchmark::k
 void schedule_build_into(benchmark::State& state) {
   auto const layers = static_cast<std::uint32_t>(state.range(0));
   auto const stack = make_stack(layers);
-  tide::policy_spec const policy{
-      tide::rule_spec{tide::placement::offload, {"q_proj", "attn_out", "experts_up"}, 0, tide::all_layers, 0},
-      tide::rule_spec{tide::placement::remat, {"mlp_act", "experts_act"}, 0, tide::all_layers, 0}};
-  tide::buffer_spec buffers;
-  buffers.staging_buffers = 3;
-  tide::pipeline_spec const pipeline{true, 2, 2 << 20, 2};
   tide::schedule s;
   for (auto _ : state) {
     tide::build_schedule_into(s, stack, policy, buffers, pipeline);
