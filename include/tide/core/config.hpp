@@ -46,6 +46,23 @@ inline constexpr std::uint32_t all_layers = std::numeric_limits<std::uint32_t>::
 
 constexpr std::size_t align_up(std::size_t n, std::size_t a) noexcept { return (n + a - 1) / a * a; }
 
+//! Overflow-checked size arithmetic: every size and offset tide derives from user input goes
+//! through these, so a sum past `SIZE_MAX` is reported instead of wrapping. Usable in constant
+//! expressions; they return false (leaving `out` unspecified) when the result does not fit.
+constexpr bool checked_add(std::size_t a, std::size_t b, std::size_t& out) noexcept {
+  out = a + b;  // unsigned: wraps, never undefined
+  return out >= a;
+}
+constexpr bool checked_align_up(std::size_t n, std::size_t a, std::size_t& out) noexcept {
+  if (a == 0 || !checked_add(n, a - 1, out)) return false;
+  out = out / a * a;
+  return true;
+}
+//! `bytes / chunk` rounded up, without the overflow of `(bytes + chunk - 1) / chunk`.
+constexpr std::size_t ceil_div(std::size_t bytes, std::size_t chunk) noexcept {
+  return bytes / chunk + (bytes % chunk != 0);
+}
+
 //! A string usable as a template argument: `tide::slot<"q_proj", 4096>`.
 template <std::size_t N>
 struct fixed_string {

@@ -31,14 +31,26 @@ struct rule_spec {
 };
 
 //! A run-time policy value. The planner produces these; `tide::policy<...>` types yield them.
+//!
+//! A rule that decides no (layer, slot) of the stack (it matches none, or an earlier rule decides
+//! everything it matches) is almost always a typo, so building a schedule rejects it, naming the
+//! rule; set `allow_unused_rules` to share one policy between stacks it only partly fits.
 struct policy_spec {
   std::vector<rule_spec> rules;
+  bool allow_unused_rules = false;
   constexpr policy_spec() = default;
   constexpr policy_spec(std::initializer_list<rule_spec> r) : rules(r) {}
+
+  static constexpr std::size_t no_rule = static_cast<std::size_t>(-1);
+  //! The index of the first rule matching (layer, s), or `no_rule` (the default: keep).
+  constexpr std::size_t deciding_rule(std::uint32_t layer, slot_spec const& s) const noexcept {
+    for (std::size_t i = 0; i < rules.size(); ++i)
+      if (rules[i].matches(layer, s)) return i;
+    return no_rule;
+  }
   constexpr placement decide(std::uint32_t layer, slot_spec const& s) const noexcept {
-    for (auto const& r : rules)
-      if (r.matches(layer, s)) return r.action;
-    return placement::keep;
+    auto const i = deciding_rule(layer, s);
+    return i == no_rule ? placement::keep : rules[i].action;
   }
 };
 

@@ -69,7 +69,8 @@ struct schedule {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Validation: one function, used by static_asserts (codes) and at run time (messages).
+// Validation: the builder reports the first problem as an issue; `static_assert`s test its code
+// (make_schedule), run-time builds throw its message.
 
 enum class schedule_issue_code : std::uint8_t {
   none,
@@ -79,35 +80,36 @@ enum class schedule_issue_code : std::uint8_t {
   dynamic_size,
   unknown_rule_slot,
   empty_rule_range,
-  prefetch_beyond_stack,
+  unused_rule,
   zero_staging_buffers,
   zero_offloads_in_flight,
   bad_alignment,
   too_many_slots,
   too_many_chunks,
+  too_many_ops,
+  size_overflow,
 };
 
 struct schedule_issue {
   schedule_issue_code code = schedule_issue_code::none;
-  std::string_view type_name;
-  std::string_view slot_name;
+  std::string_view type_name;  //!< the layer type concerned (or "device"/"host" for alignments)
+  std::string_view slot_name;  //!< the slot concerned, if any
   std::size_t value = 0;
   std::size_t limit = 0;
+  std::string_view quantity;  //!< size_overflow: what was being computed
   constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
 };
 
-constexpr bool any_placement(stack_spec const& s, policy_spec const& p, placement what) {
-  for (std::uint32_t l = 0; l < s.layer_count(); ++l)
-    for (auto const& slot : s.layer(l).slots)
-      if (p.decide(l, slot) == what) return true;
-  return false;
-}
+//! Limits of the op program's 32-bit indices, with room for waits (a few per op).
+inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 24;
+inline constexpr std::size_t max_ops = std::size_t{1} << 28;
 
-//! The first problem with a composition, or `code == none`.
-constexpr schedule_issue find_schedule_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b,
-                                             pipeline_spec const& pl) {
+namespace detail {
+//! The problems that do not depend on placements: the stack's types, the rules' names and
+//! ranges, the arenas' alignments.
+constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b) {
   using c = schedule_issue_code;
-  if (s.layer_count() == 0) return {c::empty_stack, {}, {}, 0, 0};
+  if (s.layer_count() == 0) return {c::empty_stack};
   for (auto const& t : s.types) {
     if (t.slots.size() >= no_slot) return {c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1};
     for (std::size_t i = 0; i < t.slots.size(); ++i) {
@@ -117,30 +119,21 @@ constexpr schedule_issue find_schedule_issue(stack_spec const& s, policy_spec co
       if (t.slots[i].bytes == 0) return {c::zero_size_slot, t.name, t.slots[i].name};
     }
   }
-  for (auto const& r : p.rules) {
+  for (std::size_t i = 0; i < p.rules.size(); ++i) {
+    auto const& r = p.rules[i];
     for (auto n : r.slots)
-      if (!s.has_slot(n)) return {c::unknown_rule_slot, {}, n};
+      if (!s.has_slot(n)) return {c::unknown_rule_slot, {}, n, i};
     if (r.first_layer >= r.last_layer) return {c::empty_rule_range, {}, {}, r.first_layer, r.last_layer};
   }
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
   if (!pow2(b.device_alignment)) return {c::bad_alignment, "device", {}, b.device_alignment};
   if (!pow2(b.host_alignment)) return {c::bad_alignment, "host", {}, b.host_alignment};
-  // Prefetch, staging and in-flight parameters only matter once something is offloaded with
-  // latency hiding (without it copies are serialized on the compute stream).
-  if (pl.latency_hiding && any_placement(s, p, placement::offload)) {
-    if (pl.prefetch_distance >= s.layer_count())
-      return {c::prefetch_beyond_stack, {}, {}, pl.prefetch_distance, s.layer_count()};
-    if (b.staging_buffers == 0) return {c::zero_staging_buffers, {}, {}, 0, 0};
-    if (pl.max_offloads_in_flight == 0) return {c::zero_offloads_in_flight, {}, {}, 0, 0};
-  }
-  // Chunk and op indices are 32-bit: refuse chunk sizes that would split a slot absurdly fine.
-  if (pl.chunk_bytes > 0)
-    for (auto const& t : s.types)
-      for (auto const& sl : t.slots)
-        if (auto const n = sl.bytes / pl.chunk_bytes + (sl.bytes % pl.chunk_bytes != 0); n > (std::size_t{1} << 24))
-          return {c::too_many_chunks, t.name, sl.name, n, std::size_t{1} << 24};
   return {};
 }
+constexpr schedule_issue overflow(std::string_view quantity, std::string_view type = {}, std::string_view slot = {}) {
+  return {schedule_issue_code::size_overflow, type, slot, 0, 0, quantity};
+}
+}  // namespace detail
 
 inline std::string to_message(schedule_issue const& i) {
   using c = schedule_issue_code;
@@ -163,15 +156,17 @@ inline std::string to_message(schedule_issue const& i) {
       return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) +
              " has a run-time size and none was given: pass it in tide::slot_sizes";
     case c::unknown_rule_slot:
-      return "tide: a policy rule names slot " + q(i.slot_name) +
+      return "tide: policy rule " + std::to_string(i.value) + " names slot " + q(i.slot_name) +
              " which no layer of the stack has: check the names in the rule's slot selector";
     case c::empty_rule_range:
       return "tide: a policy rule selects layers [" + std::to_string(i.value) + ", " + std::to_string(i.limit) +
              "), an empty range: use first < last";
-    case c::prefetch_beyond_stack:
-      return "tide: prefetch distance " + std::to_string(i.value) + " reaches beyond a stack of " +
-             std::to_string(i.limit) + " layers: use a distance of at most " +
-             std::to_string(i.limit == 0 ? 0 : i.limit - 1);
+    case c::unused_rule:
+      return "tide: policy rule " + std::to_string(i.value) + " (" + std::string(i.quantity) + " " +
+             (i.slot_name.empty() ? std::string("of any slot") : "of slot " + q(i.slot_name) + (i.type_name.empty() ? "" : ", ...")) +
+             ") decides no (layer, slot) of this " +
+             std::to_string(i.limit) + "-layer stack: it matches none (check its layer range, slot names and minimum size) "
+             "or earlier rules decide everything it matches; remove it, or set policy_spec::allow_unused_rules";
     case c::zero_staging_buffers:
       return "tide: the policy offloads slots but the buffers have zero staging buffers: use at least one "
              "(tide::staging_ring<N>, N >= 1)";
@@ -187,6 +182,14 @@ inline std::string to_message(schedule_issue const& i) {
     case c::too_many_slots:
       return "tide: layer type " + q(i.type_name) + " has " + std::to_string(i.value) +
              " slots, more than the supported " + std::to_string(i.limit);
+    case c::too_many_ops:
+      return "tide: the schedule would have " + std::to_string(i.value) + " ops, more than the supported " +
+             std::to_string(i.limit) + ": use a larger chunk size or fewer layers";
+    case c::size_overflow:
+      return "tide: the " + std::string(i.quantity) +
+             (i.slot_name.empty() ? std::string() : " of slot " + q(i.slot_name)) +
+             (i.type_name.empty() ? std::string() : " of layer type " + q(i.type_name)) +
+             " does not fit in std::size_t: check the slot sizes, guard bytes and alignments";
   }
   return "tide: invalid schedule";
 }
@@ -238,18 +241,25 @@ struct program_writer {
 }  // namespace detail
 
 //! Builds the schedule from values into `s`, reusing its storage: a caller that builds many
-//! schedules (a planner, a sweep) allocates nothing once `s` has grown. Throws `schedule_error`
-//! naming what is wrong (then `s` is left empty).
-constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_spec const& policy,
-                                   buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
-                                   collective_spec const& collectives = {}) {
+//! schedules (a planner, a sweep) allocates nothing once `s` has grown. Returns the first problem
+//! with the composition (then `s` is left empty) or an issue whose code is `none`. Every size and
+//! offset is computed with overflow checks.
+constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, policy_spec const& policy,
+                                                 buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
+                                                 collective_spec const& collectives = {}) {
+  using c = schedule_issue_code;
   s.layers.clear();
   s.slots.clear();
   s.ops.clear();
   s.waits.clear();
   s.event_count = 0;
   s.arena = {};
-  if (auto issue = find_schedule_issue(stack, policy, buffers, pipeline)) throw schedule_error(to_message(issue));
+  auto fail = [&](schedule_issue i) {
+    s.layers.clear();
+    s.slots.clear();
+    return i;
+  };
+  if (auto issue = detail::find_structure_issue(stack, policy, buffers)) return issue;
 
   s.buffers = buffers;
   s.pipeline = pipeline;
@@ -259,28 +269,68 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
   auto const dalign = buffers.device_alignment;
 
   // 1. Placement and per-layer region sizes.
-  std::size_t kept = 0, scratch = 0, host = 0;
+  std::vector<bool> rule_used(policy.rules.size(), false);
+  std::size_t kept = 0, scratch = 0, host = 0, copies = 0;
+  bool any_offload = false;
   for (std::uint32_t l = 0; l < L; ++l) {
     auto const& type = stack.layer(l);
     layer_binding lb{type.name, static_cast<std::uint32_t>(s.slots.size()),
                      static_cast<std::uint32_t>(type.slots.size())};
     for (auto const& sl : type.slots) {
-      slot_binding b{sl.name, policy.decide(l, sl), sl.bytes};
-      auto const region = align_up(sl.bytes + buffers.guard_bytes, dalign);
+      auto const rule = policy.deciding_rule(l, sl);
+      if (rule != policy_spec::no_rule) rule_used[rule] = true;
+      slot_binding b{sl.name, rule == policy_spec::no_rule ? placement::keep : policy.rules[rule].action, sl.bytes};
+      std::size_t region = 0;
+      if (!checked_add(sl.bytes, buffers.guard_bytes, region))
+        return fail(detail::overflow("size plus guard bytes", type.name, sl.name));
+      if (!checked_align_up(region, dalign, region))
+        return fail(detail::overflow("size plus guard bytes, aligned to the device alignment,", type.name, sl.name));
       switch (b.where) {
-        case placement::keep: b.forward_offset = b.backward_offset = kept; kept += region; break;
-        case placement::offload:
-          b.forward_offset = b.backward_offset = lb.offloaded_bytes;  // layer-local for now
-          lb.offloaded_bytes += region;
-          b.host_offset = host;
-          host += align_up(sl.bytes, buffers.host_alignment);
+        case placement::keep:
+          b.forward_offset = b.backward_offset = kept;
+          if (!checked_add(kept, region, kept)) return fail(detail::overflow("total of kept slots", type.name, sl.name));
           break;
-        case placement::remat: b.forward_offset = b.backward_offset = lb.remat_bytes; lb.remat_bytes += region; break;
+        case placement::offload: {
+          any_offload = true;
+          b.forward_offset = b.backward_offset = lb.offloaded_bytes;  // layer-local for now
+          if (!checked_add(lb.offloaded_bytes, region, lb.offloaded_bytes))
+            return fail(detail::overflow("total of one layer's offloaded slots", type.name, sl.name));
+          b.host_offset = host;
+          std::size_t host_region = 0;
+          if (!checked_align_up(sl.bytes, buffers.host_alignment, host_region) || !checked_add(host, host_region, host))
+            return fail(detail::overflow("pinned host arena", type.name, sl.name));
+          auto const chunks = pipeline.chunk_bytes == 0 ? 1 : ceil_div(sl.bytes, pipeline.chunk_bytes);
+          // Chunk and op indices are 32-bit: refuse chunk sizes that split a slot absurdly fine.
+          if (chunks > max_chunks_per_slot) return fail({c::too_many_chunks, type.name, sl.name, chunks, max_chunks_per_slot});
+          copies += chunks;
+          if (copies > max_ops) return fail({c::too_many_ops, {}, {}, copies, max_ops});
+          break;
+        }
+        case placement::remat:
+          b.forward_offset = b.backward_offset = lb.remat_bytes;
+          if (!checked_add(lb.remat_bytes, region, lb.remat_bytes))
+            return fail(detail::overflow("total of one layer's remat slots", type.name, sl.name));
+          break;
       }
       s.slots.push_back(b);
     }
     scratch = std::max(scratch, lb.remat_bytes);
     s.layers.push_back(lb);
+  }
+  auto const n_ops = 5 * std::size_t{L} + 2 * copies;
+  if (n_ops > max_ops) return fail({c::too_many_ops, {}, {}, n_ops, max_ops});
+  if (!policy.allow_unused_rules)
+    for (std::size_t i = 0; i < rule_used.size(); ++i)
+      if (!rule_used[i]) {
+        auto const& r = policy.rules[i];
+        return fail({c::unused_rule, r.slots.size() > 1 ? "+" : "", r.slots.empty() ? std::string_view{} : r.slots[0], i, L,
+                     to_string(r.action)});
+      }
+  // Staging and in-flight parameters only matter once something is offloaded with latency
+  // hiding (without it copies are serialized on the compute stream).
+  if (hiding && any_offload) {
+    if (buffers.staging_buffers == 0) return fail({c::zero_staging_buffers});
+    if (pipeline.max_offloads_in_flight == 0) return fail({c::zero_offloads_in_flight});
   }
 
   // Offloaded layers in forward order (j); backward order is k = n_off - 1 - j.
@@ -309,19 +359,24 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
     o = std::max(o, bytes);
     st = std::max(st, bytes);
   }
-  for (std::size_t i = 1; i < offload_buf.size(); ++i) offload_buf[i] += offload_buf[i - 1];  // prefix offsets
-  for (std::size_t i = 1; i < staging_buf.size(); ++i) staging_buf[i] += staging_buf[i - 1];
+  for (std::size_t i = 1; i < offload_buf.size(); ++i)  // prefix offsets
+    if (!checked_add(offload_buf[i], offload_buf[i - 1], offload_buf[i])) return fail(detail::overflow("offload source ring"));
+  for (std::size_t i = 1; i < staging_buf.size(); ++i)
+    if (!checked_add(staging_buf[i], staging_buf[i - 1], staging_buf[i])) return fail(detail::overflow("staging ring"));
   a.offload_ring_bytes = offload_buf.back();
   a.staging_ring_bytes = staging_buf.back();
-  auto const forward_size = a.offload_ring_bytes + scratch;
-  auto const backward_size = a.staging_ring_bytes + scratch;
+  std::size_t forward_size = 0, backward_size = 0;
+  if (!checked_add(a.offload_ring_bytes, scratch, forward_size) || !checked_add(a.staging_ring_bytes, scratch, backward_size))
+    return fail(detail::overflow("transient area (ring plus remat scratch)"));
   a.forward_area = kept;
-  a.backward_area = buffers.share_phase_regions ? kept : kept + forward_size;
-  a.device_bytes = buffers.share_phase_regions ? kept + std::max(forward_size, backward_size)
-                                               : kept + forward_size + backward_size;
+  std::size_t phases = 0;
+  if (buffers.share_phase_regions) phases = std::max(forward_size, backward_size);
+  else if (!checked_add(forward_size, backward_size, phases)) return fail(detail::overflow("transient area of both phases"));
+  if (!checked_add(kept, phases, a.device_bytes)) return fail(detail::overflow("device arena"));
+  a.backward_area = buffers.share_phase_regions ? kept : kept + forward_size;  // <= device_bytes: cannot wrap
   a.host_bytes = host;
 
-  // Resolve device offsets of transient slots.
+  // Resolve device offsets of transient slots (each below device_bytes: cannot wrap).
   for (std::uint32_t l = 0; l < L; ++l) {
     auto const& lb = s.layers[l];
     for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
@@ -339,22 +394,15 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
 
   // 3. The op program.
   detail::program_writer w(s);
-  {
-    std::size_t copies = 0;
-    for (auto const& b : s.slots)
-      if (b.where == placement::offload)
-        copies += pipeline.chunk_bytes == 0 ? 1 : (b.bytes + pipeline.chunk_bytes - 1) / pipeline.chunk_bytes;
-    auto const n_ops = 5 * std::size_t{L} + 2 * copies;
-    s.ops.reserve(n_ops);
-    s.waits.reserve(2 * n_ops);
-    w.clocks.reserve(n_ops);
-  }
+  s.ops.reserve(n_ops);
+  s.waits.reserve(2 * n_ops);
+  w.clocks.reserve(n_ops);
   auto const compute = stream_role::compute;
   auto const d2h = hiding ? stream_role::d2h : compute;
   auto const h2d = hiding ? stream_role::h2d : compute;
   auto const chunk_count = [&](std::size_t bytes) -> std::uint32_t {
     if (pipeline.chunk_bytes == 0 || bytes <= pipeline.chunk_bytes) return 1;
-    return static_cast<std::uint32_t>((bytes + pipeline.chunk_bytes - 1) / pipeline.chunk_bytes);
+    return static_cast<std::uint32_t>(ceil_div(bytes, pipeline.chunk_bytes));
   };
   // Chunk `c` of `n` of slot `k` of layer `l`, between device offset `device` and its host copy.
   auto const chunk_op = [&](op_kind kind, stream_role stream, slot_binding const& b, std::size_t device,
@@ -403,12 +451,13 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
 
   // Prefetch issue points: layer k (backward order) is issued before the backward work of layer
   // min(l + distance, L - 1), but never before its staging buffer's previous reader was issued.
+  // A distance at or beyond the stack's end means "as early as the staging ring allows".
   std::vector<std::int64_t> issue_at(L, -1);  // issue layer for each offloaded layer, by layer id
   {
     std::uint32_t const dist = hiding ? pipeline.prefetch_distance : 0;
     for (std::uint32_t k = 0; k < n_off; ++k) {
       auto const l = offloaded[n_off - 1 - k];
-      auto t = std::min<std::uint32_t>(l + dist, L - 1);
+      auto t = dist >= L - 1 - l ? L - 1 : l + dist;
       if (k >= a.staging_buffers) t = std::min(t, offloaded[n_off - 1 - (k - a.staging_buffers)] - 1);
       issue_at[l] = t;
     }
@@ -453,6 +502,24 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_
       w.emit({op_kind::collective, stream_role::comm, no_slot, l});
     }
   }
+  return {};
+}
+
+//! Builds the schedule from values into `s`, reusing its storage. Throws `schedule_error` naming
+//! what is wrong (then `s` is left empty).
+constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_spec const& policy,
+                                   buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
+                                   collective_spec const& collectives = {}) {
+  if (auto issue = try_build_schedule_into(s, stack, policy, buffers, pipeline, collectives))
+    throw schedule_error(to_message(issue));
+}
+
+//! The first problem with a composition, or an issue whose code is `none` (builds it to find out).
+constexpr schedule_issue find_schedule_issue(stack_spec const& stack, policy_spec const& policy,
+                                             buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
+                                             collective_spec const& collectives = {}) {
+  schedule s;
+  return try_build_schedule_into(s, stack, policy, buffers, pipeline, collectives);
 }
 
 //! Builds the schedule from values. Throws `schedule_error` naming what is wrong.

@@ -5,11 +5,13 @@
 //! usable in constant expressions. The type-level spellings (`slot`, `layer`, `repeat`, `stack`)
 //! are thin sugar that produce those values.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <tide/core/config.hpp>
@@ -35,14 +37,27 @@ struct stack_spec {
   std::vector<layer_spec> types;
   std::vector<std::uint32_t> layer_types;  //!< type index of each layer, in forward order
 
-  //! Appends `count` layers of type `t` (a type with the same name is reused).
+  //! Appends `count` layers of type `t`. A type with the same name is reused; one with the same
+  //! name but other slots throws `schedule_error` (merging them would size the lambdas' spans
+  //! for the wrong type).
   constexpr stack_spec& append(layer_spec const& t, std::uint32_t count = 1) {
     std::uint32_t idx = 0;
     for (; idx < types.size(); ++idx)
       if (types[idx].name == t.name) break;
     if (idx == types.size()) types.push_back(t);
+    else if (auto const k = first_difference(types[idx], t); k != no_difference) throw_type_conflict(types[idx], t, k);
     for (std::uint32_t i = 0; i < count; ++i) layer_types.push_back(idx);
     return *this;
+  }
+
+  static constexpr std::size_t no_difference = static_cast<std::size_t>(-1);
+  //! The first slot index at which two layer types differ (name, size or presence), or
+  //! `no_difference`.
+  static constexpr std::size_t first_difference(layer_spec const& a, layer_spec const& b) noexcept {
+    auto const n = a.slots.size() < b.slots.size() ? a.slots.size() : b.slots.size();
+    for (std::size_t k = 0; k < n; ++k)
+      if (a.slots[k].name != b.slots[k].name || a.slots[k].bytes != b.slots[k].bytes) return k;
+    return a.slots.size() == b.slots.size() ? no_difference : n;
   }
   constexpr std::uint32_t layer_count() const noexcept {
     return static_cast<std::uint32_t>(layer_types.size());
@@ -54,6 +69,20 @@ struct stack_spec {
       for (auto const& s : t.slots)
         if (s.name == name) return true;
     return false;
+  }
+
+ private:
+  static std::string describe_slot(layer_spec const& t, std::size_t k) {
+    if (k >= t.slots.size()) return "no slot";
+    auto const& s = t.slots[k];
+    return "'" + std::string(s.name) + "' of " +
+           (s.bytes == dynamic_bytes ? std::string("run-time size") : std::to_string(s.bytes) + " bytes");
+  }
+  [[noreturn]] static void throw_type_conflict(layer_spec const& first, layer_spec const& again, std::size_t k) {
+    throw schedule_error("tide: two layer types are named '" + std::string(first.name) +
+                         "' but declare different slots (slot " + std::to_string(k) + ": " +
+                         describe_slot(first, k) + " in the first, " + describe_slot(again, k) +
+                         " in the second): give each layer type its own name");
   }
 };
 
@@ -139,9 +168,60 @@ constexpr void append_part(stack_spec& s) {
 }
 }  // namespace detail
 
+namespace detail {
+template <class P>
+struct layer_of {
+  using type = P;
+};
+template <class Layer, std::uint32_t Count>
+struct layer_of<repeat<Layer, Count>> {
+  using type = Layer;
+};
+template <class... Parts>
+struct stack_parts {};
+
+//! Index pair (i, j), i < j, of two parts whose layer types share a name but not their slots;
+//! {0, 0} when there is none.
+template <class... Parts>
+consteval std::array<std::size_t, 2> conflicting_parts() {
+  if constexpr (sizeof...(Parts) < 2) {
+    return {0, 0};
+  } else {
+    layer_spec const specs[] = {layer_of<Parts>::type::spec()...};
+    for (std::size_t j = 1; j < sizeof...(Parts); ++j)
+      for (std::size_t i = 0; i < j; ++i)
+        if (specs[i].name == specs[j].name && stack_spec::first_difference(specs[i], specs[j]) != stack_spec::no_difference)
+          return {i, j};
+    return {0, 0};
+  }
+}
+template <class First, class Second>
+struct layer_name_conflict {
+  // Dependent, so that it fires only when instantiated; the diagnostic shows both layer types.
+  static_assert(sizeof(First) == 0,
+                "tide::stack: the two tide::layer types in this instantiation share a name but declare different "
+                "slots; merging them would size the lambdas' slots for the wrong type: give each layer type its own name");
+};
+template <class... Parts>
+constexpr bool check_layer_names() {
+  // Parts that are not layers get their own static_assert in append_part.
+  if constexpr (!(requires { typename layer_of<Parts>::type::tide_layer_tag; } && ...)) return true;
+  else {
+  constexpr auto c = conflicting_parts<Parts...>();
+  if constexpr (c[0] != c[1]) {
+    using parts = std::tuple<typename layer_of<Parts>::type...>;
+    [[maybe_unused]] layer_name_conflict<std::tuple_element_t<c[0], parts>, std::tuple_element_t<c[1], parts>> report;
+    return false;
+  }
+  return true;
+  }
+}
+}  // namespace detail
+
 //! A stack as a type: `tide::stack<tide::repeat<dense, 3>, tide::repeat<moe, 58>>`.
 template <class... Parts>
 struct stack {
+  static_assert(detail::check_layer_names<Parts...>());
   using tide_stack_tag = void;
   static constexpr stack_spec spec() {
     stack_spec s;

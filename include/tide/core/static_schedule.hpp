@@ -60,9 +60,9 @@ constexpr void check_composition() {
                 "tide::make_schedule: the fifth argument must be a tide::collectives<...>");
 }
 
-template <class Stack, class Policy, class Buffers, class Pipeline>
+template <class Stack, class Policy, class Buffers, class Pipeline, class Collectives>
 inline constexpr schedule_issue_code issue_of =
-    find_schedule_issue(Stack::spec(), Policy::spec(), Buffers::spec(), Pipeline::spec()).code;
+    find_schedule_issue(Stack::spec(), Policy::spec(), Buffers::spec(), Pipeline::spec(), Collectives::spec()).code;
 }  // namespace detail
 
 //! The compile-time schedule of a type-level composition. Every slot size must be a constant.
@@ -72,7 +72,8 @@ template <class Stack, class Policy, class Buffers = buffers<>, class Pipeline =
 consteval auto make_schedule() {
   detail::check_composition<Stack, Policy, Buffers, Pipeline, Collectives>();
   using c = schedule_issue_code;
-  constexpr auto issue = detail::issue_of<Stack, Policy, Buffers, Pipeline>;
+  constexpr auto issue = detail::issue_of<Stack, Policy, Buffers, Pipeline, Collectives>;
+  // One message per issue code (the run-time message, to_message, also names the slot and type).
   static_assert(issue != c::empty_stack, "tide: the stack has no layers: add at least one layer");
   static_assert(issue != c::duplicate_slot, "tide: a layer type names the same slot twice: give each slot of a layer a distinct name");
   static_assert(issue != c::zero_size_slot, "tide: a slot has zero bytes: drop the slot or give it a size");
@@ -82,14 +83,19 @@ consteval auto make_schedule() {
   static_assert(issue != c::unknown_rule_slot,
                 "tide: a policy rule names a slot that no layer of the stack has: check the names in tide::slots<...>");
   static_assert(issue != c::empty_rule_range, "tide: a policy rule selects an empty layer range: use tide::layers<First, Last> with First < Last");
-  static_assert(issue != c::prefetch_beyond_stack,
-                "tide: the prefetch distance reaches beyond the stack: use a distance smaller than the number of layers");
+  static_assert(issue != c::unused_rule,
+                "tide: a policy rule decides no (layer, slot) of the stack: it matches none (check its tide::layers "
+                "range, slot names and minimum size) or earlier rules decide everything it matches; remove it");
   static_assert(issue != c::zero_staging_buffers,
                 "tide: the policy offloads slots but the buffers have zero staging buffers: use tide::staging_ring<N> with N >= 1");
   static_assert(issue != c::zero_offloads_in_flight, "tide: the policy offloads slots but zero offloads may be in flight");
   static_assert(issue != c::bad_alignment, "tide: an arena alignment is not a power of two");
   static_assert(issue != c::too_many_slots, "tide: a layer type has too many slots");
   static_assert(issue != c::too_many_chunks, "tide: the chunk size splits a slot into too many chunks: use a larger one");
+  static_assert(issue != c::too_many_ops, "tide: the schedule would have too many ops: use a larger chunk size or fewer layers");
+  static_assert(issue != c::size_overflow,
+                "tide: a slot size, guard, alignment or arena total does not fit in std::size_t: check the slot sizes, "
+                "guard bytes and alignments (tide::build_schedule names the slot and the quantity)");
   if constexpr (issue != c::none) {
     return static_schedule<0, 0, 0, 0>{};
   } else {

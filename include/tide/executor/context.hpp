@@ -35,11 +35,19 @@ struct layer_context {
   std::byte* device = nullptr;
 
   std::uint16_t slot_count() const noexcept { return static_cast<std::uint16_t>(bindings.size()); }
-  std::string_view slot_name(std::uint16_t k) const { return bindings[k].name; }
-  placement where(std::uint16_t k) const { return bindings[k].where; }
+  //! Slot `k`'s name; every index-taking member throws `slot_error` when `k >= slot_count()`
+  //! (always checked: one comparison, and an unchecked index would hand out another layer's bytes).
+  std::string_view slot_name(std::uint16_t k) const { return binding(k).name; }
+  placement where(std::uint16_t k) const { return binding(k).where; }
   std::uint16_t slot_index(std::string_view name) const { return detail::find_slot(bindings, layer, type_name, name); }
 
  protected:
+  slot_binding const& binding(std::uint16_t k) const {
+    if (k >= bindings.size())
+      throw slot_error("tide: slot index " + std::to_string(k) + " is out of range for layer " + std::to_string(layer) +
+                       " (" + std::string(type_name) + "), which has " + std::to_string(bindings.size()) + " slot(s)");
+    return bindings[k];
+  }
   template <class T, class Byte>
   std::span<T> typed(std::span<Byte> s, std::string_view name) const {
     if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
@@ -58,9 +66,12 @@ struct forward_context : layer_context<Stream> {
   bool recompute = false;
 
   //! True when this call must produce slot `k`.
-  bool produces(std::uint16_t k) const { return !recompute || this->bindings[k].where == placement::remat; }
+  bool produces(std::uint16_t k) const {
+    auto const& b = this->binding(k);  // checked even when not recomputing
+    return !recompute || b.where == placement::remat;
+  }
   std::span<std::byte> slot(std::uint16_t k) const {
-    auto const& b = this->bindings[k];
+    auto const& b = this->binding(k);
     return {this->device + (recompute ? b.backward_offset : b.forward_offset), b.bytes};
   }
   std::span<std::byte> slot(std::string_view name) const { return slot(this->slot_index(name)); }
@@ -76,7 +87,7 @@ struct forward_context : layer_context<Stream> {
 template <class Stream>
 struct backward_context : layer_context<Stream> {
   std::span<std::byte const> slot(std::uint16_t k) const {
-    auto const& b = this->bindings[k];
+    auto const& b = this->binding(k);
     return {this->device + b.backward_offset, b.bytes};
   }
   std::span<std::byte const> slot(std::string_view name) const { return slot(this->slot_index(name)); }

@@ -1,5 +1,0 @@
-// expect: the prefetch distance reaches beyond the stack
-#include <tide/tide.hpp>
-using l = tide::layer<"l", tide::slot<"a", 64>>;
-constexpr auto s = tide::make_schedule<tide::stack<tide::repeat<l, 4>>, tide::policy<tide::offload<>>, tide::buffers<>,
-                                       tide::pipeline<true, 4>>();

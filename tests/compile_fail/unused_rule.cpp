@@ -1,0 +1,5 @@
+// expect: decides no (layer, slot) of the stack
+#include <tide/tide.hpp>
+// A rule for layers [20, end) of a 16-layer stack matches nothing: almost always a typo.
+using l = tide::layer<"l", tide::slot<"a", 64>>;
+constexpr auto s = tide::make_schedule<tide::stack<tide::repeat<l, 16>>, tide::policy<tide::offload<tide::any_slot, tide::layers<20>>>>();
