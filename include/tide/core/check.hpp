@@ -1,20 +1,41 @@
 #pragma once
-//! \file The checker: verifies any op program against the properties tide promises.
+//! \file The checker: proves any op program (built, edited, hand-written or hostile) against the
+//! properties tide promises, in O(n log n) for n ops and byte accesses.
 //!
-//! - structure: waits name earlier ops on other streams that record an event;
+//! - bindings: every layer's slot range lies inside the slot table and belongs to that layer
+//!   alone; every slot has bytes, a placement, offsets whose ends fit in `size_t`, and the slots
+//!   of one layer do not overlap;
+//! - structure: every op names a layer, stream and (copies) slot in range; a copy's byte range
+//!   lies inside its slot and its arena ranges do not wrap; waits name earlier ops that record
+//!   an event; events are in range and recorded once;
+//! - completeness: exactly one forward and one backward per layer, forwards in layer order and
+//!   backwards in reverse; a recompute exactly for the layers with a remat slot, after the
+//!   forward and before the backward; every offloaded slot offloaded and prefetched, each chunk
+//!   exactly once; gathers and collectives exactly where `collective_spec` asks, gathers before
+//!   their forward and collectives after their backward;
+//! - peaks: replaying the ops' byte ranges reproduces the predicted device and host peaks;
 //! - no race: two ops that touch overlapping bytes (one of them writing) are ordered by stream
 //!   order or an event chain, so no region is reused while an op that reads or writes it may run;
 //! - data flow: every read (a backward, a recompute, a copy) sees the bytes written for that very
 //!   (layer, slot), ordered before it, and not overwritten in between: reloads complete before
-//!   their consumer, offloads complete before their source region is reused;
-//! - peaks: replaying the ops' byte ranges reproduces the predicted device and host peaks.
+//!   their consumer, offloads complete before their source region is reused.
+//!
+//! Race and data flow are one sweep in issue order (happens-before implies issue order) over the
+//! elementary byte intervals of each arena, kept in a segment tree. For a byte, ordering each
+//! access after the last write, and each write after the reads since the last write, orders every
+//! conflicting pair by transitivity; per stream only the latest such op matters (stream order),
+//! which is what the tree's range maximum yields. Once accesses are race free, a read sees its
+//! own data exactly when the last write before it to each of its bytes wrote that data.
 
 #include <algorithm>
-#include <utility>
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <tide/core/error.hpp>
@@ -25,10 +46,21 @@ namespace tide {
 struct check_report {
   std::size_t replayed_device_bytes = 0;  //!< arena extent the ops actually touch
   std::size_t replayed_host_bytes = 0;
-  std::size_t conflicting_pairs = 0;  //!< overlapping read/write pairs proven ordered
+  //! Ordering obligations proven: each access against the latest conflicting access per stream
+  //! (every other overlapping read/write pair follows from these by transitivity).
+  std::size_t conflicting_pairs = 0;
 };
 
 namespace detail {
+
+[[noreturn]] inline void check_fail(std::string const& m) { throw schedule_error("tide::check_schedule: " + m); }
+
+//! `a + b`, or a failure: the checker takes hostile programs, whose offsets may sit near SIZE_MAX.
+template <class Message>
+std::size_t add_or_fail(std::size_t a, std::size_t b, Message const& what) {
+  if (a > std::numeric_limits<std::size_t>::max() - b) check_fail(what() + " overflows size_t");
+  return a + b;
+}
 
 struct access {
   std::uint32_t op;
@@ -37,23 +69,27 @@ struct access {
   std::size_t begin, end;
   std::uint32_t layer;
   std::uint16_t slot;
-  std::int64_t shift;  //!< slot-relative offset of a byte minus its address: equal shifts, same bytes
+  std::uint64_t shift;  //!< slot-relative offset of a byte minus its address (mod 2^64): equal shifts, same bytes
   bool same_data(access const& o) const noexcept { return layer == o.layer && slot == o.slot && shift == o.shift; }
 };
 
-//! Length of the union of `spans` clipped to [lo, hi).
-inline std::size_t covered_length(std::vector<std::pair<std::size_t, std::size_t>>& spans, std::size_t lo,
-                                  std::size_t hi) {
-  std::sort(spans.begin(), spans.end());
-  std::size_t total = 0, until = lo;
-  for (auto [b, e] : spans) {
-    b = std::max(b, until);
-    e = std::min(e, hi);
-    if (b < e) total += e - b, until = e;
+//! What the structural pass proved and the later passes use.
+struct checked_program {
+  std::span<op const> ops;
+  std::vector<std::array<std::int32_t, stream_count>> clock;  //!< per op: latest op per stream ordered before it
+  std::vector<access> accesses;                               //!< in op order
+  std::vector<std::uint32_t> first_access;                    //!< per op (and one past): its accesses
+  //! `a` happens before `b`.
+  bool before(std::uint32_t a, std::uint32_t b) const noexcept {
+    return a != b && clock[b][static_cast<std::size_t>(ops[a].stream)] >= static_cast<std::int64_t>(a);
   }
-  return total;
+};
+
+inline std::string slot_label(schedule_view const& s, std::uint32_t layer, std::size_t k) {
+  return "slot '" + std::string(s.slots[s.layers[layer].first_slot + k].name) + "' of layer " + std::to_string(layer);
 }
 
+//! Only for ops whose layer and slot are proven in range.
 inline std::string op_name(schedule_view const& s, std::uint32_t i) {
   auto const& o = s.ops[i];
   std::string r = "op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) + " layer " + std::to_string(o.layer);
@@ -64,159 +100,520 @@ inline std::string op_name(schedule_view const& s, std::uint32_t i) {
   return r + " on " + std::string(to_string(o.stream)) + ")";
 }
 
-inline void collect_accesses(schedule_view const& s, std::vector<access>& out) {
-  auto sh = [](std::size_t data, std::size_t addr) { return static_cast<std::int64_t>(data) - static_cast<std::int64_t>(addr); };
-  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+inline std::string space_name(bool host) { return host ? "host" : "device"; }
+inline std::string bytes_text(std::size_t b, std::size_t e) {
+  return "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
+}
+
+//! Bindings: the slot table and every slot's ranges, before anything indexes through them.
+inline void check_bindings(schedule_view const& s) {
+  auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
+  if (!pow2(s.buffers.device_alignment) || !pow2(s.buffers.host_alignment))
+    check_fail("buffers: the device alignment " + std::to_string(s.buffers.device_alignment) + " or host alignment " +
+               std::to_string(s.buffers.host_alignment) + " is not a power of two");
+  if (s.layers.size() > std::numeric_limits<std::uint32_t>::max())
+    check_fail("binding: " + std::to_string(s.layers.size()) + " layers, more than 32-bit layer indices name");
+  constexpr auto unowned = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> owner(s.slots.size(), unowned);
+  std::vector<std::pair<std::size_t, std::size_t>> order;  // (offset, slot) of one layer
+  auto const guard = s.buffers.guard_bytes;
+  for (std::uint32_t l = 0; l < s.layers.size(); ++l) {
+    auto const& lb = s.layers[l];
+    if (std::uint64_t{lb.first_slot} + lb.slot_count > s.slots.size())
+      check_fail("binding: layer " + std::to_string(l) + "'s slots " +
+                 bytes_text(lb.first_slot, std::uint64_t{lb.first_slot} + lb.slot_count) + " lie outside the " +
+                 std::to_string(s.slots.size()) + " slot bindings");
+    if (lb.slot_count >= no_slot)
+      check_fail("binding: layer " + std::to_string(l) + " has " + std::to_string(lb.slot_count) +
+                 " slots, more than 16-bit slot indices name");
+    for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+      auto const g = lb.first_slot + k;
+      if (owner[g] != unowned)
+        check_fail("binding: layers " + std::to_string(owner[g]) + " and " + std::to_string(l) +
+                   " share slot binding " + std::to_string(g));
+      owner[g] = l;
+      auto const& b = s.slots[g];
+      auto const what = [&] { return slot_label(s, l, k); };
+      if (b.where != placement::keep && b.where != placement::offload && b.where != placement::remat)
+        check_fail("binding: " + what() + " has no valid placement");
+      if (b.bytes == 0) check_fail("binding: " + what() + " has zero bytes");
+      // The executor writes guard bytes after forward and recompute regions; replay counts them.
+      auto const with_guard = add_or_fail(b.bytes, guard, [&] { return "binding: the size plus guard of " + what(); });
+      add_or_fail(b.forward_offset, with_guard, [&] { return "binding: the forward range of " + what(); });
+      add_or_fail(b.backward_offset, with_guard, [&] { return "binding: the backward range of " + what(); });
+      if (b.where == placement::offload)
+        add_or_fail(b.host_offset, b.bytes, [&] { return "binding: the host range of " + what(); });
+    }
+    // One forward (or recompute, or backward) touches all of a layer's slots at once: they must
+    // not alias.
+    for (bool fwd : {true, false}) {
+      order.clear();
+      for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+        auto const& b = s.slots[lb.first_slot + k];
+        order.push_back({fwd ? b.forward_offset : b.backward_offset, k});
+      }
+      std::sort(order.begin(), order.end());
+      for (std::size_t j = 1; j < order.size(); ++j) {
+        auto const& prev = s.slots[lb.first_slot + order[j - 1].second];
+        if (order[j - 1].first + prev.bytes > order[j].first)
+          check_fail("binding: " + slot_label(s, l, order[j - 1].second) + " and slot '" +
+                     std::string(s.slots[lb.first_slot + order[j].second].name) + "' overlap in the device arena (" +
+                     (fwd ? "forward" : "backward") + " offsets)");
+      }
+    }
+  }
+}
+
+//! Structure, vector clocks and completeness; collects every op's byte accesses.
+inline checked_program check_program(schedule_view const& s) {
+  check_bindings(s);
+  checked_program p;
+  p.ops = s.ops;
+  auto const L = static_cast<std::uint32_t>(s.layers.size());
+  if (s.ops.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    check_fail("structure: " + std::to_string(s.ops.size()) + " ops, more than 31-bit op indices name");
+  auto const n = static_cast<std::uint32_t>(s.ops.size());
+  auto const guard = s.buffers.guard_bytes;
+  auto const chunk_bytes = s.pipeline.chunk_bytes;
+  auto const str = [](auto v) { return std::to_string(v); };
+
+  // Structure and vector clocks.
+  p.clock.resize(n);
+  std::array<std::int32_t, stream_count> none{};
+  none.fill(-1);
+  std::array<std::array<std::int32_t, stream_count>, stream_count> tail{};
+  tail.fill(none);
+  std::vector<std::pair<std::int32_t, std::uint32_t>> events;  // (event, op): recorded once each
+  for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];
-    auto slots = [&] { return s.slots_of(o.layer); };
-    auto const n = [&] { return static_cast<std::uint16_t>(slots().size()); };
-    // A copy chunk's first byte is this far into its slot.
-    auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * s.pipeline.chunk_bytes : 0;
+    auto const st = static_cast<std::size_t>(o.stream);
+    if (o.layer >= L) check_fail("structure: op #" + str(i) + " names layer " + str(o.layer) + " beyond the " + str(L) + "-layer stack");
+    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::collective))
+      check_fail("structure: op #" + str(i) + " has no valid kind");
+    if (o.slot != no_slot && o.slot >= s.layers[o.layer].slot_count)
+      check_fail("structure: op #" + str(i) + " names slot " + str(o.slot) + " which layer " + str(o.layer) + " does not have");
+    if (is_copy(o.kind) && o.slot == no_slot) check_fail("structure: op #" + str(i) + " is a copy of no slot");
+    if (st >= stream_count) check_fail("structure: " + op_name(s, i) + " names no valid stream");
+    if (is_copy(o.kind)) {
+      auto const& b = s.slots_of(o.layer)[o.slot];
+      auto const what = [&] { return "structure: " + op_name(s, i); };
+      if (b.where != placement::offload)
+        check_fail(what() + " copies a slot that is not offloaded (" + std::string(to_string(b.where)) + ")");
+      if (o.chunks == 0 || o.chunk >= o.chunks)
+        check_fail(what() + " claims chunk " + str(o.chunk) + " of " + str(o.chunks));
+      if (o.bytes == 0) check_fail(what() + " copies no bytes");
+      std::size_t start = 0;  // the chunk's first byte within its slot
+      if (o.chunks > 1) {
+        if (chunk_bytes == 0) check_fail(what() + " is one of several chunks but the pipeline's chunk size is 0");
+        if (o.chunk > std::numeric_limits<std::size_t>::max() / chunk_bytes)
+          check_fail(what() + ": its chunk offset overflows size_t");
+        start = std::size_t{o.chunk} * chunk_bytes;
+      }
+      auto const end = add_or_fail(start, o.bytes, [&] { return what() + ": its slot range"; });
+      if (end > b.bytes)
+        check_fail(what() + " copies bytes " + bytes_text(start, end) + " of a slot of " + str(b.bytes) + " bytes");
+      auto const dev_end = add_or_fail(o.device_offset, o.bytes, [&] { return what() + ": its device range"; });
+      add_or_fail(dev_end, guard, [&] { return what() + ": its device range plus guard"; });
+      add_or_fail(o.host_offset, o.bytes, [&] { return what() + ": its host range"; });
+    }
+    if (o.event >= 0) {
+      if (static_cast<std::uint32_t>(o.event) >= s.event_count)
+        check_fail("structure: " + op_name(s, i) + " records event " + str(o.event) + " of only " + str(s.event_count));
+      events.push_back({o.event, i});
+    }
+    if (std::uint64_t{o.wait_begin} + o.wait_count > s.waits.size())
+      check_fail("structure: " + op_name(s, i) + " has waits " + bytes_text(o.wait_begin, std::uint64_t{o.wait_begin} + o.wait_count) +
+                 " beyond the " + str(s.waits.size()) + " stored");
+    auto c = tail[st];
+    for (auto w : s.waits_of(o)) {
+      if (w >= i) check_fail("structure: " + op_name(s, i) + " waits on op #" + str(w) + " which is not issued before it");
+      if (s.ops[w].event < 0)
+        check_fail("structure: " + op_name(s, i) + " waits on " + op_name(s, w) + " which records no event");
+      for (std::size_t t = 0; t < stream_count; ++t) c[t] = std::max(c[t], p.clock[w][t]);
+    }
+    c[st] = static_cast<std::int32_t>(i);
+    p.clock[i] = c;
+    tail[st] = c;
+  }
+  std::sort(events.begin(), events.end());
+  for (std::size_t j = 1; j < events.size(); ++j)
+    if (events[j].first == events[j - 1].first)
+      check_fail("structure: " + op_name(s, events[j - 1].second) + " and " + op_name(s, events[j].second) +
+                 " both record event " + str(events[j].first));
+
+  // Completeness: one forward, backward (and recompute where needed) per layer, in order.
+  constexpr auto absent = std::numeric_limits<std::uint32_t>::max();
+  std::array<std::vector<std::uint32_t>, 7> by_kind;  // per op_kind, per layer: its op
+  for (auto& v : by_kind) v.assign(L, absent);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto const& o = s.ops[i];
+    if (is_copy(o.kind)) continue;
+    auto& at = by_kind[static_cast<std::size_t>(o.kind)][o.layer];
+    if (at != absent)
+      check_fail("completeness: layer " + str(o.layer) + " has two " + std::string(to_string(o.kind)) + " ops, " +
+                 op_name(s, at) + " and " + op_name(s, i) + ": the executor would run it twice");
+    at = i;
+  }
+  auto const& fwd = by_kind[static_cast<std::size_t>(op_kind::forward)];
+  auto const& bwd = by_kind[static_cast<std::size_t>(op_kind::backward)];
+  auto const& rec = by_kind[static_cast<std::size_t>(op_kind::recompute)];
+  auto const& gat = by_kind[static_cast<std::size_t>(op_kind::gather)];
+  auto const& col = by_kind[static_cast<std::size_t>(op_kind::collective)];
+  auto ordered = [&](std::uint32_t a, std::uint32_t b, std::string const& what) {
+    if (!p.before(a, b))
+      check_fail("ordering: " + op_name(s, b) + " is not ordered after " + op_name(s, a) + " (" + what + ")");
+  };
+  for (std::uint32_t l = 0; l < L; ++l) {
+    auto const layer = "layer " + str(l);
+    if (fwd[l] == absent) check_fail("completeness: " + layer + " has no forward op");
+    if (bwd[l] == absent) check_fail("completeness: " + layer + " has no backward op: its gradient would never be computed");
+    ordered(fwd[l], bwd[l], "a layer's backward follows its forward");
+    if (l > 0) {
+      ordered(fwd[l - 1], fwd[l], "forwards run in layer order");
+      ordered(bwd[l], bwd[l - 1], "backwards run in reverse layer order");
+    }
+    auto const slots = s.slots_of(l);
+    auto const remat = std::find_if(slots.begin(), slots.end(), [](auto const& b) { return b.where == placement::remat; });
+    if (remat != slots.end() && rec[l] == absent)
+      check_fail("completeness: " + layer + " has remat slot '" + std::string(remat->name) +
+                 "' but no recompute op: its backward would read a slot nothing rebuilt");
+    if (remat == slots.end() && rec[l] != absent)
+      check_fail("completeness: " + op_name(s, rec[l]) + " recomputes a layer that has no remat slot");
+    if (rec[l] != absent) {
+      ordered(fwd[l], rec[l], "a recompute follows its layer's forward");
+      ordered(rec[l], bwd[l], "a layer's backward follows its recompute");
+    }
+    if (s.collectives.before_forward && gat[l] == absent)
+      check_fail("completeness: " + layer + " has no gather op though the schedule's collectives gather before forward");
+    if (!s.collectives.before_forward && gat[l] != absent)
+      check_fail("completeness: " + op_name(s, gat[l]) + " gathers though the schedule's collectives do not");
+    if (gat[l] != absent) ordered(gat[l], fwd[l], "a layer's forward follows its gather");
+    if (s.collectives.after_backward && col[l] == absent)
+      check_fail("completeness: " + layer + " has no collective op though the schedule's collectives reduce after backward");
+    if (!s.collectives.after_backward && col[l] != absent)
+      check_fail("completeness: " + op_name(s, col[l]) + " runs a collective though the schedule's collectives do not");
+    if (col[l] != absent) ordered(bwd[l], col[l], "a collective follows its layer's backward");
+  }
+
+  // Completeness of copies: every offloaded slot goes out and comes back, each chunk once.
+  struct copy_key {
+    std::uint32_t slot;  // global binding index
+    bool reload;
+    std::uint32_t chunk;
+    std::uint32_t op;
+    bool operator<(copy_key const& o) const noexcept {
+      return std::tie(slot, reload, chunk, op) < std::tie(o.slot, o.reload, o.chunk, o.op);
+    }
+  };
+  std::vector<copy_key> copies;
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (auto const& o = s.ops[i]; is_copy(o.kind))
+      copies.push_back({s.layers[o.layer].first_slot + o.slot, o.kind == op_kind::prefetch, o.chunk, i});
+  std::sort(copies.begin(), copies.end());
+  for (std::uint32_t l = 0; l < L; ++l)
+    for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
+      auto const g = s.layers[l].first_slot + k;
+      if (s.slots[g].where != placement::offload) continue;  // copies of other slots were rejected above
+      for (bool reload : {false, true}) {
+        auto const kind = reload ? "prefetch" : "offload";
+        auto const [first, last] =
+            std::equal_range(copies.begin(), copies.end(), copy_key{g, reload, 0, 0}, [](auto const& a, auto const& b) {
+              return std::tie(a.slot, a.reload) < std::tie(b.slot, b.reload);
+            });
+        if (first == last)
+          check_fail("completeness: " + slot_label(s, l, k) + " is offloaded but " +
+                     (reload ? "never prefetched: no prefetch op reloads it before its backward"
+                             : "never offloaded: no offload op copies it to the host"));
+        auto const chunks = s.ops[first->op].chunks;
+        for (auto it = first; it != last; ++it) {
+          auto const c = static_cast<std::uint32_t>(it - first);
+          if (s.ops[it->op].chunks != chunks)
+            check_fail("completeness: " + op_name(s, it->op) + " and " + op_name(s, first->op) + " disagree on the " +
+                       kind + " chunk count of " + slot_label(s, l, k));
+          if (it->chunk != c)
+            check_fail("completeness: " + slot_label(s, l, k) + " has " +
+                       (it->chunk < c ? std::string("two ") + kind + " ops for chunk " + str(it->chunk) + ", " +
+                                            op_name(s, (it - 1)->op) + " and " + op_name(s, it->op)
+                                      : std::string("no ") + kind + " op for chunk " + str(c)));
+        }
+        if (static_cast<std::uint64_t>(last - first) != chunks)
+          check_fail("completeness: " + slot_label(s, l, k) + " has no " + kind + " op for chunk " +
+                     str(last - first) + " of " + str(chunks));
+      }
+    }
+
+  // Byte accesses, in op order (their count is bounded first: indices into them are 32-bit).
+  std::uint64_t total = 0;
+  for (auto const& o : s.ops)
+    total += is_copy(o.kind) ? 2 : o.kind == op_kind::gather || o.kind == op_kind::collective ? 0 : s.layers[o.layer].slot_count;
+  if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
+    check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
+  p.accesses.reserve(total);
+  p.first_access.reserve(std::size_t{n} + 1);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+    auto const& o = s.ops[i];
+    auto const slots = s.slots_of(o.layer);
+    auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * chunk_bytes : 0;
+    auto const slot = static_cast<std::uint16_t>(o.slot);
+    auto add = [&](bool host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
+      p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
+    };
     switch (o.kind) {
       case op_kind::forward:
-        for (std::uint16_t k = 0; k < n(); ++k) {
-          auto const& b = slots()[k];
-          out.push_back({i, false, true, b.forward_offset, b.forward_offset + b.bytes, o.layer, k, sh(0, b.forward_offset)});
-        }
+        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, true, slots[k].forward_offset, slots[k].bytes, k, 0);
         break;
       case op_kind::recompute:
-        for (std::uint16_t k = 0; k < n(); ++k) {
-          auto const& b = slots()[k];
-          out.push_back({i, false, b.where == placement::remat, b.backward_offset, b.backward_offset + b.bytes, o.layer, k,
-                         sh(0, b.backward_offset)});
-        }
+        for (std::uint16_t k = 0; k < slots.size(); ++k)
+          add(false, slots[k].where == placement::remat, slots[k].backward_offset, slots[k].bytes, k, 0);
         break;
       case op_kind::backward:
-        for (std::uint16_t k = 0; k < n(); ++k) {
-          auto const& b = slots()[k];
-          out.push_back({i, false, false, b.backward_offset, b.backward_offset + b.bytes, o.layer, k, sh(0, b.backward_offset)});
-        }
+        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
         break;
       case op_kind::offload:
-        out.push_back({i, false, false, o.device_offset, o.device_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.device_offset)});
-        out.push_back({i, true, true, o.host_offset, o.host_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.host_offset)});
+        add(false, false, o.device_offset, o.bytes, slot, chunk_start);
+        add(true, true, o.host_offset, o.bytes, slot, chunk_start);
         break;
       case op_kind::prefetch:
-        out.push_back({i, true, false, o.host_offset, o.host_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.host_offset)});
-        out.push_back({i, false, true, o.device_offset, o.device_offset + o.bytes, o.layer, o.slot, sh(chunk_start, o.device_offset)});
+        add(true, false, o.host_offset, o.bytes, slot, chunk_start);
+        add(false, true, o.device_offset, o.bytes, slot, chunk_start);
         break;
       case op_kind::gather:
       case op_kind::collective: break;
+    }
+  }
+  p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+  return p;
+}
+
+//! Peaks: the extent the accesses touch (device ranges plus guard, aligned) is the prediction.
+inline void replay_peaks(schedule_view const& s, checked_program const& p, check_report& report) {
+  auto const guard = s.buffers.guard_bytes;
+  for (auto const& a : p.accesses) {
+    auto const end = a.host ? a.end : a.end + guard;  // no overflow: proven by check_program
+    auto const align = a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
+    auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
+                         align * align;
+    auto& r = a.host ? report.replayed_host_bytes : report.replayed_device_bytes;
+    r = std::max(r, aligned);
+  }
+  if (report.replayed_device_bytes != s.arena.device_bytes)
+    check_fail("peak: replaying the ops touches " + std::to_string(report.replayed_device_bytes) +
+               " device bytes but the predicted peak is " + std::to_string(s.arena.device_bytes));
+  if (report.replayed_host_bytes != s.arena.host_bytes)
+    check_fail("peak: replaying the ops touches " + std::to_string(report.replayed_host_bytes) +
+               " host bytes but the predicted peak is " + std::to_string(s.arena.host_bytes));
+}
+
+//! Per elementary byte interval of one arena, what the sweep needs: the op that last wrote it
+//! (kept per stream so that a range query yields the latest writer per stream), the latest
+//! reader per stream since that write, and the data the write left there. A segment tree with
+//! lazy assignment: every query and update is O(log n).
+class byte_state_tree {
+ public:
+  struct summary {
+    std::array<std::int32_t, stream_count> writer;  //!< max over the range, -1: none
+    std::array<std::int32_t, stream_count> reader;  //!< max over the range, -1: none
+    std::int32_t data_lo, data_hi;                  //!< min and max data id, -1: never written
+  };
+
+  explicit byte_state_tree(std::size_t leaves) : n_(leaves) {
+    std::size_t size = 1;
+    while (size < n_) size *= 2;
+    sum_.assign(2 * size, empty());
+    tag_.assign(2 * size, tag{});
+  }
+
+  summary query(std::size_t lo, std::size_t hi) {
+    summary r = identity();
+    if (lo < hi) query(1, 0, n_, lo, hi, r);
+    return r;
+  }
+  void write(std::size_t lo, std::size_t hi, std::int32_t op, std::size_t stream, std::int32_t data) {
+    tag t;
+    t.assign = true;
+    t.op = op;
+    t.stream = static_cast<std::uint8_t>(stream);
+    t.data = data;
+    if (lo < hi) update(1, 0, n_, lo, hi, t);
+  }
+  void read(std::size_t lo, std::size_t hi, std::int32_t op, std::size_t stream) {
+    tag t;
+    t.reader[stream] = op;
+    if (lo < hi) update(1, 0, n_, lo, hi, t);
+  }
+
+ private:
+  struct tag {
+    bool assign = false;  // first: the whole range was written by `op` with `data`
+    std::uint8_t stream = 0;
+    std::int32_t op = -1, data = -1;
+    std::array<std::int32_t, stream_count> reader{-1, -1, -1, -1};  // then: read by these (max)
+  };
+  static summary empty() {
+    summary r;
+    r.writer.fill(-1);
+    r.reader.fill(-1);
+    r.data_lo = r.data_hi = -1;
+    return r;
+  }
+  static summary identity() {
+    summary r = empty();
+    r.data_lo = std::numeric_limits<std::int32_t>::max();
+    r.data_hi = std::numeric_limits<std::int32_t>::min();
+    return r;
+  }
+  static void merge(summary& into, summary const& x) {
+    for (std::size_t t = 0; t < stream_count; ++t) {
+      into.writer[t] = std::max(into.writer[t], x.writer[t]);
+      into.reader[t] = std::max(into.reader[t], x.reader[t]);
+    }
+    into.data_lo = std::min(into.data_lo, x.data_lo);
+    into.data_hi = std::max(into.data_hi, x.data_hi);
+  }
+  void apply(std::size_t node, tag const& t) {
+    auto& s = sum_[node];
+    auto& mine = tag_[node];
+    if (t.assign) {
+      s = empty();
+      s.writer[t.stream] = t.op;
+      s.data_lo = s.data_hi = t.data;
+      mine = t;  // the earlier tag is overwritten, readers included
+      return;
+    }
+    for (std::size_t k = 0; k < stream_count; ++k) {
+      s.reader[k] = std::max(s.reader[k], t.reader[k]);
+      mine.reader[k] = std::max(mine.reader[k], t.reader[k]);
+    }
+  }
+  void push(std::size_t node) {
+    auto const& t = tag_[node];
+    if (!t.assign && t.reader == tag{}.reader) return;
+    apply(2 * node, t);
+    apply(2 * node + 1, t);
+    tag_[node] = tag{};
+  }
+  void query(std::size_t node, std::size_t nl, std::size_t nr, std::size_t lo, std::size_t hi, summary& r) {
+    if (lo <= nl && nr <= hi) return merge(r, sum_[node]);
+    push(node);
+    auto const mid = nl + (nr - nl) / 2;
+    if (lo < mid) query(2 * node, nl, mid, lo, hi, r);
+    if (mid < hi) query(2 * node + 1, mid, nr, lo, hi, r);
+  }
+  void update(std::size_t node, std::size_t nl, std::size_t nr, std::size_t lo, std::size_t hi, tag const& t) {
+    if (lo <= nl && nr <= hi) return apply(node, t);
+    push(node);
+    auto const mid = nl + (nr - nl) / 2;
+    if (lo < mid) update(2 * node, nl, mid, lo, hi, t);
+    if (mid < hi) update(2 * node + 1, mid, nr, lo, hi, t);
+    sum_[node] = identity();
+    merge(sum_[node], sum_[2 * node]);
+    merge(sum_[node], sum_[2 * node + 1]);
+  }
+
+  std::size_t n_;
+  std::vector<summary> sum_;
+  std::vector<tag> tag_;
+};
+
+//! No race and data flow: one sweep over the accesses in issue order.
+inline void check_races_and_data_flow(schedule_view const& s, checked_program const& p, check_report& report) {
+  auto const& acc = p.accesses;
+  // Elementary intervals per arena: the sorted distinct boundaries of every access.
+  std::array<std::vector<std::size_t>, 2> bounds;
+  for (auto const& a : acc) {
+    bounds[a.host].push_back(a.begin);
+    bounds[a.host].push_back(a.end);
+  }
+  for (auto& b : bounds) {
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+  }
+  auto leaf = [&](bool host, std::size_t x) {
+    return static_cast<std::size_t>(std::lower_bound(bounds[host].begin(), bounds[host].end(), x) - bounds[host].begin());
+  };
+  // Data ids: equal exactly when `same_data`.
+  std::vector<std::uint32_t> by_data(acc.size());
+  for (std::uint32_t j = 0; j < acc.size(); ++j) by_data[j] = j;
+  auto key = [&](std::uint32_t j) { return std::tuple(acc[j].layer, acc[j].slot, acc[j].shift); };
+  std::sort(by_data.begin(), by_data.end(), [&](auto x, auto y) { return key(x) < key(y); });
+  std::vector<std::int32_t> data(acc.size());
+  std::int32_t ids = -1;
+  for (std::size_t j = 0; j < by_data.size(); ++j) {
+    if (j == 0 || key(by_data[j]) != key(by_data[j - 1])) ++ids;
+    data[by_data[j]] = ids;
+  }
+
+  std::array<byte_state_tree, 2> trees{byte_state_tree(bounds[0].empty() ? 0 : bounds[0].size() - 1),
+                                       byte_state_tree(bounds[1].empty() ? 0 : bounds[1].size() - 1)};
+  auto overlap_of = [&](std::uint32_t other, access const& a) {  // the bytes `other` shares with `a`
+    for (auto j = p.first_access[other]; j < p.first_access[other + 1]; ++j)
+      if (auto const& x = acc[j]; x.host == a.host && x.begin < a.end && a.begin < x.end)
+        return bytes_text(std::max(x.begin, a.begin), std::min(x.end, a.end));
+    return std::string("?");
+  };
+  auto const n = static_cast<std::uint32_t>(s.ops.size());
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto const first = p.first_access[i], last = p.first_access[i + 1];
+    auto const& clock = p.clock[i];
+    // The accesses of one op are disjoint within an arena (proven by check_bindings), so their
+    // order within the op does not matter; all queries come before the op's own updates.
+    for (auto j = first; j < last; ++j) {
+      auto const& a = acc[j];
+      auto& tree = trees[a.host];
+      auto const lo = leaf(a.host, a.begin), hi = leaf(a.host, a.end);
+      auto const q = tree.query(lo, hi);
+      // Race: after the last writer of every byte; a write also after the readers since then.
+      for (std::size_t t = 0; t < stream_count; ++t) {
+        auto const latest = a.write ? std::max(q.writer[t], q.reader[t]) : q.writer[t];
+        if (latest < 0) continue;
+        ++report.conflicting_pairs;
+        if (clock[t] < latest)
+          check_fail("race: " + op_name(s, static_cast<std::uint32_t>(latest)) + " and " + op_name(s, i) + " touch " +
+                     space_name(a.host) + " bytes " + overlap_of(static_cast<std::uint32_t>(latest), a) +
+                     " (one of them writing) and nothing orders them");
+      }
+      if (a.write || (q.data_lo == data[j] && q.data_hi == data[j])) continue;
+      // Data flow: the last write to some byte of the read left other data (or none). Find it.
+      for (auto k = lo; k < hi; ++k) {
+        auto const at = tree.query(k, k + 1);
+        if (at.data_lo == data[j]) continue;
+        auto const bytes = bytes_text(bounds[a.host][k], bounds[a.host][k + 1]);
+        auto const reads = "data flow: " + op_name(s, i) + " reads " + space_name(a.host) + " bytes " + bytes;
+        if (at.data_lo < 0) check_fail(reads + " that no op before it wrote with this slot's data");
+        auto const w = static_cast<std::uint32_t>(*std::max_element(at.writer.begin(), at.writer.end()));
+        auto const w_end = acc.begin() + p.first_access[w + 1];
+        auto const it = std::find_if(acc.begin() + p.first_access[w], w_end,
+                                     [&](access const& x) { return data[&x - acc.data()] == at.data_lo; });
+        bool const same_slot = it != w_end && it->layer == a.layer && it->slot == a.slot;
+        check_fail(reads + " but the last op to write them before it, " + op_name(s, w) + ", left " +
+                   (same_slot ? "other bytes of this slot" : "another slot's data") +
+                   " there: this slot's bytes were never written there, or were overwritten before the read");
+      }
+      check_fail("data flow: " + op_name(s, i) + " reads bytes whose last writer the checker could not find");  // unreachable
+    }
+    for (auto j = first; j < last; ++j) {
+      auto const& a = acc[j];
+      auto const lo = leaf(a.host, a.begin), hi = leaf(a.host, a.end);
+      auto const st = static_cast<std::size_t>(s.ops[i].stream);
+      if (a.write)
+        trees[a.host].write(lo, hi, static_cast<std::int32_t>(i), st, data[j]);
+      else
+        trees[a.host].read(lo, hi, static_cast<std::int32_t>(i), st);
     }
   }
 }
 
 }  // namespace detail
 
-//! Verifies `s`; throws `schedule_error` naming the first violation and the ops involved.
+//! Verifies `s`; throws `schedule_error` naming the invariant that fails and the layer, slot or
+//! ops involved. Takes any program, including malformed or hostile ones: nothing is indexed or
+//! summed before it is proven in range.
 inline check_report check_schedule(schedule_view const& s) {
-  auto fail = [](std::string const& m) { throw schedule_error("tide::check_schedule: " + m); };
-  auto const n = static_cast<std::uint32_t>(s.ops.size());
-
-  // Structure and vector clocks.
-  std::vector<std::array<std::int64_t, stream_count>> clock(n);
-  std::array<std::int64_t, stream_count> none{};
-  none.fill(-1);
-  std::array<std::array<std::int64_t, stream_count>, stream_count> tail{};
-  tail.fill(none);
-  std::vector<bool> event_seen(s.event_count, false);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    auto const& o = s.ops[i];
-    auto const st = static_cast<std::size_t>(o.stream);
-    if (o.layer >= s.layers.size()) fail("op #" + std::to_string(i) + " names layer " + std::to_string(o.layer) + " beyond the stack");
-    if (o.slot != no_slot && o.slot >= s.layers[o.layer].slot_count)
-      fail("op #" + std::to_string(i) + " names slot " + std::to_string(o.slot) + " which layer " + std::to_string(o.layer) + " does not have");
-    if (is_copy(o.kind) && o.slot == no_slot) fail("op #" + std::to_string(i) + " is a copy of no slot");
-    if (st >= stream_count) fail(detail::op_name(s, i) + " names no valid stream");
-    if (o.event >= 0) {
-      if (static_cast<std::uint32_t>(o.event) >= s.event_count || event_seen[o.event])
-        fail(detail::op_name(s, i) + " records event " + std::to_string(o.event) + " which is out of range or used twice");
-      event_seen[o.event] = true;
-    }
-    if (std::uint64_t{o.wait_begin} + o.wait_count > s.waits.size()) fail(detail::op_name(s, i) + " has waits out of range");
-    auto c = tail[st];
-    for (auto w : s.waits_of(o)) {
-      if (w >= i) fail(detail::op_name(s, i) + " waits on op #" + std::to_string(w) + " which is not issued before it");
-      if (s.ops[w].event < 0) fail(detail::op_name(s, i) + " waits on " + detail::op_name(s, w) + " which records no event");
-      for (std::size_t t = 0; t < stream_count; ++t) c[t] = std::max(c[t], clock[w][t]);
-    }
-    c[st] = i;
-    clock[i] = c;
-    tail[st] = c;
-  }
-  auto before = [&](std::uint32_t a, std::uint32_t b) {  // a happens before b
-    return a != b && clock[b][static_cast<std::size_t>(s.ops[a].stream)] >= static_cast<std::int64_t>(a);
-  };
-
-  std::vector<detail::access> acc;
-  detail::collect_accesses(s, acc);
+  auto const p = detail::check_program(s);
   check_report report;
-  auto const guard = s.buffers.guard_bytes;
-  for (auto const& a : acc) {
-    if (a.host) {
-      report.replayed_host_bytes = std::max(report.replayed_host_bytes, align_up(a.end, s.buffers.host_alignment));
-    } else {
-      report.replayed_device_bytes =
-          std::max(report.replayed_device_bytes, align_up(a.end + guard, s.buffers.device_alignment));
-    }
-  }
-  if (report.replayed_device_bytes != s.arena.device_bytes)
-    fail("replaying the ops touches " + std::to_string(report.replayed_device_bytes) +
-         " device bytes but the predicted peak is " + std::to_string(s.arena.device_bytes));
-  if (report.replayed_host_bytes != s.arena.host_bytes)
-    fail("replaying the ops touches " + std::to_string(report.replayed_host_bytes) +
-         " host bytes but the predicted peak is " + std::to_string(s.arena.host_bytes));
-
-  // Races: sweep accesses sorted by address.
-  std::sort(acc.begin(), acc.end(), [](auto const& x, auto const& y) {
-    return x.host != y.host ? x.host < y.host : x.begin < y.begin;
-  });
-  auto space = [](bool h) { return h ? std::string("host") : std::string("device"); };
-  for (std::size_t i = 0; i < acc.size(); ++i)
-    for (std::size_t j = i + 1; j < acc.size() && acc[j].host == acc[i].host && acc[j].begin < acc[i].end; ++j) {
-      auto const& x = acc[i];
-      auto const& y = acc[j];
-      if (x.op == y.op || !(x.write || y.write)) continue;
-      ++report.conflicting_pairs;
-      if (!before(x.op, y.op) && !before(y.op, x.op))
-        fail(detail::op_name(s, x.op) + " and " + detail::op_name(s, y.op) + " touch " + space(x.host) + " bytes [" +
-             std::to_string(std::max(x.begin, y.begin)) + ", " + std::to_string(std::min(x.end, y.end)) +
-             ") and nothing orders them");
-    }
-
-  // Data flow: each read sees the bytes written for its own (layer, slot).
-  std::vector<detail::access const*> writers;
-  std::vector<std::pair<std::size_t, std::size_t>> spans;
-  for (auto const& r : acc) {
-    if (r.write) continue;
-    writers.clear();
-    spans.clear();
-    for (auto const& w : acc)
-      if (w.write && w.host == r.host && w.begin < r.end && r.begin < w.end && w.same_data(r)) {
-        if (before(r.op, w.op)) continue;  // a later rewrite of the same data
-        if (!before(w.op, r.op))
-          fail(detail::op_name(s, r.op) + " reads data that " + detail::op_name(s, w.op) + " has not finished writing");
-        writers.push_back(&w);
-        spans.push_back({w.begin, w.end});
-      }
-    if (detail::covered_length(spans, r.begin, r.end) < r.end - r.begin)
-      fail(detail::op_name(s, r.op) + " reads " + space(r.host) + " bytes [" + std::to_string(r.begin) + ", " +
-           std::to_string(r.end) + ") that no earlier op wrote with this slot's data");
-    for (auto const& x : acc) {
-      if (!x.write || x.host != r.host || !(x.begin < r.end && r.begin < x.end)) continue;
-      if (x.same_data(r)) continue;
-      if (before(r.op, x.op)) continue;
-      // x precedes the read: writes of the read's own data must come after x and cover the
-      // bytes x clobbered, or the read sees x's bytes.
-      auto const lo = std::max(x.begin, r.begin), hi = std::min(x.end, r.end);
-      spans.clear();
-      for (auto const* w : writers)
-        if (before(x.op, w->op)) spans.push_back({w->begin, w->end});
-      if (detail::covered_length(spans, lo, hi) < hi - lo)
-          fail(detail::op_name(s, x.op) + " overwrites bytes that " + detail::op_name(s, r.op) +
-               " reads before that read is done");
-    }
-  }
+  detail::replay_peaks(s, p, report);
+  detail::check_races_and_data_flow(s, p, report);
   return report;
 }
 

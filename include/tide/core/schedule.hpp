@@ -105,33 +105,37 @@ inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 24;
 inline constexpr std::size_t max_ops = std::size_t{1} << 28;
 
 namespace detail {
+constexpr schedule_issue issue(schedule_issue_code code, std::string_view type = {}, std::string_view slot = {},
+                               std::size_t value = 0, std::size_t limit = 0, std::string_view quantity = {}) {
+  return {code, type, slot, value, limit, quantity};
+}
 //! The problems that do not depend on placements: the stack's types, the rules' names and
 //! ranges, the arenas' alignments.
 constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b) {
   using c = schedule_issue_code;
-  if (s.layer_count() == 0) return {c::empty_stack};
+  if (s.layer_count() == 0) return detail::issue(c::empty_stack);
   for (auto const& t : s.types) {
-    if (t.slots.size() >= no_slot) return {c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1};
+    if (t.slots.size() >= no_slot) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1);
     for (std::size_t i = 0; i < t.slots.size(); ++i) {
       for (std::size_t j = 0; j < i; ++j)
-        if (t.slots[i].name == t.slots[j].name) return {c::duplicate_slot, t.name, t.slots[i].name};
-      if (t.slots[i].bytes == dynamic_bytes) return {c::dynamic_size, t.name, t.slots[i].name};
-      if (t.slots[i].bytes == 0) return {c::zero_size_slot, t.name, t.slots[i].name};
+        if (t.slots[i].name == t.slots[j].name) return detail::issue(c::duplicate_slot, t.name, t.slots[i].name);
+      if (t.slots[i].bytes == dynamic_bytes) return detail::issue(c::dynamic_size, t.name, t.slots[i].name);
+      if (t.slots[i].bytes == 0) return detail::issue(c::zero_size_slot, t.name, t.slots[i].name);
     }
   }
   for (std::size_t i = 0; i < p.rules.size(); ++i) {
     auto const& r = p.rules[i];
     for (auto n : r.slots)
-      if (!s.has_slot(n)) return {c::unknown_rule_slot, {}, n, i};
-    if (r.first_layer >= r.last_layer) return {c::empty_rule_range, {}, {}, r.first_layer, r.last_layer};
+      if (!s.has_slot(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
+    if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
   }
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
-  if (!pow2(b.device_alignment)) return {c::bad_alignment, "device", {}, b.device_alignment};
-  if (!pow2(b.host_alignment)) return {c::bad_alignment, "host", {}, b.host_alignment};
+  if (!pow2(b.device_alignment)) return detail::issue(c::bad_alignment, "device", {}, b.device_alignment);
+  if (!pow2(b.host_alignment)) return detail::issue(c::bad_alignment, "host", {}, b.host_alignment);
   return {};
 }
 constexpr schedule_issue overflow(std::string_view quantity, std::string_view type = {}, std::string_view slot = {}) {
-  return {schedule_issue_code::size_overflow, type, slot, 0, 0, quantity};
+  return issue(schedule_issue_code::size_overflow, type, slot, 0, 0, quantity);
 }
 }  // namespace detail
 
@@ -301,9 +305,9 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
             return fail(detail::overflow("pinned host arena", type.name, sl.name));
           auto const chunks = pipeline.chunk_bytes == 0 ? 1 : ceil_div(sl.bytes, pipeline.chunk_bytes);
           // Chunk and op indices are 32-bit: refuse chunk sizes that split a slot absurdly fine.
-          if (chunks > max_chunks_per_slot) return fail({c::too_many_chunks, type.name, sl.name, chunks, max_chunks_per_slot});
+          if (chunks > max_chunks_per_slot) return fail(detail::issue(c::too_many_chunks, type.name, sl.name, chunks, max_chunks_per_slot));
           copies += chunks;
-          if (copies > max_ops) return fail({c::too_many_ops, {}, {}, copies, max_ops});
+          if (copies > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, copies, max_ops));
           break;
         }
         case placement::remat:
@@ -318,19 +322,20 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     s.layers.push_back(lb);
   }
   auto const n_ops = 5 * std::size_t{L} + 2 * copies;
-  if (n_ops > max_ops) return fail({c::too_many_ops, {}, {}, n_ops, max_ops});
+  if (n_ops > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops, max_ops));
   if (!policy.allow_unused_rules)
     for (std::size_t i = 0; i < rule_used.size(); ++i)
       if (!rule_used[i]) {
         auto const& r = policy.rules[i];
-        return fail({c::unused_rule, r.slots.size() > 1 ? "+" : "", r.slots.empty() ? std::string_view{} : r.slots[0], i, L,
-                     to_string(r.action)});
+        // type_name "+" marks a rule naming more slots than the one quoted.
+        return fail(detail::issue(c::unused_rule, r.slots.size() > 1 ? "+" : "",
+                                  r.slots.empty() ? std::string_view{} : r.slots[0], i, L, to_string(r.action)));
       }
   // Staging and in-flight parameters only matter once something is offloaded with latency
   // hiding (without it copies are serialized on the compute stream).
   if (hiding && any_offload) {
-    if (buffers.staging_buffers == 0) return fail({c::zero_staging_buffers});
-    if (pipeline.max_offloads_in_flight == 0) return fail({c::zero_offloads_in_flight});
+    if (buffers.staging_buffers == 0) return fail(detail::issue(c::zero_staging_buffers));
+    if (pipeline.max_offloads_in_flight == 0) return fail(detail::issue(c::zero_offloads_in_flight));
   }
 
   // Offloaded layers in forward order (j); backward order is k = n_off - 1 - j.

@@ -1,0 +1,575 @@
+// The checker: it proves programs complete (every layer's forward and backward once, a recompute
+// exactly where a slot is rematerialized, every offloaded slot copied out and back), rejects
+// malformed tables and hostile offsets without reading out of bounds or wrapping, scales to
+// large programs, and agrees with the quadratic reference algorithm it replaced.
+#include <gtest/gtest.h>
+
+#include <tide/tide.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+using namespace tide;
+
+namespace {
+
+// ---- helpers -------------------------------------------------------------------------------
+
+std::string check_error(schedule const& s) {
+  try {
+    check_schedule(s);
+  } catch (schedule_error const& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// Every substring must appear in the checker's message.
+void expect_rejected(schedule const& s, std::vector<std::string> const& parts) {
+  auto const m = check_error(s);
+  EXPECT_EQ(m.rfind("tide::check_schedule: ", 0), 0u) << m;
+  for (auto const& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "expected '" << p << "' in: " << m;
+}
+
+std::uint32_t find_op(schedule const& s, op_kind kind, std::uint32_t layer, std::uint32_t chunk = 0) {
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i)
+    if (s.ops[i].kind == kind && s.ops[i].layer == layer && s.ops[i].chunk == chunk) return i;
+  ADD_FAILURE() << "no " << to_string(kind) << " of layer " << layer;
+  return 0;
+}
+
+// Rebuilds ops and waits, dropping op `victim` (and every wait on it) and renumbering the rest;
+// with `insert`, adds `extra` at index `at` (its waits `deps` are indices of the old program).
+void edit_program(schedule& s, std::int64_t victim, std::int64_t at = -1, op extra = {},
+                  std::vector<std::uint32_t> const& deps = {}) {
+  auto const old_ops = s.ops;
+  auto const old_waits = s.waits;
+  auto renumber = [&](std::uint32_t w) {
+    std::int64_t r = w;
+    if (victim >= 0 && w > victim) --r;
+    if (at >= 0 && w >= at) ++r;
+    return static_cast<std::uint32_t>(r);
+  };
+  s.ops.clear();
+  s.waits.clear();
+  auto push = [&](op o, std::vector<std::uint32_t> const& ws) {
+    o.wait_begin = static_cast<std::uint32_t>(s.waits.size());
+    for (auto w : ws)
+      if (w != victim) s.waits.push_back(renumber(w));
+    o.wait_count = static_cast<std::uint32_t>(s.waits.size()) - o.wait_begin;
+    s.ops.push_back(o);
+  };
+  for (std::uint32_t i = 0; i <= old_ops.size(); ++i) {
+    if (i == at) push(extra, deps);
+    if (i == old_ops.size()) break;
+    if (i == victim) continue;
+    auto const& o = old_ops[i];
+    push(o, std::vector<std::uint32_t>(old_waits.begin() + o.wait_begin, old_waits.begin() + o.wait_begin + o.wait_count));
+  }
+}
+void erase_op(schedule& s, std::uint32_t victim) { edit_program(s, victim); }
+void insert_op(schedule& s, std::uint32_t at, op o, std::vector<std::uint32_t> const& deps = {}) {
+  o.event = -1;
+  edit_program(s, -1, at, o, deps);
+}
+
+stack_spec dense4() { return stack_spec{}.append(layer_spec{"dense", {{"a", 4096}, {"b", 8192}}}, 4); }
+policy_spec offload_a() { return {{placement::offload, {"a"}, 0, all_layers, 0}}; }
+policy_spec remat_b_offload_a() {
+  return {{placement::remat, {"b"}, 1, all_layers, 0}, {placement::offload, {"a"}, 0, all_layers, 0}};
+}
+pipeline_spec const chunked{true, 1, 1024, 2};  // a (4096 bytes) goes in 4 chunks
+
+}  // namespace
+
+// ---- real schedules pass -----------------------------------------------------------------------
+
+TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
+  std::vector<policy_spec> const policies = {
+      {},  // keep everything
+      offload_a(),
+      {{placement::offload, {}, 0, all_layers, 0}},
+      {{placement::remat, {"b"}, 0, all_layers, 0}},
+      remat_b_offload_a(),
+  };
+  int n = 0;
+  for (auto const& p : policies)
+    for (bool hide : {true, false})
+      for (std::size_t chunk : {std::size_t{0}, std::size_t{1000}, std::size_t{4096}})
+        for (bool share : {true, false})
+          for (collective_spec c : {collective_spec{false, false}, collective_spec{true, true}}) {
+            buffer_spec b;
+            b.share_phase_regions = share;
+            b.guard_bytes = chunk == 1000 ? 64 : 0;
+            auto const s = build_schedule(dense4(), p, b, {hide, 2, chunk, 2}, c);
+            EXPECT_EQ(check_error(s), "no error") << describe(s);
+            ++n;
+          }
+  EXPECT_EQ(n, 5 * 2 * 3 * 2 * 2);
+}
+
+// ---- completeness --------------------------------------------------------------------------------
+
+TEST(CheckComplete, MissingBackwardIsRejected) {
+  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  ASSERT_EQ(check_error(s), "no error");
+  erase_op(s, find_op(s, op_kind::backward, 1));
+  expect_rejected(s, {"completeness: layer 1 has no backward op"});
+}
+
+TEST(CheckComplete, BackwardRunTwiceIsRejected) {
+  // The last op, layer 0's backward, again with the same waits: every byte access is still
+  // ordered and reads the right data, but the gradient would be accumulated twice.
+  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto const b = find_op(s, op_kind::backward, 0);
+  ASSERT_EQ(b + 1, s.ops.size());
+  auto const w = s.ops[b];
+  insert_op(s, b + 1, w, std::vector<std::uint32_t>(s.waits.begin() + w.wait_begin, s.waits.begin() + w.wait_begin + w.wait_count));
+  expect_rejected(s, {"completeness: layer 0 has two backward ops", "op #" + std::to_string(b) + " (backward layer 0",
+                      "op #" + std::to_string(b + 1) + " (backward layer 0"});
+}
+
+TEST(CheckComplete, ForwardRunTwiceOrMissingIsRejected) {
+  auto const keep = build_schedule(dense4(), policy_spec{}, {}, chunked);
+  auto twice = keep;
+  auto const f = find_op(twice, op_kind::forward, 0);
+  insert_op(twice, f + 1, twice.ops[f]);
+  expect_rejected(twice, {"completeness: layer 0 has two forward ops"});
+  auto missing = build_schedule(dense4(), offload_a(), {}, chunked);
+  erase_op(missing, find_op(missing, op_kind::forward, 3));
+  expect_rejected(missing, {"completeness: layer 3 has no forward op"});
+}
+
+TEST(CheckComplete, BackwardBeforeItsForwardIsRejected) {
+  auto s = build_schedule(dense4(), policy_spec{}, {}, chunked);  // keep-all: only compute ops
+  auto const b = find_op(s, op_kind::backward, 3);
+  auto moved = s.ops[b];
+  erase_op(s, b);
+  insert_op(s, 0, moved);  // the last layer's backward first of all
+  expect_rejected(s, {"ordering: op #0 (backward layer 3", "is not ordered after", "(forward layer 3",
+                      "a layer's backward follows its forward"});
+}
+
+TEST(CheckComplete, LayersOutOfOrderAreRejected) {
+  auto s = build_schedule(dense4(), policy_spec{}, {}, chunked);
+  std::swap(s.ops[find_op(s, op_kind::forward, 1)].layer, s.ops[find_op(s, op_kind::forward, 2)].layer);
+  expect_rejected(s, {"ordering:", "forwards run in layer order"});
+}
+
+TEST(CheckComplete, MissingRecomputeIsRejected) {
+  auto s = build_schedule(dense4(), remat_b_offload_a(), {}, chunked);
+  ASSERT_EQ(check_error(s), "no error");
+  erase_op(s, find_op(s, op_kind::recompute, 2));
+  expect_rejected(s, {"completeness: layer 2 has remat slot 'b' but no recompute op"});
+  // Only layer 2 recomputes, and its forward scratch is its recompute scratch: without the
+  // recompute its backward finds the forward's bytes, but the program would not rematerialize.
+  auto alone = build_schedule(dense4(), {{placement::remat, {"b"}, 2, 3, 0}}, {}, chunked);
+  auto const& b2 = alone.slots[alone.layers[2].first_slot + 1];
+  ASSERT_EQ(b2.forward_offset, b2.backward_offset);
+  erase_op(alone, find_op(alone, op_kind::recompute, 2));
+  expect_rejected(alone, {"completeness: layer 2 has remat slot 'b' but no recompute op"});
+}
+
+TEST(CheckComplete, StrayOrDuplicateRecomputeIsRejected) {
+  auto const base = build_schedule(dense4(), remat_b_offload_a(), {}, chunked);
+  auto stray = base;
+  auto const b0 = find_op(stray, op_kind::backward, 0);  // layer 0 keeps b: nothing to recompute
+  op r{op_kind::recompute, stream_role::compute, no_slot, 0};
+  insert_op(stray, b0, r);
+  expect_rejected(stray, {"completeness: op #" + std::to_string(b0) + " (recompute layer 0",
+                          "recomputes a layer that has no remat slot"});
+  auto twice = base;
+  auto const r3 = find_op(twice, op_kind::recompute, 3);
+  insert_op(twice, r3 + 1, twice.ops[r3]);
+  expect_rejected(twice, {"completeness: layer 3 has two recompute ops"});
+}
+
+TEST(CheckComplete, RecomputeOutOfPlaceIsRejected) {
+  auto s = build_schedule(dense4(), {{placement::remat, {"b"}, 0, all_layers, 0}}, {}, chunked);
+  auto const r = find_op(s, op_kind::recompute, 1);
+  auto moved = s.ops[r];
+  erase_op(s, r);
+  insert_op(s, 0, moved);  // before the forward it recomputes
+  expect_rejected(s, {"ordering: op #0 (recompute layer 1", "a recompute follows its layer's forward"});
+  auto late = build_schedule(dense4(), {{placement::remat, {"b"}, 0, all_layers, 0}}, {}, chunked);
+  auto const r1 = find_op(late, op_kind::recompute, 1);
+  auto const b1 = find_op(late, op_kind::backward, 1);
+  ASSERT_LT(r1, b1);
+  std::swap(late.ops[r1].kind, late.ops[b1].kind);  // backward, then its recompute
+  expect_rejected(late, {"ordering:", "a layer's backward follows its recompute"});
+}
+
+TEST(CheckComplete, MissingPrefetchIsReportedClearly) {
+  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  for (std::uint32_t c = 4; c-- > 0;) erase_op(s, find_op(s, op_kind::prefetch, 1, c));
+  expect_rejected(s, {"completeness: slot 'a' of layer 1 is offloaded but never prefetched"});
+
+  // Even where the backward would find the forward's bytes still in place (one offloaded layer,
+  // source and staging buffer at the same address), the reload is required: the executor's
+  // debug checks count it, and poison the source after the offload.
+  auto one = build_schedule(dense4(), {{placement::offload, {"a"}, 3, all_layers, 0}}, {}, {true, 1, 0, 2});
+  ASSERT_EQ(check_error(one), "no error");
+  auto const& a3 = one.slots[one.layers[3].first_slot];
+  ASSERT_EQ(a3.forward_offset, a3.backward_offset);
+  erase_op(one, find_op(one, op_kind::prefetch, 3));
+  expect_rejected(one, {"slot 'a' of layer 3 is offloaded but never prefetched"});
+
+  auto chunk = build_schedule(dense4(), offload_a(), {}, chunked);
+  erase_op(chunk, find_op(chunk, op_kind::prefetch, 2, 2));
+  expect_rejected(chunk, {"completeness: slot 'a' of layer 2 has no prefetch op for chunk 2"});
+}
+
+TEST(CheckComplete, MissingOrDuplicatedOffloadChunkIsRejected) {
+  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto gone = base;
+  for (std::uint32_t c = 4; c-- > 0;) erase_op(gone, find_op(gone, op_kind::offload, 0, c));
+  expect_rejected(gone, {"slot 'a' of layer 0 is offloaded but never offloaded"});
+  auto twice = base;
+  auto const o = find_op(twice, op_kind::offload, 1, 3);
+  insert_op(twice, o + 1, twice.ops[o], {find_op(twice, op_kind::forward, 1)});
+  expect_rejected(twice, {"slot 'a' of layer 1 has two offload ops for chunk 3"});
+  auto wrong_count = base;
+  wrong_count.ops[find_op(wrong_count, op_kind::offload, 1, 3)].chunks = 5;
+  expect_rejected(wrong_count, {"disagree on the offload chunk count of slot 'a' of layer 1"});
+}
+
+TEST(CheckComplete, CollectivesAreRequiredWhereTheScheduleAsksForThem) {
+  auto s = build_schedule(dense4(), offload_a(), {}, chunked, {true, true});
+  ASSERT_EQ(check_error(s), "no error");
+  auto no_gather = s;
+  erase_op(no_gather, find_op(no_gather, op_kind::gather, 2));
+  expect_rejected(no_gather, {"completeness: layer 2 has no gather op"});
+  auto no_reduce = s;
+  erase_op(no_reduce, find_op(no_reduce, op_kind::collective, 0));
+  expect_rejected(no_reduce, {"completeness: layer 0 has no collective op"});
+  auto unasked = s;
+  unasked.collectives = {};
+  expect_rejected(unasked, {"gathers though the schedule's collectives do not"});
+}
+
+// ---- malformed tables and hostile offsets ------------------------------------------------------------
+
+TEST(CheckMalformed, BindingSlotRangeOutsideTheTableIsRejected) {
+  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto past = base;
+  past.layers[3].slot_count = 3;  // slots [6, 9) of 8
+  expect_rejected(past, {"binding: layer 3's slots [6, 9) lie outside the 8 slot bindings"});
+  auto far = base;
+  far.layers[1].first_slot = std::numeric_limits<std::uint32_t>::max();  // no 32-bit wrap either
+  expect_rejected(far, {"binding: layer 1's slots [4294967295, 4294967297) lie outside"});
+  auto shared = base;
+  shared.layers[2].first_slot = 2;  // layer 1's bindings
+  expect_rejected(shared, {"binding: layers 1 and 2 share slot binding 2"});
+  auto overlap = base;
+  overlap.slots[1].forward_offset = overlap.slots[0].forward_offset + 256;  // b of layer 0 over a
+  overlap.slots[1].backward_offset = overlap.slots[1].forward_offset;
+  expect_rejected(overlap, {"binding: slot", "of layer 0 and slot", "overlap in the device arena"});
+  auto huge = base;
+  huge.slots[5].backward_offset = std::numeric_limits<std::size_t>::max() - 100;
+  expect_rejected(huge, {"binding: the backward range of slot 'b' of layer 2 overflows size_t"});
+  auto empty = base;
+  empty.slots[3].bytes = 0;
+  expect_rejected(empty, {"binding: slot 'b' of layer 1 has zero bytes"});
+}
+
+TEST(CheckMalformed, OpIndicesOutOfRangeAreRejected) {
+  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto layer = base;
+  layer.ops[0].layer = 4;
+  expect_rejected(layer, {"structure: op #0 names layer 4 beyond the 4-layer stack"});
+  auto slot = base;
+  auto const o = find_op(slot, op_kind::offload, 0);
+  slot.ops[o].slot = 2;
+  expect_rejected(slot, {"structure: op #" + std::to_string(o) + " names slot 2 which layer 0 does not have"});
+  auto waits = base;
+  auto const b = find_op(waits, op_kind::backward, 0);
+  waits.ops[b].wait_begin = static_cast<std::uint32_t>(waits.waits.size());
+  waits.ops[b].wait_count = 1;
+  expect_rejected(waits, {"structure: op #" + std::to_string(b), "has waits", "beyond the"});
+  auto kept = base;
+  kept.ops[o].slot = 1;  // b is kept: nothing to copy
+  expect_rejected(kept, {"copies a slot that is not offloaded (keep)"});
+  auto chunk = base;
+  chunk.ops[o].chunk = 4;
+  expect_rejected(chunk, {"claims chunk 4 of 4"});
+  auto event = base;
+  event.ops[b].event = static_cast<std::int32_t>(event.event_count);
+  expect_rejected(event, {"records event"});
+}
+
+TEST(CheckMalformed, CopyRangesAreInsideTheirSlotAndDoNotWrap) {
+  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto const p = find_op(base, op_kind::prefetch, 1, 3);
+  auto device = base;
+  device.ops[p].device_offset = std::numeric_limits<std::size_t>::max() - 512;  // + 1024 bytes wraps
+  expect_rejected(device, {"structure: op #" + std::to_string(p), "its device range overflows size_t"});
+  auto host = base;
+  host.ops[p].host_offset = std::numeric_limits<std::size_t>::max();
+  expect_rejected(host, {"its host range overflows size_t"});
+  auto guard = base;
+  guard.buffers.guard_bytes = 64;
+  guard.ops[p].device_offset = std::numeric_limits<std::size_t>::max() - 1024 - 32;  // fits, guard does not
+  expect_rejected(guard, {"overflows size_t"});
+  auto longer = base;
+  longer.ops[p].bytes = 2048;  // chunk 3 of 4096 bytes: [3072, 5120)
+  expect_rejected(longer, {"copies bytes [3072, 5120) of a slot of 4096 bytes"});
+  auto zero = base;
+  zero.ops[p].bytes = 0;
+  expect_rejected(zero, {"copies no bytes"});
+  auto far_chunk = base;
+  far_chunk.ops[p].chunks = std::numeric_limits<std::uint32_t>::max();
+  far_chunk.ops[p].chunk = far_chunk.ops[p].chunks - 1;
+  expect_rejected(far_chunk, {"structure: op #" + std::to_string(p), "of a slot of 4096 bytes"});
+  // An in-range but wrong offset is caught by data flow or race, as before.
+  auto moved = base;
+  moved.ops[p].device_offset = moved.ops[find_op(moved, op_kind::prefetch, 2, 3)].device_offset;
+  EXPECT_NE(check_error(moved), "no error");
+}
+
+TEST(CheckMalformed, DataFlowAndRaceFailuresNameTheirInvariant) {
+  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  // Chunk 1's reload reads chunk 0's host copy: ordered, but the wrong bytes of the slot.
+  auto wrong = s;
+  auto const p1 = find_op(wrong, op_kind::prefetch, 1, 1);
+  wrong.ops[p1].host_offset = wrong.ops[find_op(wrong, op_kind::prefetch, 1, 0)].host_offset;
+  expect_rejected(wrong, {"data flow: op #" + std::to_string(p1), "left other bytes of this slot there"});
+  // Layer 0's backward no longer waits for its reload.
+  auto racy = s;
+  auto const b0 = find_op(racy, op_kind::backward, 0);
+  racy.ops[b0].wait_count = 0;
+  expect_rejected(racy, {"race:", "(backward layer 0", "nothing orders them"});
+}
+
+// ---- scale ---------------------------------------------------------------------------------------
+
+// 126 layers x 8 slots of 2 MiB, 7 offloaded in 64 KiB chunks: ~57k ops reusing the same ring
+// buffer regions, the program a debug executor checks on construction (timing: the benchmark
+// check_schedule in bench/schedule_bench.cpp).
+TEST(CheckScale, FiftySevenThousandOpsAreChecked) {
+  stack_spec st;
+  st.append({"block", {{"layer_input", 2 << 20}, {"q_proj", 2 << 20}, {"k_proj", 2 << 20}, {"v_proj", 2 << 20},
+                       {"attn_out", 2 << 20}, {"mlp_up", 2 << 20}, {"mlp_act", 2 << 20}, {"mlp_out", 2 << 20}}},
+            126);
+  policy_spec const most{
+      {placement::offload, {"q_proj", "k_proj", "v_proj", "attn_out", "mlp_up", "mlp_act", "mlp_out"}, 0, all_layers, 0}};
+  auto const s = build_schedule(st, most, {3, 256, 64, 0, true}, {true, 2, 64 << 10, 2});
+  ASSERT_GT(s.ops.size(), 56000u);
+  auto const r = check_schedule(s);
+  EXPECT_EQ(r.replayed_device_bytes, s.peak_device_bytes());
+  EXPECT_GT(r.conflicting_pairs, s.ops.size());
+  // A broken one of that size is still rejected.
+  auto broken = s;
+  broken.ops[find_op(broken, op_kind::backward, 60)].wait_count = 0;
+  EXPECT_NE(check_error(broken), "no error");
+}
+
+// ---- the quadratic reference -----------------------------------------------------------------------
+
+namespace {
+
+std::size_t covered_length(std::vector<std::pair<std::size_t, std::size_t>>& spans, std::size_t lo, std::size_t hi) {
+  std::sort(spans.begin(), spans.end());
+  std::size_t total = 0, until = lo;
+  for (auto [b, e] : spans) {
+    b = std::max(b, until);
+    e = std::min(e, hi);
+    if (b < e) total += e - b, until = e;
+  }
+  return total;
+}
+
+// The checker's race and data-flow passes as they were before they became a sweep: every pair of
+// overlapping accesses, and for each read every writer of its bytes. Returns whether it accepts.
+bool quadratic_races_and_data_flow(detail::checked_program const& p) {
+  auto acc = p.accesses;
+  auto before = [&](std::uint32_t a, std::uint32_t b) { return p.before(a, b); };
+  std::sort(acc.begin(), acc.end(), [](auto const& x, auto const& y) {
+    return x.host != y.host ? x.host < y.host : x.begin < y.begin;
+  });
+  for (std::size_t i = 0; i < acc.size(); ++i)
+    for (std::size_t j = i + 1; j < acc.size() && acc[j].host == acc[i].host && acc[j].begin < acc[i].end; ++j) {
+      auto const& x = acc[i];
+      auto const& y = acc[j];
+      if (x.op == y.op || !(x.write || y.write)) continue;
+      if (!before(x.op, y.op) && !before(y.op, x.op)) return false;
+    }
+  std::vector<detail::access const*> writers;
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  for (auto const& r : acc) {
+    if (r.write) continue;
+    writers.clear();
+    spans.clear();
+    for (auto const& w : acc)
+      if (w.write && w.host == r.host && w.begin < r.end && r.begin < w.end && w.same_data(r)) {
+        if (before(r.op, w.op)) continue;
+        if (!before(w.op, r.op)) return false;
+        writers.push_back(&w);
+        spans.push_back({w.begin, w.end});
+      }
+    if (covered_length(spans, r.begin, r.end) < r.end - r.begin) return false;
+    for (auto const& x : acc) {
+      if (!x.write || x.host != r.host || !(x.begin < r.end && r.begin < x.end)) continue;
+      if (x.same_data(r)) continue;
+      if (before(r.op, x.op)) continue;
+      auto const lo = std::max(x.begin, r.begin), hi = std::min(x.end, r.end);
+      spans.clear();
+      for (auto const* w : writers)
+        if (before(x.op, w->op)) spans.push_back({w->begin, w->end});
+      if (covered_length(spans, lo, hi) < hi - lo) return false;
+    }
+  }
+  return true;
+}
+
+enum class verdict { structure, access, pass };  // rejected before the sweep, by it, or accepted
+
+// The reference: the same structural passes, then the quadratic algorithm.
+verdict reference_verdict(schedule const& s) {
+  detail::checked_program p;
+  try {
+    p = detail::check_program(s);
+    check_report r;
+    detail::replay_peaks(s, p, r);
+  } catch (schedule_error const&) {
+    return verdict::structure;
+  }
+  return quadratic_races_and_data_flow(p) ? verdict::pass : verdict::access;
+}
+
+struct composer {
+  std::mt19937_64 rng;
+  std::size_t pick(std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); }
+  bool coin() { return pick(2) == 1; }
+
+  // A random stack, policy, buffers and pipeline; nullopt-like false when the builder refuses it.
+  bool compose(schedule& out) {
+    static constexpr std::string_view slot_names[] = {"s0", "s1", "s2", "s3"};
+    static constexpr std::string_view type_names[] = {"t0", "t1", "t2"};
+    stack_spec st;
+    auto const types = 1 + pick(3);
+    auto const layers = 2 + pick(5);
+    std::vector<layer_spec> specs;
+    for (std::size_t t = 0; t < types; ++t) {
+      layer_spec l{type_names[t], {}};
+      for (std::size_t k = 0, n = 1 + pick(4); k < n; ++k) l.slots.push_back({slot_names[k], 100 + pick(6000)});
+      specs.push_back(l);
+    }
+    for (std::size_t l = 0; l < layers; ++l) st.append(specs[pick(types)]);
+    policy_spec p;
+    for (std::size_t r = 0, n = pick(4); r < n; ++r) {
+      rule_spec rule{static_cast<placement>(pick(3)), {}, 0, all_layers, 0};
+      for (auto name : slot_names)
+        if (pick(3) == 0) rule.slots.push_back(name);
+      rule.first_layer = static_cast<std::uint32_t>(pick(layers));
+      if (coin()) rule.last_layer = rule.first_layer + 1 + static_cast<std::uint32_t>(pick(layers));
+      if (pick(4) == 0) rule.min_bytes = pick(4000);
+      p.rules.push_back(rule);
+    }
+    buffer_spec b;
+    b.staging_buffers = static_cast<std::uint32_t>(1 + pick(3));
+    b.share_phase_regions = coin();
+    b.guard_bytes = coin() ? 0 : 64;
+    std::size_t const chunks[] = {0, 1000, 2048};
+    pipeline_spec pl{coin(), static_cast<std::uint32_t>(pick(layers)), chunks[pick(3)],
+                     static_cast<std::uint32_t>(1 + pick(3))};
+    collective_spec c{pick(4) == 0, pick(4) == 0};
+    try {
+      out = build_schedule(st, p, b, pl, c);
+    } catch (schedule_error const&) {
+      return false;  // e.g. a rule that decides nothing
+    }
+    return true;
+  }
+
+  std::uint32_t random_copy(schedule const& s) {
+    std::vector<std::uint32_t> copies;
+    for (std::uint32_t i = 0; i < s.ops.size(); ++i)
+      if (is_copy(s.ops[i].kind)) copies.push_back(i);
+    return copies.empty() ? static_cast<std::uint32_t>(pick(s.ops.size())) : copies[pick(copies.size())];
+  }
+
+  // One random edit that keeps indices in range, so most edited programs reach the sweep.
+  void mutate(schedule& s) {
+    switch (pick(7)) {
+      case 0:
+      case 1: {  // drop a wait
+        if (s.waits.empty()) return;
+        auto const w = pick(s.waits.size());
+        for (auto& o : s.ops)
+          if (o.wait_begin <= w && w < std::size_t{o.wait_begin} + o.wait_count) --o.wait_count;
+        s.waits.erase(s.waits.begin() + static_cast<std::ptrdiff_t>(w));
+        for (auto& o : s.ops)
+          if (o.wait_begin > w) --o.wait_begin;
+        return;
+      }
+      case 2: {  // a wait on another earlier op that records an event
+        if (s.waits.empty()) return;
+        auto const w = pick(s.waits.size());
+        std::uint32_t owner = 0;
+        for (std::uint32_t i = 0; i < s.ops.size(); ++i)
+          if (s.ops[i].wait_begin <= w && w < std::size_t{s.ops[i].wait_begin} + s.ops[i].wait_count) owner = i;
+        std::vector<std::uint32_t> candidates;
+        for (std::uint32_t i = 0; i < owner; ++i)
+          if (s.ops[i].event >= 0) candidates.push_back(i);
+        if (!candidates.empty()) s.waits[w] = candidates[pick(candidates.size())];
+        return;
+      }
+      case 3: {  // a copy's device range moved onto another copy's
+        auto const a = random_copy(s), b = random_copy(s);
+        s.ops[a].device_offset = s.ops[b].device_offset;
+        return;
+      }
+      case 4: {  // two copies swap host ranges
+        auto const a = random_copy(s), b = random_copy(s);
+        std::swap(s.ops[a].host_offset, s.ops[b].host_offset);
+        return;
+      }
+      case 5: {  // a copy moved to another stream (its waits stay)
+        auto const a = random_copy(s);
+        s.ops[a].stream = static_cast<stream_role>(pick(stream_count));
+        return;
+      }
+      case 6: {  // two slots swap backward offsets (staging or scratch addresses)
+        auto const a = pick(s.slots.size()), b = pick(s.slots.size());
+        std::swap(s.slots[a].backward_offset, s.slots[b].backward_offset);
+        return;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+TEST(CheckOracle, SweepAgreesWithTheQuadraticReference) {
+  composer gen{std::mt19937_64{20240611}};
+  int counts[3] = {0, 0, 0};
+  int programs = 0;
+  while (programs < 2500) {
+    schedule s;
+    if (!gen.compose(s)) continue;
+    ++programs;
+    ASSERT_EQ(check_error(s), "no error") << describe(s);  // built programs pass both
+    ASSERT_EQ(reference_verdict(s), verdict::pass);
+    for (std::size_t m = 0, n = 1 + gen.pick(3); m < n; ++m) gen.mutate(s);
+    auto const want = reference_verdict(s);
+    ++counts[static_cast<int>(want)];
+    auto const got = check_error(s);
+    if (want == verdict::pass) {
+      ASSERT_EQ(got, "no error") << "the reference accepts this program\n" << describe(s);
+    } else {
+      ASSERT_NE(got, "no error") << "the reference rejects this program\n" << describe(s);
+      if (want == verdict::access) {
+        EXPECT_TRUE(got.find("race: ") != std::string::npos || got.find("data flow: ") != std::string::npos) << got;
+      }
+    }
+  }
+  // The edits must exercise the sweep both ways, not only the structural passes.
+  EXPECT_GT(counts[static_cast<int>(verdict::access)], 300) << counts[0] << " " << counts[1] << " " << counts[2];
+  EXPECT_GT(counts[static_cast<int>(verdict::pass)], 300) << counts[0] << " " << counts[1] << " " << counts[2];
+  std::printf("reference verdicts: %d structural, %d race or data flow, %d pass\n", counts[0], counts[1], counts[2]);
+}
