@@ -39,7 +39,7 @@ static_assert(keep.peak_device_bytes() > budget, "keep-all is what does not fit"
 
 void show(char const* title, tide::schedule_view s) {
   auto const r = tide::check_schedule(s);  // the checker proves the program before it is shown
-  std::printf("=== %s\n%s  checker: ok (%zu overlapping accesses ordered; replayed peaks %s device, %s host)\n\n",
+  std::printf("=== %s\n%s  checker: ok (%zu ordering checks of overlapping accesses; replayed peaks %s device, %s host)\n\n",
               title, tide::describe(s).c_str(), r.conflicting_pairs,
               tide::format_bytes(static_cast<double>(r.replayed_device_bytes)).c_str(),
               tide::format_bytes(static_cast<double>(r.replayed_host_bytes)).c_str());
