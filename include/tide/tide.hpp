@@ -15,6 +15,7 @@
 #include <tide/core/stack.hpp>
 #include <tide/core/static_schedule.hpp>
 
+#include <tide/executor/arena_pool.hpp>
 #include <tide/executor/backend.hpp>
 #include <tide/executor/context.hpp>
 #include <tide/executor/executor.hpp>

@@ -1,10 +1,14 @@
 // The sim backend: exact virtual times on a 3-layer program checked by hand, link sharing,
-// recompute costs per rematted slot, determinism, capacity errors.
+// recompute costs per rematted slot, determinism, capacity errors, cost tables checked against
+// the schedule whatever the call order, sync latency, and monotonicity (more work is never faster).
 #include <gtest/gtest.h>
 
 #include <tide/backends/sim/sim_backend.hpp>
 #include <tide/tide.hpp>
 
+#include <cmath>
+#include <random>
+#include <string>
 #include <vector>
 
 using namespace tide;
@@ -205,4 +209,230 @@ TEST(Sim, CapacityAndMismatchErrorsNameTheProblem) {
   } catch (schedule_error const& e) {
     EXPECT_NE(std::string(e.what()).find("cost table has 2"), std::string::npos) << e.what();
   }
+}
+
+TEST(Sim, CostTableShorterThanTheScheduleIsAnErrorWhateverTheCallOrder) {
+  auto const s = build_schedule(three::spec(), offload_b::spec(), {}, {true, 1, 0, 2});  // 3 layers
+  auto const two_layers = build_schedule(stack<repeat<blk, 2>>::spec(), offload_b::spec());
+  auto const two = uniform_costs(2, layer_cost{.forward_us = 1, .backward_us = 2});
+  auto names_both = [](schedule_error const& e) {
+    std::string const w = e.what();
+    EXPECT_NE(w.find("the schedule has 3 layers"), std::string::npos) << w;
+    EXPECT_NE(w.find("the cost table has 2"), std::string::npos) << w;
+  };
+  // Never bound: the executor binds the backend to its schedule.
+  {
+    sim_backend b(two);
+    try {
+      executor<sim_backend> ex(b, s, sim_executor_options());
+      FAIL() << "an executor accepted a schedule longer than the cost table";
+    } catch (schedule_error const& e) {
+      names_both(e);
+    }
+  }
+  // Bound to a schedule that matches, then an executor for one that does not.
+  {
+    sim_backend b(two);
+    b.bind(two_layers);
+    try {
+      executor<sim_backend> ex(b, s, sim_executor_options());
+      FAIL() << "an executor accepted a schedule longer than the cost table";
+    } catch (schedule_error const& e) {
+      names_both(e);
+    }
+    executor<sim_backend> ok(b, two_layers, sim_executor_options());
+    auto none = [](auto const&) {};
+    ok.step(none, none);
+    EXPECT_GT(b.step_us(), 0);
+  }
+  // Bound first to the schedule that does not match.
+  {
+    sim_backend b(two);
+    try {
+      b.bind(s);
+      FAIL() << "bind accepted a schedule longer than the cost table";
+    } catch (schedule_error const& e) {
+      names_both(e);
+    }
+  }
+  // Driven by hand, without an executor or bind: run checks the layer against the table.
+  {
+    sim_backend b(two);
+    b.setup({1, 0, 0, 0});
+    b.begin_step();
+    op o{k::backward, compute};
+    o.layer = 2;
+    try {
+      b.run(compute, 7, o, {});
+      FAIL() << "run read beyond the cost table";
+    } catch (schedule_error const& e) {
+      EXPECT_NE(std::string(e.what()).find("op #7 (backward of layer 2) is beyond the cost table, which has 2 layers"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Sim, SyncLatencyIsPaidByEveryWaiterOfARecordedEvent) {
+  auto costs = hand_costs();  // 30 bytes per us
+  costs.sync_latency_us = 5;
+  sim_backend b(costs);
+  timeline t;
+  b.record_timeline(&t);
+  b.setup({3, 2, 0, 0});
+  b.begin_step();
+  b.run(compute, 0, op{k::forward, compute}, {});  // 0 -> 100
+  b.record(compute, 0);
+  b.copy(h2d, 1, op{k::prefetch, h2d}, nullptr, nullptr, 3060);  // 0 -> 102
+  b.wait(d2h, 0);   // arrives long before the record: resumes 5 us after it
+  b.wait(h2d, 0);   // arrives after the record, within the latency: resumes then too, not at once
+  b.wait(comm, 1);  // never recorded this step: no wait
+  b.end_step();
+  ASSERT_EQ(t.waits.size(), 2u);
+  EXPECT_EQ(t.waits[0].stream, d2h);
+  EXPECT_DOUBLE_EQ(t.waits[0].begin_us, 0);
+  EXPECT_DOUBLE_EQ(t.waits[0].end_us, 105);
+  EXPECT_EQ(t.waits[1].stream, h2d);
+  EXPECT_DOUBLE_EQ(t.waits[1].begin_us, 102);
+  EXPECT_DOUBLE_EQ(t.waits[1].end_us, 105);
+  EXPECT_DOUBLE_EQ(b.step_us(), 105);
+}
+
+namespace {
+
+//! A random composition on which to test monotonicity: 1..12 layers of up to 3 types.
+struct random_case {
+  stack_spec stack;
+  schedule s;
+  cost_table costs;
+};
+
+random_case make_case(std::mt19937_64& rng) {
+  auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
+  auto real = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
+  random_case c;
+  char const* type_names[] = {"t0", "t1", "t2"};
+  char const* slot_names[] = {"s0", "s1", "s2", "s3"};
+  std::vector<layer_spec> types;
+  for (std::uint64_t t = 0, n = uni(1, 3); t < n; ++t) {
+    layer_spec ls{type_names[t], {}};
+    for (std::uint64_t k = 0, m = uni(1, 4); k < m; ++k) ls.slots.push_back({slot_names[k], static_cast<std::size_t>(uni(1, 200000))});
+    types.push_back(ls);
+  }
+  auto const layers = static_cast<std::uint32_t>(uni(1, 12));
+  for (std::uint32_t l = 0; l < layers; ++l) c.stack.append(types[uni(0, types.size() - 1)]);
+  for (int attempt = 0;; ++attempt) {
+    policy_spec p;
+    for (std::uint64_t r = 0, n = attempt > 20 ? 0 : uni(0, 3); r < n; ++r) {  // at last: keep all
+      std::vector<std::string_view> slots;
+      if (uni(0, 1)) slots.push_back(slot_names[uni(0, types[0].slots.size() - 1)]);
+      auto const first = static_cast<std::uint32_t>(uni(0, layers - 1));
+      p.rules.push_back(rule_spec{uni(0, 1) ? placement::offload : placement::remat, slots, first,
+                                  static_cast<std::uint32_t>(uni(first + 1, layers)), 0});
+    }
+    buffer_spec b;
+    b.staging_buffers = static_cast<std::uint32_t>(uni(1, 3));
+    pipeline_spec pl{uni(0, 3) > 0, static_cast<std::uint32_t>(uni(0, layers - 1)),
+                     uni(0, 1) ? std::size_t{0} : static_cast<std::size_t>(uni(1000, 100000)),
+                     static_cast<std::uint32_t>(uni(1, 3))};
+    if (!pl.latency_hiding) pl.prefetch_distance = 0, b.staging_buffers = 1;
+    collective_spec col{uni(0, 3) == 0, uni(0, 3) == 0};
+    try {
+      c.s = build_schedule(c.stack, p, b, pl, col);
+      break;
+    } catch (schedule_error const&) {  // a composition the builder rejects: draw again
+      if (attempt > 20) throw;
+    }
+  }
+  // Whole microseconds, so that ties (a waiter arriving right at or just after a record) are
+  // common, as they are when layers repeat.
+  auto us = [&](std::uint64_t lo, std::uint64_t hi) { return static_cast<double>(uni(lo, hi)); };
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    layer_cost lc;
+    lc.forward_us = us(1, 60);
+    lc.backward_us = us(1, 120);
+    lc.recompute_us = uni(0, 1) ? -1 : us(1, 60);
+    if (uni(0, 1))
+      for (std::size_t k = 0; k < c.stack.layer(l).slots.size(); ++k) lc.slot_recompute_us.push_back(us(0, 30));
+    lc.gather_us = c.s.collectives.before_forward ? us(0, 20) : 0;
+    lc.collective_us = c.s.collectives.after_backward ? us(0, 20) : 0;
+    c.costs.layers.push_back(lc);
+  }
+  // Links from slow to very fast against compute (copies of 0.01 to 2000 us), with latencies
+  // and a sync latency that may dwarf the copies.
+  c.costs.link = {{std::pow(10.0, real(8, 10.5)), us(0, 10) * 1e-6}, {std::pow(10.0, real(8, 10.5)), us(0, 10) * 1e-6},
+                  uni(0, 1) == 1};
+  c.costs.sync_latency_us = us(0, 40);
+  c.costs.op_overhead_us = uni(0, 1) ? 0 : us(0, 3);
+  return c;
+}
+
+}  // namespace
+
+TEST(Sim, MoreWorkIsNeverFaster) {
+  std::mt19937_64 rng(20260517);
+  auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
+  int checks = 0;
+  for (int i = 0; i < 400; ++i) {
+    auto c = make_case(rng);
+    auto const base = simulate_step_us(c.s, c.costs);
+    auto const L = c.s.layer_count();
+    auto expect_not_faster = [&](cost_table const& more, schedule_view s, std::string const& what) {
+      auto const t = simulate_step_us(s, more);
+      EXPECT_GE(t, base) << "case " << i << ": " << what << " made the step " << base - t << " us shorter\n"
+                         << describe(c.s, {false, false});
+      ++checks;
+    };
+    for (int j = 0; j < 8; ++j) {
+      auto more = c.costs;
+      auto const l = static_cast<std::uint32_t>(uni(0, L - 1));
+      double const steps[] = {0.25, 1, 2, 5, 20, 100};
+      auto const d = steps[uni(0, 5)];
+      auto& lc = more.layers[l];
+      std::string what = "layer " + std::to_string(l) + " ";
+      switch (uni(0, 5)) {
+        case 0: lc.forward_us += d, what += "forward"; break;
+        case 1: lc.backward_us += d, what += "backward"; break;
+        case 2:
+          if (lc.recompute_us >= 0) lc.recompute_us += d;
+          else lc.forward_us += d;
+          what += "recompute";
+          break;
+        case 3:
+          if (!lc.slot_recompute_us.empty()) lc.slot_recompute_us[uni(0, lc.slot_recompute_us.size() - 1)] += d;
+          what += "slot recompute";
+          break;
+        case 4: lc.gather_us += d, what += "gather"; break;
+        case 5: lc.collective_us += d, what += "collective"; break;
+      }
+      expect_not_faster(more, c.s, what + " +" + std::to_string(d) + " us");
+    }
+    // A copy's bytes, a link's bandwidth or latency, the sync latency, the dispatch overhead.
+    std::vector<std::uint32_t> copies;
+    for (std::uint32_t o = 0; o < c.s.ops.size(); ++o)
+      if (is_copy(c.s.ops[o].kind)) copies.push_back(o);
+    for (int j = 0; j < 4 && !copies.empty(); ++j) {
+      schedule bigger = c.s;
+      auto const o = copies[uni(0, copies.size() - 1)];
+      bigger.ops[o].bytes += uni(1, 100000);
+      expect_not_faster(c.costs, bigger, "op #" + std::to_string(o) + " copying more bytes");
+    }
+    for (bool d2h : {true, false}) {
+      auto more = c.costs;
+      auto& link = d2h ? more.link.d2h : more.link.h2d;
+      link.bytes_per_second *= std::uniform_real_distribution<double>(0.1, 0.99)(rng);
+      expect_not_faster(more, c.s, d2h ? "a slower d2h link" : "a slower h2d link");
+      more = c.costs;
+      (d2h ? more.link.d2h : more.link.h2d).latency_s += 1e-6 * std::uniform_real_distribution<double>(0.01, 50)(rng);
+      expect_not_faster(more, c.s, d2h ? "a longer d2h latency" : "a longer h2d latency");
+    }
+    auto more = c.costs;
+    more.sync_latency_us += std::uniform_real_distribution<double>(0.01, 20)(rng);
+    expect_not_faster(more, c.s, "a longer sync latency");
+    more = c.costs;
+    more.op_overhead_us += std::uniform_real_distribution<double>(0.01, 5)(rng);
+    expect_not_faster(more, c.s, "a longer dispatch overhead");
+    if (HasFailure()) break;  // one counterexample is enough to read
+  }
+  EXPECT_GT(checks, 4000);
 }

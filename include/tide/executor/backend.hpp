@@ -10,6 +10,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include <tide/core/config.hpp>
 #include <tide/core/op.hpp>
@@ -29,6 +30,9 @@ struct task {
 struct arenas {
   std::byte* device = nullptr;
   std::byte* host = nullptr;
+  //! Keeps the blocks `device` and `host` point into alive while held (the executor holds it
+  //! for its lifetime); empty where nothing needs keeping (the sim). See arena_pool.hpp.
+  std::shared_ptr<void const> lease = {};
 };
 
 //! What the executor asks a backend to set up once, before the first step.
@@ -42,8 +46,12 @@ struct backend_setup {
 //! A backend opts in with `using tide_backend_tag = void;` and provides:
 //! - `stream_type`: what user lambdas receive as the stream to enqueue on (`cudaStream_t` on CUDA);
 //! - `static constexpr bool device_memory_is_host_accessible` (debug guard and poison checks);
+//! - optionally `bind(schedule_view)`: the executor hands the backend its schedule before
+//!   `setup` when the backend has this member (the sim costs recomputes per rematted slot and
+//!   checks its cost table against the schedule); it may throw to reject the schedule;
 //! - `setup(backend_setup)`: create events, reserve queues, allocate arenas (throws
-//!   `out_of_memory` naming the request and the budget);
+//!   `out_of_memory` naming the request and the budget; the budget bounds the bytes held at
+//!   once, arenas still leased by live executors included);
 //! - `stream(role)`; `record(role, event)`; `wait(role, event)` (waits for the most recent record);
 //! - `run(role, op_index, op, task)`: user compute or a collective; the backend decides when
 //!   the task runs (inline on CUDA, on the stream's worker on host, not at all in the sim);

@@ -57,7 +57,8 @@ class executor {
   using backward_context_type = tide::backward_context<stream_type>;
   using collective_context_type = tide::collective_context<stream_type>;
 
-  //! Sets up the backend for `s` (events, arenas). `s` must outlive the executor.
+  //! Binds the backend to `s` when it has `bind`, then sets it up (events, arenas). `s` must
+  //! outlive the executor.
   executor(Backend& backend, schedule_view s, executor_options opt = {})
       : backend_(backend), s_(s), opt_(opt), reloads_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {
     if (opt_.check_schedule) check_schedule(s_);
@@ -65,6 +66,9 @@ class executor {
       auto const& o = s_.ops[i];
       if (o.kind == op_kind::prefetch) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
     }
+    // The backend sees the schedule whatever the caller did (the sim checks its cost table here).
+    if constexpr (requires { backend_.bind(s_); }) backend_.bind(s_);
+    // `arenas_` holds the lease on the blocks for as long as this executor lives.
     arenas_ = backend_.setup({s_.ops.size(), s_.event_count, s_.arena.device_bytes, s_.arena.host_bytes});
   }
   executor(executor const&) = delete;

@@ -1,7 +1,8 @@
 #pragma once
 //! \file The host backend: each stream is a worker thread with a FIFO queue, events are
 //! completion counters other streams wait on, copies are `memcpy` on the copy stream's worker.
-//! The device arena is ordinary memory with a hard capacity standing for the GPU memory budget.
+//! The device arena is ordinary memory with a hard capacity standing for the GPU memory budget:
+//! it bounds the bytes held at once, arenas of live executors included (see arena_pool.hpp).
 //! An optional link model per direction paces copies, so overlap can be studied on a CPU with
 //! realistic ratios of copy time to compute time.
 
@@ -27,49 +28,28 @@
 
 #include <tide/core/error.hpp>
 #include <tide/core/link_model.hpp>
+#include <tide/executor/arena_pool.hpp>
 #include <tide/executor/backend.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
 
 struct host_backend_options {
-  std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget
-  std::size_t host_capacity = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget
+  std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget, bytes held at once
+  std::size_t host_capacity = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
   link_model d2h{};
   link_model h2d{};
 };
 
 namespace detail {
 
-//! Memory with a hard capacity; one block, kept across steps, grown only when asked for more.
-class capped_arena {
- public:
-  capped_arena(char const* name, std::size_t capacity) : name_(name), capacity_(capacity) {}
-  std::byte* reserve(std::size_t bytes) {
-    if (bytes > capacity_) throw out_of_memory(std::string("tide: host backend ") + name_ + " arena", bytes, capacity_);
-    if (bytes > size_ || !data_) {
-      // An executor set up earlier on this backend keeps using the block it was given: retire
-      // it rather than free it.
-      if (data_) retired_.push_back(std::move(data_));
-      data_.reset(static_cast<std::byte*>(::operator new(bytes == 0 ? 1 : bytes, std::align_val_t{4096})));
-      size_ = bytes;
-    }
-    peak_ = std::max(peak_, bytes);
-    return data_.get();
+//! Page-aligned host memory for an arena_pool; nullptr (not `std::bad_alloc`) when the machine
+//! has not that much, so that the pool reports it as `out_of_memory` naming the request.
+struct page_allocator {
+  std::byte* allocate(std::size_t bytes) noexcept {
+    return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}, std::nothrow));
   }
-  std::size_t size() const noexcept { return size_; }
-  std::size_t peak() const noexcept { return peak_; }
-  std::size_t capacity() const noexcept { return capacity_; }
-
- private:
-  struct deleter {
-    void operator()(std::byte* p) const noexcept { ::operator delete(p, std::align_val_t{4096}); }
-  };
-  char const* name_;
-  std::size_t capacity_;
-  std::size_t size_ = 0, peak_ = 0;
-  std::unique_ptr<std::byte, deleter> data_;
-  std::vector<std::unique_ptr<std::byte, deleter>> retired_;
+  void deallocate(std::byte* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{4096}); }
 };
 
 }  // namespace detail
@@ -83,7 +63,9 @@ class host_backend {
   using clock = std::chrono::steady_clock;
 
   explicit host_backend(host_backend_options opt = {})
-      : opt_(opt), device_("device", opt.device_capacity), host_("pinned host", opt.host_capacity) {
+      : opt_(opt),
+        device_("tide: host backend device arena", opt.device_capacity),
+        host_("tide: host backend pinned host arena", opt.host_capacity) {
     std::size_t started = 0;
     try {
       for (; started < stream_count; ++started) workers_[started] = std::thread([this, s = started] { work(s); });
@@ -99,11 +81,18 @@ class host_backend {
   //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
   void record_timeline(timeline* t) noexcept { timeline_ = t; }
   host_backend_options const& options() const noexcept { return opt_; }
+  //! The largest arena an executor was given.
   std::size_t device_peak_bytes() const noexcept { return device_.peak(); }
   std::size_t host_peak_bytes() const noexcept { return host_.peak(); }
+  //! Bytes allocated now: the current arena plus earlier ones that live executors still hold.
+  //! The capacities bound these.
+  std::size_t device_held_bytes() const { return device_.held_bytes(); }
+  std::size_t host_held_bytes() const { return host_.held_bytes(); }
 
   arenas setup(backend_setup const& s) {
-    arenas a{device_.reserve(s.device_bytes), host_.reserve(s.host_bytes)};
+    auto d = device_.reserve(s.device_bytes);
+    auto h = host_.reserve(s.host_bytes);
+    arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     if (events_.size() < s.events) {
       std::vector<event> e(s.events);
       events_.swap(e);
@@ -217,9 +206,8 @@ class host_backend {
     q.ready.notify_one();
   }
 
-  double now_us() const noexcept {
-    return std::chrono::duration<double, std::micro>(clock::now() - start_).count();
-  }
+  double us(clock::time_point t) const noexcept { return std::chrono::duration<double, std::micro>(t - start_).count(); }
+  double now_us() const noexcept { return us(clock::now()); }
 
   void work(std::size_t s) {
 #ifdef __linux__
@@ -253,24 +241,34 @@ class host_backend {
           break;
         }
         case item::copy: {
-          auto const b = now_us();
-          std::memcpy(it.dst, it.src, it.bytes);
+          auto const picked = clock::now();
           if (auto const secs = it.pace->seconds(it.bytes); secs > 0) {
             // Pace against the link's own schedule, as a copy engine would run: a copy that was
             // ready (queued, its waits done) when the link became free starts then, not when this
             // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
             auto& link = link_free_[it.pace == &opt_.d2h ? 0 : 1];
-            auto const due = std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
-            // Never faster than the copy really took (a preempted memcpy), never slower than the link.
-            auto const end = std::max(due + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs)),
-                                      clock::now());
+            auto const start =
+                std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
+            auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs));
+            // The data becomes visible only when the copy completes on the link's schedule, as on a
+            // GPU: a reader that misses a wait sees the old bytes, and the source is read at the
+            // end, so one overwritten during the copy shows too.
+            std::this_thread::sleep_until(due);
+            auto const moving = clock::now();
+            std::memcpy(it.dst, it.src, it.bytes);
+            auto const done = clock::now();
+            // The link stands for the memcpy: it is free again at `due`, unless moving the bytes
+            // took longer than the link's time (never faster than the copy really took).
+            auto const end = std::max(due, start + (done - moving));
             link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
-            std::this_thread::sleep_until(end);
             ready_at = end;
+            // The span: from when this stream was on the copy to when its data became visible.
+            if (timeline_) spans_[s].push_back({it.index, role, us(std::max(start, picked)), us(done)});
           } else {
+            std::memcpy(it.dst, it.src, it.bytes);
             ready_at = clock::now();
+            if (timeline_) spans_[s].push_back({it.index, role, us(picked), us(ready_at)});
           }
-          if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
           break;
         }
         case item::record: {
@@ -298,7 +296,7 @@ class host_backend {
   }
 
   host_backend_options opt_;
-  detail::capped_arena device_, host_;
+  arena_pool<detail::page_allocator> device_, host_;
   std::array<std::atomic<clock::rep>, 2> link_free_{};  // d2h, h2d: when the paced link is next free
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded

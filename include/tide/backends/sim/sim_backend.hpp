@@ -7,8 +7,10 @@
 //! The executor issues every op, and every wait and record around it, in program order, and on
 //! each stream ops run in that order; so one pass in issue order yields the whole timeline: a
 //! stream's op starts when the stream is free, the events it waits on have been recorded, and
-//! (for a copy) the link direction is free. The result is deterministic and a 128-layer step
-//! takes well under a millisecond, so planners and sweeps can call it thousands of times.
+//! (for a copy) the link direction is free. A recorded event is usable `sync_latency_us` after
+//! its record, by every waiter, so the step time is a max-plus function of the costs: more work
+//! is never faster. The result is deterministic and a 128-layer step takes well under a
+//! millisecond, so planners and sweeps can call it thousands of times.
 
 #include <algorithm>
 #include <array>
@@ -45,7 +47,9 @@ class sim_backend {
   sim_backend(cost_table&&, sim_options = {}) = delete;
 
   //! Tells the backend which slots each layer rematerializes, so that a recompute costs only the
-  //! slots it produces. Without it a recompute costs the layer's full recompute time.
+  //! slots it produces, and checks that the cost table has one layer per layer of `s` (throws
+  //! `schedule_error` naming both counts). The executor calls it on construction; without it a
+  //! recompute costs the layer's full recompute time.
   void bind(schedule_view s) {
     if (s.layer_count() != costs_->layer_count())
       throw schedule_error("tide: sim backend: the schedule has " + std::to_string(s.layer_count()) +
@@ -70,7 +74,7 @@ class sim_backend {
       throw out_of_memory("tide: sim backend pinned host arena", s.host_bytes, opt_.host_capacity);
     device_bytes_ = s.device_bytes;
     host_bytes_ = s.host_bytes;
-    event_us_.assign(s.events, 0.0);
+    event_us_.assign(s.events, never);
     if (timeline_) timeline_->reserve(s.ops);
     // The executor forms pointers from these bases and offsets but the sim never dereferences
     // them; distinct non-null bases keep that arithmetic well defined for sanitizers.
@@ -80,17 +84,24 @@ class sim_backend {
   stream_type stream(stream_role r) const noexcept { return r; }
 
   void record(stream_role r, std::uint32_t e) { event_us_[e] = ready_[index(r)]; }
+  //! Waits for the most recent record, as on CUDA: the stream resumes no earlier than
+  //! `sync_latency_us` after it, whether it arrived before or after the record (a later waiter is
+  //! never better off than an earlier one). A never-recorded event is a no-op, as on CUDA.
   void wait(stream_role r, std::uint32_t e) {
+    if (event_us_[e] == never) return;
     auto& t = ready_[index(r)];
-    auto const at = event_us_[e];  // the most recent record, as on CUDA; 0 when never recorded
-    if (at <= t) return;
-    auto const resume = at + costs_->sync_latency_us;
-    if (timeline_) timeline_->waits.push_back({r, e, t, resume});
-    t = resume;
+    auto const usable = event_us_[e] + costs_->sync_latency_us;
+    if (usable <= t) return;
+    if (timeline_) timeline_->waits.push_back({r, e, t, usable});
+    t = usable;
   }
   //! Compute or a collective: advances the stream by the op's cost. The task is not called:
   //! there is no data.
   void run(stream_role r, std::uint32_t i, op const& o, task) {
+    if (o.layer >= costs_->layer_count())
+      throw schedule_error("tide: sim backend: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) +
+                           " of layer " + std::to_string(o.layer) + ") is beyond the cost table, which has " +
+                           std::to_string(costs_->layer_count()) + " layers: give one layer_cost per layer");
     auto const& c = costs_->layers[o.layer];
     double d = 0;
     switch (o.kind) {
@@ -116,13 +127,14 @@ class sim_backend {
   void begin_step() {
     ready_.fill(0);
     link_us_.fill(0);
-    std::fill(event_us_.begin(), event_us_.end(), 0.0);
+    std::fill(event_us_.begin(), event_us_.end(), never);
     step_us_ = 0;
     if (timeline_) timeline_->clear();
   }
   void end_step() noexcept { step_us_ = *std::max_element(ready_.begin(), ready_.end()); }
 
  private:
+  static constexpr double never = std::numeric_limits<double>::lowest();  // an event not recorded this step
   static std::size_t index(stream_role r) noexcept { return static_cast<std::size_t>(r); }
   double advance(stream_role r, std::uint32_t i, double begin, double d) {
     auto const end = begin + d;
@@ -155,8 +167,7 @@ inline constexpr executor_options sim_executor_options() noexcept {
 //! inner loop).
 inline double simulate_step_us(schedule_view s, cost_table const& costs) {
   sim_backend b(costs);
-  b.bind(s);
-  executor<sim_backend> ex(b, s, sim_executor_options());
+  executor<sim_backend> ex(b, s, sim_executor_options());  // binds `b` to `s`
   auto none = [](auto const&) {};
   ex.step(none, none);
   return b.step_us();
@@ -172,7 +183,6 @@ struct sim_result {
 inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
   sim_result r;
   sim_backend b(costs, opt);
-  b.bind(s);
   b.record_timeline(&r.trace);
   executor<sim_backend> ex(b, s, sim_executor_options());
   auto none = [](auto const&) {};
