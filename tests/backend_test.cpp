@@ -120,7 +120,7 @@ TEST(HostArenas, AllocationTheMachineRefusesIsOutOfMemory) {
   constexpr std::size_t huge = std::size_t{1} << 62;
   for (bool device : {true, false}) {
     try {
-      b.setup({1, 0, device ? huge : 64, device ? 64 : huge});
+      b.setup({.ops = 1, .device_bytes = device ? huge : 64, .host_bytes = device ? 64 : huge});
       FAIL() << "expected out_of_memory";
     } catch (out_of_memory const& e) {
       EXPECT_EQ(e.requested, huge);
@@ -138,13 +138,13 @@ namespace {
 //! Counts live blocks; refuses requests above 1000 bytes (nullptr), throws `bad_alloc` above 2000.
 struct counting_allocator {
   int* live;
-  std::byte* allocate(std::size_t n) {
+  std::byte* allocate(std::size_t n, std::size_t) {
     if (n > 2000) throw std::bad_alloc();
     if (n > 1000) return nullptr;
     ++*live;
     return new std::byte[n];
   }
-  void deallocate(std::byte* p, std::size_t) noexcept {
+  void deallocate(std::byte* p, std::size_t, std::size_t) noexcept {
     --*live;
     delete[] p;
   }

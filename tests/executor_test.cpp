@@ -83,9 +83,21 @@ TEST(Executor, MlpGradientsBitwiseEqualAcrossPoliciesAndPipelines) {
   EXPECT_GT(n, 100);
 }
 
-TEST(Executor, StressRandomStacksPoliciesPipelines) {
+namespace {
+//! Random cases per stress test: TIDE_STRESS_CASES from the environment, else as built.
+int stress_cases() {
+#ifdef TIDE_STRESS_CASES
+  int cases = TIDE_STRESS_CASES;
+#else
   int cases = 500;
+#endif
   if (char const* e = std::getenv("TIDE_STRESS_CASES")) cases = std::atoi(e);
+  return cases;
+}
+}  // namespace
+
+TEST(Executor, StressRandomStacksPoliciesPipelines) {
+  int const cases = stress_cases();
   std::mt19937_64 rng(20261129);
   auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
   host_backend b;
@@ -115,6 +127,7 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
       st.append(t);
     }
     policy_spec p;
+    p.allow_unused_rules = true;  // random rules often shadow one another
     auto const n_rules = uni(0, 4);
     for (std::uint64_t r = 0; r < n_rules; ++r) {
       rule_spec rs{static_cast<placement>(uni(0, 2)), {}, static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
@@ -136,6 +149,116 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
     auto const got = workload::run(b, s, 2, {true, true});
     ASSERT_EQ(got, want) << "case " << i << "\n" << describe(s);
   }
+}
+
+// ---- the chain workload: layer l + 1 reads layer l's output ---------------------------------
+
+TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
+  int const cases = stress_cases();
+  std::mt19937_64 rng(20260611);
+  auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
+  host_backend fast;
+  host_backend_options po;
+  po.d2h = po.h2d = {4e9, 20e-6};  // a paced link: copies take long enough to race with compute
+  host_backend paced(po);
+  char const* type_names[] = {"t0", "t1", "t2", "t3"};
+  std::vector<std::string_view> const derived_names = {"d0", "d1", "d2", "d3", "d4"};
+  for (int i = 0; i < cases; ++i) {
+    // 1..48 layers of up to 4 types; each type has "input" (at a random position) and 0..5
+    // derived slots; sizes log-uniform in [1 B, 2 MiB], at most 12 MiB in all.
+    auto const n_types = uni(1, 4);
+    std::vector<layer_spec> types;
+    for (std::uint64_t t = 0; t < n_types; ++t) {
+      layer_spec ls{type_names[t], {}};
+      auto const n_derived = uni(0, 5);
+      auto const at = uni(0, n_derived);
+      for (std::uint64_t k = 0; k <= n_derived; ++k) {
+        auto const bits = uni(0, 20);
+        auto const bytes = static_cast<std::size_t>(uni(std::uint64_t{1} << bits, (std::uint64_t{2} << bits) - 1));
+        ls.slots.push_back({k == at ? workload::chain::input : derived_names[k - (k > at)], bytes});
+      }
+      types.push_back(ls);
+    }
+    stack_spec st;
+    auto const layers = static_cast<std::uint32_t>(uni(1, 48));
+    std::size_t total = 0;
+    for (std::uint32_t l = 0; l < layers; ++l) {
+      auto const& t = types[uni(0, n_types - 1)];
+      for (auto const& sl : t.slots) total += sl.bytes;
+      if (total > (12u << 20) && l > 0) break;
+      st.append(t);
+    }
+    std::vector<std::string_view> present;  // derived names some type has
+    for (auto n : derived_names)
+      if (st.has_slot(n)) present.push_back(n);
+    // Never remat "input": recompute mode cannot rebuild it (it is the previous layer's output,
+    // long overwritten), and the builder accepting such a policy is a known bug handled
+    // separately (see ChainWorkloadDetectsRematOfTheInput). Input is kept or offloaded; derived
+    // slots get anything.
+    policy_spec p;
+    p.allow_unused_rules = true;  // random rules often shadow one another
+    auto const n_rules = uni(0, 5);
+    for (std::uint64_t r = 0; r < n_rules; ++r) {
+      rule_spec rs{static_cast<placement>(uni(0, 2)), {}, static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
+                   all_layers, uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
+      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, st.layer_count()));
+      if (uni(0, 1)) {
+        rs.slots.push_back(workload::chain::input);
+        if (!present.empty() && uni(0, 1)) rs.slots.push_back(present[uni(0, present.size() - 1)]);
+      } else if (!present.empty() && uni(0, 2)) {
+        rs.slots.push_back(present[uni(0, present.size() - 1)]);
+      }
+      if (rs.action == placement::remat) {
+        std::erase(rs.slots, workload::chain::input);
+        if (rs.slots.empty()) {  // "any slot" would include the input: name the derived ones
+          if (present.empty()) rs.action = placement::offload;
+          for (auto n : present)
+            if (uni(0, 1) || n == present.back()) rs.slots.push_back(n);
+        }
+      }
+      p.rules.push_back(rs);
+    }
+    buffer_spec bs;
+    bs.staging_buffers = static_cast<std::uint32_t>(uni(1, 4));
+    bs.guard_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 64));
+    bs.share_phase_regions = uni(0, 1);
+    bs.device_alignment = std::size_t{1} << uni(0, 12);
+    bs.host_alignment = std::size_t{1} << uni(0, 8);
+    pipeline_spec pl{uni(0, 3) != 0, static_cast<std::uint32_t>(uni(0, std::min<std::uint64_t>(4, st.layer_count() - 1))),
+                     uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 20)), static_cast<std::uint32_t>(uni(1, 3))};
+    collective_spec cs{uni(0, 3) == 0, uni(0, 3) == 0};
+    int const steps = static_cast<int>(uni(2, 3));
+    auto const keep = build_schedule(st, {});
+    auto const s = build_schedule(st, p, bs, pl, cs);
+    auto const want = workload::run_chain(fast, keep, steps, {true, false});
+    auto& b = i % 2 ? paced : fast;
+    auto const got = workload::run_chain(b, s, steps, {true, true});
+    ASSERT_EQ(got, want) << "case " << i << (i % 2 ? " (paced link)" : "") << "\n" << describe(s);
+  }
+}
+
+// The chain workload sees what the synthetic one cannot: the input slot rematerialized. Recompute
+// mode does not rebuild the input (its data, the previous layer's output, is gone), so the
+// backward reads whatever the scratch holds. Either the builder rejects the policy (the fix being
+// made in core/schedule.hpp) or the gradients differ from keep-all.
+TEST(Executor, ChainWorkloadDetectsRematOfTheInput) {
+  stack_spec st;
+  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  host_backend b;
+  auto const keep = build_schedule(st, {});
+  auto const want = workload::run_chain(b, keep, 2);
+  for (auto const& p : {rules({{placement::remat, {"input"}, 0, all_layers, 0}}), rules({r_remat({})}),
+                        rules({r_remat({"input", "h"}, 2, 4)})}) {
+    try {
+      auto const s = build_schedule(st, p);
+      EXPECT_NE(workload::run_chain(b, s, 2), want) << describe(s);
+    } catch (schedule_error const&) {
+      // rejected: as good
+    }
+  }
+  // And a sound policy on the same stack matches keep-all, so the difference above is the remat.
+  auto const ok = build_schedule(st, rules({r_offload({"input"}), r_remat({"h", "act"})}));
+  EXPECT_EQ(workload::run_chain(b, ok, 2), want);
 }
 
 // ---- failure paths ---------------------------------------------------------------------------

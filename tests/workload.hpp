@@ -1,11 +1,16 @@
 #pragma once
-// A synthetic workload for executor tests: forward fills each slot with a pattern that depends
+// Workloads for executor tests. `synthetic`: forward fills each slot with a pattern that depends
 // on (layer, slot, step); backward folds each slot's bytes into a per-layer digest. Any byte
-// that reaches a backward from the wrong place, or too early, changes the digest.
+// that reaches a backward from the wrong place, or too early, changes the digest. `chain`: layer
+// l + 1's input is layer l's output, as in a real network (see below).
 #include <tide/tide.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <stdexcept>
+#include <string_view>
 #include <vector>
 
 namespace workload {
@@ -49,6 +54,146 @@ struct synthetic {
     digest[c.layer] = h;
   }
 };
+
+// ---- a chain workload: data really flows from layer to layer --------------------------------
+//
+// Like a real network (examples/mlp/mlp.hpp): each layer type has a slot named "input" and
+// other ("derived") slots. The forward of layer l copies the working activation (layer 0: a
+// batch that depends on the step; layer l: layer l - 1's output) into its input slot, computes
+// every derived slot from the input SLOT, and writes its output, computed from the input slot
+// and its parameter, into the working buffer. In recompute mode it writes only the slots it must
+// produce, from the saved input slot, and touches nothing else. Backward starts from a loss
+// gradient of the last output, folds the gradient and every slot byte into the layer's
+// "parameter gradient" and passes a gradient to the layer below; after each step the parameters
+// move by their gradients, so step 2 depends on step 1. All arithmetic is on 64-bit words:
+// bitwise reproducible, and any stale, missing or misplaced byte changes the gradients. Unlike
+// the synthetic workload it also sees a slot rebuilt from the wrong layer's data.
+//
+// Spans are processed as 8-byte words; the last word of a span may be partial (zero padded).
+
+inline std::size_t words(std::size_t bytes) { return (bytes + 7) / 8; }
+template <class Byte>
+std::uint64_t load_word(std::span<Byte> s, std::size_t i) {
+  std::uint64_t w = 0;
+  std::memcpy(&w, s.data() + 8 * i, std::min<std::size_t>(8, s.size() - 8 * i));
+  return w;
+}
+inline void store_word(std::span<std::byte> s, std::size_t i, std::uint64_t w) {
+  std::memcpy(s.data() + 8 * i, &w, std::min<std::size_t>(8, s.size() - 8 * i));
+}
+//! FNV-style fold: each step is a bijection of h, so changing any byte changes the result.
+template <class Byte>
+std::uint64_t fold(std::uint64_t h, std::span<Byte> s) {
+  for (std::size_t i = 0, n = words(s.size()); i < n; ++i) h = (h ^ load_word(s, i)) * 1099511628211ull;
+  return (h ^ s.size()) * 1099511628211ull;
+}
+//! dst word i = mix(seed + i) ^ src word (i mod |src|): every word depends on `seed` and on src.
+template <class Byte>
+void derive(std::span<std::byte> dst, std::uint64_t seed, std::span<Byte> src) {
+  auto const sw = words(src.size());
+  for (std::size_t i = 0, n = words(dst.size()); i < n; ++i) store_word(dst, i, mix(seed + i) ^ load_word(src, i % sw));
+}
+
+struct chain {
+  static constexpr std::string_view input = "input";
+  std::uint64_t step = 0;
+  std::vector<std::size_t> in_bytes, out_bytes;  // per layer; out_bytes[l] == in_bytes[l + 1]
+  std::vector<std::uint64_t> param, grad;        // per layer
+  std::uint64_t input_grad = 0;                  // fold of the gradient reaching the batch
+  std::vector<std::byte> work, g, g_next;        // working activation, gradient (out, in)
+  std::size_t work_bytes = 0, g_bytes = 0;
+
+  //! Every layer of `s` must have a slot named "input".
+  explicit chain(tide::schedule_view s) : param(s.layer_count()), grad(s.layer_count(), 0) {
+    for (std::uint32_t l = 0; l < s.layer_count(); ++l) {
+      std::size_t n = 0;
+      for (auto const& b : s.slots_of(l))
+        if (b.name == input) n = b.bytes;
+      if (n == 0) throw std::logic_error("chain: every layer needs a slot named 'input'");
+      in_bytes.push_back(n);
+      param[l] = mix(0xC4A1 + l);
+    }
+    for (std::uint32_t l = 0; l < s.layer_count(); ++l)
+      out_bytes.push_back(l + 1 < s.layer_count() ? in_bytes[l + 1] : in_bytes[l]);
+    std::size_t most = 0;
+    for (auto n : in_bytes) most = std::max(most, n);
+    work.resize(most);
+    g.resize(most);
+    g_next.resize(most);
+  }
+
+  template <class Ctx>
+  void forward(Ctx const& c) {
+    auto const l = c.layer;
+    auto const ki = c.slot_index(input);
+    auto x = c.slot(ki);
+    if (!c.recompute) {  // the input slot is saved data: recompute mode must not rebuild it
+      if (l == 0) {  // a fresh batch each step
+        work_bytes = in_bytes[0];
+        for (std::size_t i = 0, n = words(work_bytes); i < n; ++i)
+          store_word(std::span(work.data(), work_bytes), i, mix((step << 32) + i));
+      }
+      if (work_bytes != x.size()) throw std::logic_error("chain: activation size mismatch");
+      std::memcpy(x.data(), work.data(), x.size());
+    }
+    auto const hx = fold(param[l], x);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k)
+      if (k != ki && c.produces(k)) derive(c.slot(k), hx + 0x9E3779B97F4A7C15ull * (k + 1), x);
+    if (!c.recompute) {
+      work_bytes = out_bytes[l];
+      derive(std::span(work.data(), work_bytes), hx, x);
+    }
+  }
+
+  template <class Ctx>
+  void backward(Ctx const& c) {
+    auto const l = c.layer;
+    if (l + 1 == param.size()) {  // the loss gradient of the last output against a target
+      g_bytes = work_bytes;
+      for (std::size_t i = 0, n = words(g_bytes); i < n; ++i)
+        store_word(std::span(g.data(), g_bytes), i, load_word(std::span(work.data(), work_bytes), i) - mix(0x7A67 + i));
+    }
+    if (g_bytes != out_bytes[l]) throw std::logic_error("chain: gradient size mismatch");
+    std::span<std::byte const> go(g.data(), g_bytes);
+    auto h = fold(param[l], go);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k) h = fold(h ^ k, c.slot(k));
+    grad[l] = mix(grad[l] + h);
+    auto x = c.slot(c.slot_index(input));
+    std::span<std::byte> gi(g_next.data(), x.size());
+    auto const gw = words(go.size());
+    for (std::size_t i = 0, n = words(gi.size()); i < n; ++i)
+      store_word(gi, i, mix(h + i) ^ load_word(x, i) ^ load_word(go, i % gw));
+    std::swap(g, g_next);
+    g_bytes = gi.size();
+    if (l == 0) input_grad = fold(input_grad, std::span<std::byte const>(g.data(), g_bytes));
+  }
+
+  //! Ends a step: appends its gradients (per layer, then the batch's) to `out`, applies them to
+  //! the parameters and clears them.
+  void update(std::vector<std::uint64_t>& out) {
+    for (std::size_t l = 0; l < grad.size(); ++l) {
+      out.push_back(grad[l]);
+      param[l] = mix(param[l] ^ grad[l]);
+      grad[l] = 0;
+    }
+    out.push_back(input_grad);
+    input_grad = 0;
+    ++step;
+  }
+};
+
+//! Runs `steps` steps of the chain workload on `s`; returns every step's gradients.
+template <class Backend>
+std::vector<std::uint64_t> run_chain(Backend& b, tide::schedule_view s, int steps = 2, tide::executor_options o = {}) {
+  tide::executor exec(b, s, o);
+  chain w(s);
+  std::vector<std::uint64_t> out;
+  for (int i = 0; i < steps; ++i) {
+    exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+    w.update(out);
+  }
+  return out;
+}
 
 //! Runs `steps` steps of the synthetic workload on `s`; returns the per-layer digests.
 template <class Backend>

@@ -4,15 +4,17 @@
 #      2-rank MPI tests, and every CUDA target compiled for sm_90 when nvcc is found (GPU tests
 #      exit 77 without a GPU and count as skipped);
 #   2. the host tests again under ThreadSanitizer;
-#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer.
-# Usage: tools/test.sh [main|tsan|asan ...]   (default: all three)
+#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. the schedule fuzzer (libFuzzer with clang, ASan + UBSan): 45 s from the seed corpus, and
+#      the saved regression inputs replayed.
+# Usage: tools/test.sh [main|tsan|asan|fuzz ...]   (default: all four)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
 export PATH="$PATH:/usr/local/cuda/bin"
 jobs=$(nproc)
 configs=("$@")
-[ ${#configs[@]} -eq 0 ] && configs=(main tsan asan)
+[ ${#configs[@]} -eq 0 ] && configs=(main tsan asan fuzz)
 
 setup() {  # dir, options...
   local dir=$1
@@ -40,7 +42,21 @@ for c in "${configs[@]}"; do
       meson test -C "build-test/$c" --print-errorlogs --num-processes "$jobs" --no-suite compile --no-suite mpi \
         --no-suite consumer --no-suite timing
       ;;
-    *) echo "unknown configuration '$c' (main, tsan, asan)" >&2; exit 2 ;;
+    fuzz)
+      # libFuzzer comes with clang (Debian: clang and libclang-rt-14-dev); the sanitizers are set
+      # on the fuzz target itself, so b_sanitize stays off. Only the fuzz suite is built and run.
+      if ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
+          clang++ -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
+        sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q clang libclang-rt-dev >/dev/null
+      fi
+      CXX=clang++ CC=clang setup build-test/fuzz -Dfuzz=true -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false \
+        -Dexamples=false -Db_sanitize=none
+      ninja -C build-test/fuzz -j "$jobs" tests/fuzz/fuzz_schedule
+      meson test -C build-test/fuzz --no-rebuild --print-errorlogs --num-processes "$jobs" --suite fuzz
+      ;;
+    *) echo "unknown configuration '$c' (main, tsan, asan, fuzz)" >&2; exit 2 ;;
   esac
 done
 

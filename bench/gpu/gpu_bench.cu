@@ -61,7 +61,7 @@ void tide_copy(benchmark::State& state, bool to_host) {
   tide::cuda_backend_options o;
   o.nvtx = true;
   tide::cuda_backend be(o);
-  auto const a = be.setup({1, 0, n, n});
+  auto const a = be.setup({.ops = 1, .device_bytes = n, .host_bytes = n});
   TIDE_CUDA_CHECK(cudaMemset(a.device, 1, n));
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
   tide::op op;

@@ -50,6 +50,8 @@ int main() {
           for (std::uint32_t l = 0; l < d.layers; ++l) hooks.all_reduce(l, m.weight_grad(l), m.weight_elements());
           cuda_stack::run_options o;
           o.steps = 2;
+          // A dead peer, or an NCCL error, ends the wait with an error instead of a hang.
+          o.watcher = [&hooks](bool timed_out) { hooks.poll(timed_out); };
           o.before_first_step = [&] {
             arrived = true;
             ready.arrive_and_wait();

@@ -1,13 +1,17 @@
-// The layer stack's kernels. Simple and deterministic rather than fast: a tiled GEMM with a
-// fixed k order, and one block per row for the normalization with a fixed reduction tree.
+// The layer stack's kernels: GEMMs through cuBLAS (bitwise reproducible run to run on one GPU
+// for a given toolkit, per NVIDIA's cuBLAS documentation, "Results reproducibility"), and simple
+// deterministic elementwise and normalization kernels (one block per row, a fixed reduction tree).
 #include "kernels.hpp"
+
+#include <cublas_v2.h>
+
+#include <string>
 
 #include <tide/backends/cuda/cuda_error.hpp>
 
 namespace cuda_stack {
 namespace {
 
-constexpr int tile = 16;
 constexpr int row_threads = 256;
 constexpr float eps = 1e-5f;
 
@@ -27,23 +31,6 @@ __global__ void fill_random_kernel(float* p, std::size_t n, std::uint32_t seed, 
   }
 }
 
-__global__ void gemm_kernel(int m, int n, int k, float const* a, int a_row, int a_col, float const* b, int b_row,
-                            int b_col, float* c) {
-  __shared__ float as[tile][tile];
-  __shared__ float bs[tile][tile];
-  int const i = blockIdx.y * tile + threadIdx.y;
-  int const j = blockIdx.x * tile + threadIdx.x;
-  float acc = 0.0f;
-  for (int l0 = 0; l0 < k; l0 += tile) {
-    int const la = l0 + threadIdx.x, lb = l0 + threadIdx.y;
-    as[threadIdx.y][threadIdx.x] = i < m && la < k ? a[std::size_t(i) * a_row + std::size_t(la) * a_col] : 0.0f;
-    bs[threadIdx.y][threadIdx.x] = lb < k && j < n ? b[std::size_t(lb) * b_row + std::size_t(j) * b_col] : 0.0f;
-    __syncthreads();
-    for (int l = 0; l < tile; ++l) acc = fmaf(as[threadIdx.y][l], bs[l][threadIdx.x], acc);
-    __syncthreads();
-  }
-  if (i < m && j < n) c[std::size_t(i) * n + j] = acc;
-}
 
 __global__ void relu_forward_kernel(float const* x, float* y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
@@ -106,12 +93,50 @@ void fill_random(float* p, std::size_t n, std::uint32_t seed, float scale, cudaS
   TIDE_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+void check_cublas(cublasStatus_t st, char const* call) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    throw tide::error(std::string("cuda_stack: ") + call + " failed with " + cublasGetStatusName(st) + " (" +
+                      cublasGetStatusString(st) + ")");
+}
+//! One handle per device and host thread (cuBLAS handles are not thread-safe), created on first
+//! use; the stream is set per call, since forward, recompute and backward share it.
+cublasHandle_t handle() {
+  struct owner {
+    cublasHandle_t h = nullptr;
+    int device = -1;
+    ~owner() {
+      if (h) static_cast<void>(cublasDestroy(h));
+    }
+  };
+  thread_local owner o;
+  int device = 0;
+  TIDE_CUDA_CHECK(cudaGetDevice(&device));
+  if (o.h && o.device != device) {
+    static_cast<void>(cublasDestroy(o.h));
+    o.h = nullptr;
+  }
+  if (!o.h) {
+    check_cublas(cublasCreate(&o.h), "cublasCreate");
+    o.device = device;
+    // FP32 products stay FP32 (no TF32), so the example's numbers do not depend on a math mode.
+    check_cublas(cublasSetMathMode(o.h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+  }
+  return o.h;
+}
+}  // namespace
+
+// Row-major C = A B is column-major C^T = B^T A^T. A row-major operand with unit column stride is,
+// read column-major, its own transpose (op N); one with unit row stride is the matrix itself (op T).
 void gemm(int m, int n, int k, float const* a, int a_row, int a_col, float const* b, int b_row, int b_col, float* c,
           cudaStream_t s) {
-  dim3 const block(tile, tile);
-  dim3 const grid(static_cast<unsigned>((n + tile - 1) / tile), static_cast<unsigned>((m + tile - 1) / tile));
-  gemm_kernel<<<grid, block, 0, s>>>(m, n, k, a, a_row, a_col, b, b_row, b_col, c);
-  TIDE_CUDA_CHECK(cudaGetLastError());
+  auto const h = handle();
+  check_cublas(cublasSetStream(h, s), "cublasSetStream");
+  auto const op_b = b_col == 1 ? CUBLAS_OP_N : CUBLAS_OP_T;
+  auto const op_a = a_col == 1 ? CUBLAS_OP_N : CUBLAS_OP_T;
+  int const ld_b = b_col == 1 ? b_row : b_col, ld_a = a_col == 1 ? a_row : a_col;
+  float const one = 1.0f, zero = 0.0f;
+  check_cublas(cublasSgemm(h, op_b, op_a, n, m, k, &one, b, ld_b, a, ld_a, &zero, c, n), "cublasSgemm");
 }
 
 void relu_forward(float const* x, float* y, std::size_t n, cudaStream_t s) {

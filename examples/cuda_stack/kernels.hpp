@@ -1,6 +1,6 @@
 #pragma once
-// Launchers of the layer stack's kernels (kernels.cu). Every kernel is deterministic: fixed
-// summation orders, no atomics, so a layer computes bitwise the same result every time it runs
+// Launchers of the layer stack's kernels (kernels.cu). Every kernel is deterministic (cuBLAS
+// run to run on one GPU; ours with fixed summation orders and no atomics), so a layer computes bitwise the same result every time it runs
 // on the same input, which is what lets gradients be compared bitwise between policies.
 // Matrices are row-major float; every launcher enqueues on `s` and checks the launch.
 
@@ -15,7 +15,8 @@ namespace cuda_stack {
 void fill_random(float* p, std::size_t n, std::uint32_t seed, float scale, cudaStream_t s);
 
 //! C (m x n) = A (m x k) * B (k x n), where A(i, l) = a[i * a_row + l * a_col] and
-//! B(l, j) = b[l * b_row + j * b_col], so transposes are expressed by strides.
+//! B(l, j) = b[l * b_row + j * b_col], so transposes are expressed by strides; one of each
+//! operand's strides must be 1. Runs cublasSgemm (no TF32) on `s`.
 void gemm(int m, int n, int k, float const* a, int a_row, int a_col, float const* b, int b_row, int b_col, float* c,
           cudaStream_t s);
 

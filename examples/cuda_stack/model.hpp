@@ -195,6 +195,8 @@ struct run_options {
   //! Called once the executor (and its arenas) exists, before the first step: data parallel
   //! ranks meet at a barrier here, so that no collective starts while a rank still allocates.
   std::function<void()> before_first_step;
+  //! Polled while the backend waits for its streams (e.g. an NCCL communicator's health).
+  tide::cuda_backend::watcher watcher;
 };
 
 struct run_result {
@@ -211,6 +213,7 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Co
   run_result r;
   m.clear_gradients();
   tide::cuda_backend be(o.backend);
+  if (o.watcher) be.watch(o.watcher);
   be.name_ranges(s);
   auto exec_opt = o.exec;
   if (o.graph) exec_opt.debug_checks = false;  // their host tasks would replay stale counters

@@ -11,7 +11,10 @@
 #include <tide/collectives/nccl.hpp>
 #endif
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -218,6 +221,188 @@ TEST(CudaBackend, NcclAllReduceAfterBackward) {
 }
 #endif
 
+// ---- ordering and failure guarantees (docs/cuda.md) --------------------------------------------
+
+namespace {
+//! Spins for about `ns` nanoseconds, then sets *flag: work "already queued" on a stream.
+__global__ void spin_then_set(int* flag, unsigned long long ns) {
+  auto const start = clock64();
+  // clock64 counts SM cycles; ~1 GHz or more, so this spins at least `ns` nanoseconds.
+  while (static_cast<unsigned long long>(clock64() - start) < ns) {
+  }
+  *flag = 1;
+}
+__global__ void copy_int(int const* from, int* to) { *to = *from; }
+//! Spins until *release (mapped pinned memory) is non-zero: a collective whose peer never comes.
+__global__ void wait_for(int const volatile* release) {
+  while (*release == 0) {
+  }
+}
+}  // namespace
+
+// Item 1: the side streams are forked from the compute stream at every step start, traced or not,
+// so a gather (comm stream, no waits in the program) sees what was queued before the step.
+TEST(CudaBackend, SideStreamsStartAfterWorkQueuedBeforeTheStep) {
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 2 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d, 0, 2 * sizeof(int)), cudaSuccess);
+  {
+    tide::cuda_backend be;
+    auto const s = cuda_stack::build(small, cuda_stack::policy_cases(small)[0], {true, false});
+    tide::executor ex(be, s);
+    spin_then_set<<<1, 1, 0, be.stream(tide::stream_role::compute)>>>(d, 50'000'000);  // ~50 ms
+    auto none = [](auto const&) {};
+    ex.step(none, none, [&](tide::collective_context<cudaStream_t> const& c) {
+      if (c.layer == 0) copy_int<<<1, 1, 0, c.stream>>>(d, d + 1);
+    });
+  }
+  int seen = 0;
+  ASSERT_EQ(cudaMemcpy(&seen, d + 1, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(seen, 1) << "the gather ran before the work queued on the compute stream finished";
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
+// Item 3: a stream that never finishes (a collective whose peer died) ends in an error, not a
+// hang: the watcher is told of the timeout, releases the work (as ncclCommAbort would) and throws.
+TEST(CudaBackend, SynchronizationTimesOutThroughTheWatchers) {
+  int* release = nullptr;
+  ASSERT_EQ(cudaHostAlloc(&release, sizeof(int), cudaHostAllocMapped), cudaSuccess);
+  *release = 0;
+  int* release_d = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(&release_d, release, 0), cudaSuccess);
+  {
+    tide::cuda_backend_options o;
+    o.sync_timeout = std::chrono::milliseconds(200);
+    tide::cuda_backend be(o);
+    bool told = false;
+    be.watch([&](bool timed_out) {
+      if (!timed_out) return;
+      told = true;
+      __atomic_store_n(release, 1, __ATOMIC_SEQ_CST);
+      throw tide::collective_error("peer lost");
+    });
+    auto const s = keep_schedule();
+    tide::executor ex(be, s);
+    auto none = [](auto const&) {};
+    auto const t0 = std::chrono::steady_clock::now();
+    try {
+      ex.step([&](tide::forward_context<cudaStream_t> const& c) {
+        if (c.layer == 0) wait_for<<<1, 1, 0, c.stream>>>(release_d);
+      }, none);
+      FAIL() << "expected the watcher's error";
+    } catch (tide::collective_error const& e) {
+      EXPECT_TRUE(contains(e.what(), "peer lost")) << e.what();
+    }
+    EXPECT_TRUE(told);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    ex.step(none, none);  // the next step works
+  }
+  ASSERT_EQ(cudaFreeHost(release), cudaSuccess);
+}
+
+namespace {
+struct pageable_resource {
+  void* allocate(std::size_t n, std::size_t) { return std::malloc(n); }
+  void deallocate(void* p, std::size_t, std::size_t) noexcept { std::free(p); }
+};
+}  // namespace
+
+TEST(CudaBackend, PageableHostResourceIsRejected) {
+  pageable_resource pageable;
+  tide::cuda_backend_options o;
+  o.host_resource = tide::resource_ref(pageable);
+  tide::cuda_backend be(o);
+  auto const s = hidden_schedule();
+  try {
+    tide::executor ex(be, s);
+    FAIL() << "expected an error";
+  } catch (tide::error const& e) {
+    EXPECT_TRUE(contains(e.what(), "pageable host memory")) << e.what();
+  }
+}
+
+TEST(CudaBackend, UnsuitableComputeStreamsAreRejected) {
+  EXPECT_THROW(tide::cuda_backend{cudaStreamLegacy}, tide::error);
+  cudaStream_t blocking = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&blocking), cudaSuccess);
+  try {
+    tide::cuda_backend be(blocking);
+    FAIL() << "expected an error";
+  } catch (tide::error const& e) {
+    EXPECT_TRUE(contains(e.what(), "cudaStreamNonBlocking")) << e.what();
+  }
+  tide::cuda_backend_options o;
+  o.allow_blocking_compute_stream = true;
+  EXPECT_NO_THROW(tide::cuda_backend(blocking, o));
+  ASSERT_EQ(cudaStreamDestroy(blocking), cudaSuccess);
+}
+
+TEST(CudaBackend, ScheduleAlignmentReachesTheArenas) {
+  tide::buffer_spec b;
+  b.device_alignment = std::size_t{1} << 16;
+  b.host_alignment = std::size_t{1} << 16;
+  auto const c = cuda_stack::policy_cases(small)[3];
+  auto const s = tide::build_schedule(cuda_stack::make_stack(small), c.policy, b, c.pipeline);
+  tide::cuda_backend be;
+  try {
+    tide::executor ex(be, s);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ex.memory().device) % b.device_alignment, 0u);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ex.memory().host) % b.host_alignment, 0u);
+  } catch (tide::error const& e) {
+    // cudaMalloc may not honour 64 KiB: then the backend must say so rather than misalign.
+    EXPECT_TRUE(contains(e.what(), "aligned to less than")) << e.what();
+  }
+}
+
+TEST(CudaBackend, WithdrawnCaptureLeavesTheNextStepEager) {
+  cuda_stack::model const m(small);
+  tide::cuda_backend be;
+  auto const s = keep_schedule();
+  tide::executor ex(be, s);
+  be.capture_next_step();
+  be.cancel_capture();
+  m.clear_gradients();
+  ex.step([&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); },
+          [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); });
+  EXPECT_FALSE(be.capturing());
+  EXPECT_THROW(be.end_capture(), tide::error);  // nothing was captured: the step ran
+  EXPECT_TRUE(bitwise_equal(m.gradients(), cuda_stack::run(m, s, {}).grads));
+}
+
+#if TIDE_HAS_NCCL
+// Item 2: a rank whose step failed still joins its peers' collectives, and every rank learns of it
+// in the same group (one rank here: its own flag comes back).
+TEST(CudaBackend, NcclHooksAgreeOnAFailedStep) {
+  ncclComm_t comm = nullptr;
+  int dev = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  TIDE_NCCL_CHECK(ncclCommInitAll(&comm, 1, &dev));
+  {
+    float* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, 16 * sizeof(float)), cudaSuccess);
+    tide::nccl_hooks hooks(comm, 2);
+    hooks.all_reduce(1, buf, 16);
+    cudaStream_t st = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
+    hooks({1, st, tide::op_kind::collective, /*step_failed=*/true});
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    try {
+      hooks.finish_step();
+      FAIL() << "expected collective_error";
+    } catch (tide::collective_error const& e) {
+      EXPECT_TRUE(contains(e.what(), "rank 0 failed during this step")) << e.what();
+    }
+    hooks({1, st, tide::op_kind::collective, false});
+    ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
+    EXPECT_NO_THROW(hooks.finish_step());
+    EXPECT_TRUE(hooks.check_progress());
+    ASSERT_EQ(cudaStreamDestroy(st), cudaSuccess);
+    ASSERT_EQ(cudaFree(buf), cudaSuccess);
+  }
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+#endif
+
 // Last: should the invalid copy fail asynchronously after all, it cannot spoil the other tests.
 TEST(CudaBackend, FailuresNameTheCall) {
   try {
@@ -234,7 +419,7 @@ TEST(CudaBackend, FailuresNameTheCall) {
 
   // An invalid copy through the backend: reported as a cuda_error naming the call.
   tide::cuda_backend be;
-  be.setup({1, 0, 256, 256});
+  be.setup({.ops = 1, .device_bytes = 256, .host_bytes = 256});
   tide::op o;
   o.kind = tide::op_kind::offload;
   o.stream = tide::stream_role::d2h;

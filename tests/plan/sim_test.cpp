@@ -132,7 +132,7 @@ TEST(Sim, SharedLinkSerializesDirections) {
     sim_backend b(costs);
     timeline t;
     b.record_timeline(&t);
-    b.setup({4, 0, 0, 0});
+    b.setup({.ops = 4});
     b.begin_step();
     op off{k::offload, d2h};
     op pre{k::prefetch, h2d};
@@ -258,7 +258,7 @@ TEST(Sim, CostTableShorterThanTheScheduleIsAnErrorWhateverTheCallOrder) {
   // Driven by hand, without an executor or bind: run checks the layer against the table.
   {
     sim_backend b(two);
-    b.setup({1, 0, 0, 0});
+    b.setup({.ops = 1});
     b.begin_step();
     op o{k::backward, compute};
     o.layer = 2;
@@ -279,7 +279,7 @@ TEST(Sim, SyncLatencyIsPaidByEveryWaiterOfARecordedEvent) {
   sim_backend b(costs);
   timeline t;
   b.record_timeline(&t);
-  b.setup({3, 2, 0, 0});
+  b.setup({.ops = 3, .events = 2});
   b.begin_step();
   b.run(compute, 0, op{k::forward, compute}, {});  // 0 -> 100
   b.record(compute, 0);

@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -71,12 +72,42 @@ struct nccl_call {
 
 //! The hooks: pass the same object as both the gather and the collective hook of
 //! `executor::step`; it dispatches on `ctx.kind`.
+//!
+//! Failure agreement: each hook's group also all-reduces (max) one int saying whether this rank's
+//! step failed, so a rank whose lambda threw still makes the same NCCL calls as its peers (no
+//! hang) and every rank learns of it. After the step has synchronized, the executor calls
+//! `finish_step()`, which throws `collective_error` on every rank when any rank failed: the
+//! all-reduced data of that step is then not to be used.
+//!
+//! Dead peers: `check_progress()` polls the communicator's asynchronous error; on an error it
+//! aborts the communicator (so the NCCL kernels stop spinning) and throws `nccl_error`. Register
+//! it with the CUDA backend (`cuda_backend::watch`), whose synchronization polls it while it
+//! waits, with a timeout. Non-blocking communicators are supported: `ncclInProgress` from a call
+//! is waited out with the same polling.
 class nccl_hooks {
  public:
-  //! `comm` must outlive the hooks; `layers` is the stack's layer count.
-  nccl_hooks(ncclComm_t comm, std::uint32_t layers) : comm_(comm), before_(layers), after_(layers) {}
+  //! `comm` must outlive the hooks; `layers` is the stack's layer count. Allocates the failure
+  //! flags (device and pinned host) on the current device, which must be the communicator's.
+  nccl_hooks(ncclComm_t comm, std::uint32_t layers) : comm_(comm), before_(layers), after_(layers) {
+    TIDE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    auto const n = 2 * std::size_t{layers} + 1;
+    TIDE_CUDA_CHECK(cudaMalloc(&device_flags_, n * sizeof(int)));
+    if (auto const e = cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable); e != cudaSuccess) {
+      static_cast<void>(cudaFree(device_flags_));
+      detail::throw_cuda_error(e, "cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable)", __FILE__,
+                               __LINE__);
+    }
+    for (std::size_t i = 0; i < 2 * n; ++i) host_flags_[i] = 0;
+  }
+  nccl_hooks(nccl_hooks const&) = delete;
+  nccl_hooks& operator=(nccl_hooks const&) = delete;
+  ~nccl_hooks() {
+    static_cast<void>(cudaFree(device_flags_));
+    static_cast<void>(cudaFreeHost(host_flags_));
+  }
 
   ncclComm_t comm() const noexcept { return comm_; }
+  int rank() const noexcept { return rank_; }
 
   //! After layer `layer`'s backward: all-reduce `count` elements of `buffer` in place.
   nccl_hooks& all_reduce(std::uint32_t layer, void* buffer, std::size_t count, ncclDataType_t type = ncclFloat32,
@@ -95,20 +126,67 @@ class nccl_hooks {
     return add(before_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
   }
 
-  //! Enqueues the calls registered for `ctx.layer` and `ctx.kind` on `ctx.stream`.
-  void operator()(collective_context<cudaStream_t> const& ctx) const {
+  //! Enqueues the calls registered for `ctx.layer` and `ctx.kind` on `ctx.stream`, with the
+  //! failure flag in the same group. Called even after this rank's step failed
+  //! (`ctx.step_failed`), so that its peers are not left waiting.
+  void operator()(collective_context<cudaStream_t> const& ctx) {
     auto const& calls = (ctx.kind == op_kind::gather ? before_ : after_).at(ctx.layer);
     if (calls.empty()) return;
-    TIDE_NCCL_CHECK(ncclGroupStart());
+    auto const slot = 2 * std::size_t{ctx.layer} + (ctx.kind == op_kind::gather ? 0 : 1);
+    int* const sent = host_flags_ + 2 * slot;  // [sent, received]: pinned, stable until the step syncs
+    sent[0] = ctx.step_failed ? rank_ + 1 : 0;
+    sent[1] = 0;
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(device_flags_ + slot, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
+    check_nccl_call(ncclGroupStart(), "ncclGroupStart()");
     // The group must be closed even when a call fails, or NCCL's group state leaks into the
     // next collective.
     try {
+      check_nccl_call(ncclAllReduce(device_flags_ + slot, device_flags_ + slot, 1, ncclInt32, ncclMax, comm_, ctx.stream),
+                      "ncclAllReduce (failure flag)");
       for (auto const& c : calls) enqueue(c, ctx.stream);
     } catch (...) {
       static_cast<void>(ncclGroupEnd());
       throw;
     }
-    TIDE_NCCL_CHECK(ncclGroupEnd());
+    check_nccl_call(ncclGroupEnd(), "ncclGroupEnd()");
+    TIDE_CUDA_CHECK(cudaMemcpyAsync(sent + 1, device_flags_ + slot, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
+    used_.push_back(static_cast<std::uint32_t>(slot));
+  }
+
+  //! After the step's synchronization: throws `collective_error` when any rank reported a failed
+  //! step in one of this step's groups (every rank then throws, none reports success).
+  void finish_step() {
+    int worst = 0;
+    for (auto const slot : used_) worst = std::max(worst, host_flags_[2 * slot + 1]);
+    used_.clear();
+    if (worst > 0)
+      throw collective_error("tide: nccl_hooks: rank " + std::to_string(worst - 1) + " failed during this step; rank " +
+                             std::to_string(rank_) + " completed its collectives but their results are not to be used");
+  }
+
+  //! A `cuda_backend::watcher`: `backend.watch([&hooks](bool t) { hooks.poll(t); })`. Polls the
+  //! communicator while the backend waits; once the wait has timed out, aborts the communicator
+  //! (its kernels stop, the streams drain) and throws `collective_error`.
+  void poll(bool timed_out) const {
+    if (!timed_out) {
+      check_progress();
+      return;
+    }
+    static_cast<void>(ncclCommAbort(comm_));
+    throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) +
+                           " timed out waiting for its collectives (a peer may have died); the communicator was "
+                           "aborted and must be recreated");
+  }
+
+  //! Polls the communicator's asynchronous error: on an error, aborts the communicator and throws
+  //! `nccl_error`. Returns false while a non-blocking operation is still in progress.
+  bool check_progress() const {
+    ncclResult_t async = ncclSuccess;
+    TIDE_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    if (async == ncclSuccess) return true;
+    if (async == ncclInProgress) return false;
+    static_cast<void>(ncclCommAbort(comm_));  // stops this rank's NCCL kernels, so streams drain
+    throw nccl_error(async, "ncclCommGetAsyncError(comm) (the communicator was aborted)", "tide::nccl_hooks");
   }
 
  private:
@@ -118,22 +196,38 @@ class nccl_hooks {
       throw collective_error("tide: nccl_hooks: layer " + std::to_string(layer) + " is beyond a stack of " +
                              std::to_string(where.size()) + " layers");
     where[layer].push_back(c);
+    used_.reserve(2 * where.size());
     return *this;
+  }
+  //! ncclInProgress is success-in-waiting on a non-blocking communicator: poll until it settles.
+  void check_nccl_call(ncclResult_t r, char const* call) const {
+    if (r == ncclInProgress) {
+      while (!check_progress()) {
+      }
+      return;
+    }
+    if (r != ncclSuccess) throw nccl_error(r, call, "tide::nccl_hooks");
   }
   void enqueue(nccl_call const& c, cudaStream_t s) const {
     switch (c.kind) {
       case nccl_call::all_reduce:
-        TIDE_NCCL_CHECK(ncclAllReduce(c.send, c.recv, c.count, c.type, c.op, comm_, s));
+        check_nccl_call(ncclAllReduce(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclAllReduce");
         break;
       case nccl_call::reduce_scatter:
-        TIDE_NCCL_CHECK(ncclReduceScatter(c.send, c.recv, c.count, c.type, c.op, comm_, s));
+        check_nccl_call(ncclReduceScatter(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclReduceScatter");
         break;
-      case nccl_call::all_gather: TIDE_NCCL_CHECK(ncclAllGather(c.send, c.recv, c.count, c.type, comm_, s)); break;
+      case nccl_call::all_gather:
+        check_nccl_call(ncclAllGather(c.send, c.recv, c.count, c.type, comm_, s), "ncclAllGather");
+        break;
     }
   }
 
   ncclComm_t comm_;
+  int rank_ = 0;
   std::vector<list> before_, after_;
+  int* device_flags_ = nullptr;  // one per (layer, hook kind)
+  int* host_flags_ = nullptr;    // two per (layer, hook kind): sent, received
+  std::vector<std::uint32_t> used_;  // this step's flag slots
 };
 
 }  // namespace tide

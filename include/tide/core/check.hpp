@@ -102,7 +102,10 @@ inline std::string op_name(schedule_view const& s, std::uint32_t i) {
 
 inline std::string space_name(bool host) { return host ? "host" : "device"; }
 inline std::string bytes_text(std::size_t b, std::size_t e) {
-  return "[" + std::to_string(b) + ", " + std::to_string(e) + ")";
+  // Appended piecewise: "[" + std::to_string(b) trips GCC 12's -Wrestrict (PR 105651).
+  std::string r(1, '[');
+  r.append(std::to_string(b)).append(", ").append(std::to_string(e)).append(1, ')');
+  return r;
 }
 
 //! Bindings: the slot table and every slot's ranges, before anything indexes through them.

@@ -22,12 +22,14 @@
 
 namespace tide {
 
-//! What a pool allocates with: `allocate(bytes) -> std::byte*` (nullptr or `std::bad_alloc` when
-//! the memory is not there; other exceptions pass through) and `deallocate(p, bytes)`, noexcept.
+//! What a pool allocates with: `allocate(bytes, alignment) -> std::byte*` (nullptr or
+//! `std::bad_alloc` when the memory is not there; other exceptions pass through) and
+//! `deallocate(p, bytes, alignment)`, noexcept. The alignment is the schedule's (a power of two);
+//! an allocator may align more.
 template <class A>
 concept arena_allocator = std::move_constructible<A> && requires(A& a, std::byte* p, std::size_t n) {
-  { a.allocate(n) } -> std::same_as<std::byte*>;
-  { a.deallocate(p, n) } noexcept;
+  { a.allocate(n, n) } -> std::same_as<std::byte*>;
+  { a.deallocate(p, n, n) } noexcept;
 };
 
 //! A block from `arena_pool::reserve` and the lease that keeps it alive while held.
@@ -56,7 +58,7 @@ class arena_pool {
   ~arena_pool() {
     current_.reset();
     std::lock_guard lock(state_->mutex);
-    for (auto const& b : state_->live) state_->alloc.deallocate(b.data, b.bytes);
+    for (auto const& b : state_->live) state_->alloc.deallocate(b.data, b.bytes, b.alignment);
     state_->live.clear();
     state_->held = 0;
   }
@@ -65,9 +67,12 @@ class arena_pool {
   //! its lease. Throws `out_of_memory` naming the request when it does not fit in the capacity
   //! beside the blocks still in use, or when the allocator has not the memory. Not to be called
   //! concurrently with itself (leases may be released on any thread).
-  arena_block reserve(std::size_t bytes) {
+  //! `alignment` (a power of two) is what the block's start must be aligned to: a block of a
+  //! smaller alignment is replaced like one too small.
+  arena_block reserve(std::size_t bytes, std::size_t alignment = 1) {
     bytes = std::max<std::size_t>(bytes, 1);
-    if (current_ && bytes <= current_->bytes) {
+    alignment = std::max<std::size_t>(alignment, 1);
+    if (current_ && bytes <= current_->bytes && alignment <= current_->alignment) {
       peak_ = std::max(peak_, bytes);
       return {current_->data, current_};
     }
@@ -88,7 +93,7 @@ class arena_pool {
     }
     std::byte* p = nullptr;
     try {
-      p = state_->alloc.allocate(bytes);
+      p = state_->alloc.allocate(bytes, alignment);
     } catch (std::bad_alloc const&) {
       p = nullptr;
     } catch (...) {
@@ -102,11 +107,11 @@ class arena_pool {
     }
     {
       std::lock_guard lock(state_->mutex);
-      state_->live.push_back({p, bytes});
+      state_->live.push_back({p, bytes, alignment});
       state_->held += bytes;
     }
     try {
-      current_ = std::make_shared<token>(state_, p, bytes);
+      current_ = std::make_shared<token>(state_, p, bytes, alignment);
     } catch (...) {
       state_->release(p);
       current_ = std::move(old);
@@ -131,7 +136,7 @@ class arena_pool {
  private:
   struct block {
     std::byte* data;
-    std::size_t bytes;
+    std::size_t bytes, alignment;
   };
   struct state {
     explicit state(Allocator a) : alloc(std::move(a)) {}
@@ -144,14 +149,15 @@ class arena_pool {
       std::lock_guard lock(mutex);
       auto const it = std::find_if(live.begin(), live.end(), [&](block const& b) { return b.data == p; });
       if (it == live.end()) return;
-      alloc.deallocate(it->data, it->bytes);
+      alloc.deallocate(it->data, it->bytes, it->alignment);
       held -= it->bytes;
       live.erase(it);
     }
   };
   //! What leases share: when the last copy goes (the pool's and every executor's), the block is freed.
   struct token {
-    token(std::shared_ptr<state> const& s, std::byte* d, std::size_t n) : owner(s), data(d), bytes(n) {}
+    token(std::shared_ptr<state> const& s, std::byte* d, std::size_t n, std::size_t a)
+        : owner(s), data(d), bytes(n), alignment(a) {}
     token(token const&) = delete;
     token& operator=(token const&) = delete;
     ~token() {
@@ -159,7 +165,7 @@ class arena_pool {
     }
     std::weak_ptr<state> owner;
     std::byte* data;
-    std::size_t bytes;
+    std::size_t bytes, alignment;
   };
 
   char const* name_;

@@ -41,6 +41,9 @@ struct backend_setup {
   std::uint32_t events = 0;
   std::size_t device_bytes = 0;
   std::size_t host_bytes = 0;
+  std::size_t waits = 0;               //!< cross-stream waits in the program (timelines reserve for them)
+  std::size_t device_alignment = 256;  //!< the schedule's: the device arena starts on this boundary
+  std::size_t host_alignment = 64;     //!< the schedule's: the host arena starts on this boundary
 };
 
 //! A backend opts in with `using tide_backend_tag = void;` and provides:

@@ -69,7 +69,13 @@ class executor {
     // The backend sees the schedule whatever the caller did (the sim checks its cost table here).
     if constexpr (requires { backend_.bind(s_); }) backend_.bind(s_);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
-    arenas_ = backend_.setup({s_.ops.size(), s_.event_count, s_.arena.device_bytes, s_.arena.host_bytes});
+    arenas_ = backend_.setup({.ops = s_.ops.size(),
+                              .events = s_.event_count,
+                              .device_bytes = s_.arena.device_bytes,
+                              .host_bytes = s_.arena.host_bytes,
+                              .waits = s_.waits.size(),
+                              .device_alignment = s_.buffers.device_alignment,
+                              .host_alignment = s_.buffers.host_alignment});
   }
   executor(executor const&) = delete;
   executor& operator=(executor const&) = delete;
@@ -103,10 +109,35 @@ class executor {
     backward_ = erase<backward_context_type>(backward);
     gather_ = erase<collective_context_type>(gather);
     collective_ = erase<collective_context_type>(collective);
-    issue();
+    try {
+      issue();
+    } catch (...) {
+      // This step's own error comes first; the hooks still close their step (and would only
+      // report the same failure, agreed with the peers).
+      try {
+        finish_hooks(gather, collective);
+      } catch (...) {
+      }
+      throw;
+    }
+    finish_hooks(gather, collective);
   }
 
  private:
+  //! A hook with `finish_step()` is told once the step has synchronized; it may throw (the NCCL
+  //! hooks throw there when a peer's step failed). One object passed as both hooks is told once.
+  template <class Gather, class Collective>
+  static void finish_hooks(Gather& gather, Collective& collective) {
+    if constexpr (requires { gather.finish_step(); }) gather.finish_step();
+    if constexpr (requires { collective.finish_step(); }) {
+      if constexpr (std::is_same_v<std::remove_cvref_t<Gather>, std::remove_cvref_t<Collective>>) {
+        if (static_cast<void const*>(std::addressof(gather)) == static_cast<void const*>(std::addressof(collective)))
+          return;
+      }
+      collective.finish_step();
+    }
+  }
+
   template <class Ctx>
   struct erased {
     void* obj = nullptr;
@@ -120,37 +151,78 @@ class executor {
 
   void fail(std::exception_ptr e) noexcept {
     std::lock_guard lock(error_mutex_);
-    if (!error_) error_ = std::move(e);
+    if (!error_ && debug_failure_.kind == debug_failure::none) error_ = std::move(e);
     failed_.store(true, std::memory_order_relaxed);
+  }
+
+  //! A debug check's failure, recorded without allocating: checks run as host tasks (on CUDA,
+  //! on the runtime's callback thread, where an exception would terminate); the message is
+  //! formatted on the calling thread once the step has synchronized.
+  struct debug_failure {
+    enum kind_t : std::uint8_t { none, guard, reload } kind = none;
+    std::uint32_t op = 0;
+    std::uint32_t slot = 0;  //!< index into the schedule's slot bindings
+    std::size_t detail = 0;  //!< guard: the overwritten byte; reload: the first prefetch op
+  };
+  void fail_debug(debug_failure f) noexcept {
+    std::lock_guard lock(error_mutex_);
+    if (!error_ && debug_failure_.kind == debug_failure::none) debug_failure_ = f;
+    failed_.store(true, std::memory_order_relaxed);
+  }
+  [[noreturn]] void throw_debug_failure() {
+    auto const f = std::exchange(debug_failure_, {});
+    auto const& o = s_.ops[f.op];
+    auto const& b = s_.slots[f.slot];
+    if (f.kind == debug_failure::guard)
+      throw debug_check_error("tide: the " + std::string(to_string(o.kind)) + " lambda of layer " +
+                              std::to_string(o.layer) + " wrote past the end of slot '" + std::string(b.name) + "' (" +
+                              std::to_string(b.bytes) + " bytes): guard byte " + std::to_string(f.detail) +
+                              " was overwritten");
+    throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + std::string(to_string(o.kind)) + " of layer " +
+                            std::to_string(o.layer) + ") reads slot '" + std::string(b.name) +
+                            "' whose reload has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
+                            std::to_string(s_.ops[f.detail].chunks) + " chunk(s)): the program lacks a wait on it");
   }
 
   void issue() {
     error_ = nullptr;
+    debug_failure_ = {};
     failed_.store(false, std::memory_order_relaxed);
     for (auto& r : reloads_) r.store(0, std::memory_order_relaxed);
     backend_.begin_step();
     std::exception_ptr issue_error;
     auto const n = static_cast<std::uint32_t>(s_.ops.size());
     std::uint32_t issued = 0;
+    hook_enqueued_ = n;
     try {
       for (; issued < n; ++issued) issue_op(issued);
     } catch (...) {
       issue_error = std::current_exception();  // still drain what was enqueued
       failed_.store(true, std::memory_order_relaxed);
+      // Collective hooks of ops never issued still run, told that the step failed, so that
+      // distributed peers waiting in a collective learn of it instead of hanging. They go
+      // through the backend in stream order (without their waits: the step is abandoned), so
+      // the one synchronization below also covers what they enqueue: nothing still runs when
+      // the error reaches the caller.
+      // The failing op's own hook counts as issued once the backend took it.
+      for (std::uint32_t i = hook_enqueued_ == issued ? issued + 1 : issued; i < n; ++i) {
+        auto const& o = s_.ops[i];
+        if (o.kind != op_kind::gather && o.kind != op_kind::collective) continue;
+        try {
+          backend_.run(o.stream, i, o, task{&run_op, this, i});
+        } catch (...) {
+          fail(std::current_exception());
+        }
+      }
     }
     backend_.end_step();
     ++steps_;
-    if (issue_error) {
-      // Collective hooks of ops never issued still run, told that the step failed, so that
-      // distributed peers waiting in a collective learn of it instead of hanging.
-      for (std::uint32_t i = issued; i < n; ++i)
-        if (s_.ops[i].kind == op_kind::gather || s_.ops[i].kind == op_kind::collective) run(i);
-      std::rethrow_exception(issue_error);
-    }
+    if (issue_error) std::rethrow_exception(issue_error);
     if (error_) {
       auto e = std::exchange(error_, nullptr);
       std::rethrow_exception(e);
     }
+    if (debug_failure_.kind != debug_failure::none) throw_debug_failure();
   }
 
   void issue_op(std::uint32_t i) {
@@ -164,7 +236,10 @@ class executor {
       case op_kind::recompute:
       case op_kind::backward:
       case op_kind::gather:
-      case op_kind::collective: backend_.run(role, i, o, task{&run_op, this, i}); break;
+      case op_kind::collective:
+        backend_.run(role, i, o, task{&run_op, this, i});
+        hook_enqueued_ = i;
+        break;
       case op_kind::offload:
         backend_.copy(role, i, o, arenas_.host + o.host_offset, arenas_.device + o.device_offset, o.bytes);
         break;
@@ -262,10 +337,7 @@ class executor {
       auto const* g = e.arenas_.device + e.offset_for(o, b) + b.bytes;
       for (std::size_t k = 0; k < e.s_.buffers.guard_bytes; ++k)
         if (g[k] != e.opt_.guard_pattern) {
-          e.fail(std::make_exception_ptr(debug_check_error(
-              "tide: the " + std::string(to_string(o.kind)) + " lambda of layer " + std::to_string(o.layer) +
-              " wrote past the end of slot '" + std::string(b.name) + "' (" + std::to_string(b.bytes) +
-              " bytes): guard byte " + std::to_string(k) + " was overwritten")));
+          e.fail_debug({debug_failure::guard, i, static_cast<std::uint32_t>(&b - e.s_.slots.data()), k});
           return;
         }
     }
@@ -285,11 +357,7 @@ class executor {
       auto const p = e.first_prefetch_[first + k];
       auto const chunks = e.s_.ops[p].chunks;
       if (e.reloads_[first + k].load(std::memory_order_acquire) < chunks) {
-        e.fail(std::make_exception_ptr(debug_check_error(
-            "tide: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) + " of layer " +
-            std::to_string(o.layer) + ") reads slot '" + std::string(slots[k].name) +
-            "' whose reload has not completed (op #" + std::to_string(p) + " prefetch, " + std::to_string(chunks) +
-            " chunk(s)): the program lacks a wait on it")));
+        e.fail_debug({debug_failure::reload, i, first + k, p});
         return;
       }
     }
@@ -324,6 +392,8 @@ class executor {
   erased<collective_context_type> collective_;
   std::mutex error_mutex_;
   std::exception_ptr error_;
+  debug_failure debug_failure_;
+  std::uint32_t hook_enqueued_ = 0;  // the last op handed to backend.run (issue thread only)
   std::atomic<bool> failed_{false};
   std::atomic<bool> in_step_{false};
   std::uint64_t steps_ = 0;

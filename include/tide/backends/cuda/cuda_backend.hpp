@@ -18,12 +18,16 @@
 #include <cuda/stream_ref>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -38,12 +42,21 @@
 namespace tide {
 
 struct cuda_backend_options {
-  std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< bytes the device arena may take
-  std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< bytes the pinned arena may take
+  //! Bytes the device arenas may hold at once (arenas that live executors still hold included).
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();
+  //! Bytes the pinned arenas may hold at once (arenas that live executors still hold included).
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();
   bool prefetch_priority = true;  //!< host-to-device stream at the greatest priority (kernels only; not copies)
   bool nvtx = true;               //!< NVTX ranges around every op
   std::optional<resource_ref> device_resource;  //!< device arena from here (default: cudaMalloc)
   std::optional<resource_ref> host_resource;    //!< pinned arena from here (default: cudaHostAlloc)
+  //! How long a synchronization waits for the streams before the watchers are told it timed out
+  //! and it throws: a peer that died leaves this rank's collective kernels spinning for good.
+  std::chrono::milliseconds sync_timeout = std::chrono::minutes(5);
+  //! Accept a user compute stream that synchronizes with the legacy default stream (created
+  //! without cudaStreamNonBlocking). Off: such a stream is rejected, since work another thread
+  //! puts on the legacy stream then breaks graph capture and stalls tide's step.
+  bool allow_blocking_compute_stream = false;
 };
 
 namespace detail {
@@ -67,7 +80,9 @@ class task_pool {
   std::size_t used_ = 0;
 };
 
-extern "C" inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))(); }
+// C++ linkage: an `extern "C"` inline function would be one weak global symbol, silently
+// replaced by any other C function of the same name in the program.
+inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))(); }
 
 //! Remembers the first failure among calls that must all be made (teardown of a step or capture).
 struct first_failure {
@@ -123,10 +138,14 @@ class cuda_backend {
   }
   cuda_backend(cuda_backend const&) = delete;
   cuda_backend& operator=(cuda_backend const&) = delete;
-  //! Waits for every stream, then destroys what tide created. Errors here cannot be thrown; the
-  //! last step's `end_step` already reported any failure of its work.
+  //! Waits for every stream (at most `sync_timeout`, polling the watchers), then destroys what
+  //! tide created. Errors here cannot be thrown; the last step's `end_step` already reported any
+  //! failure of its work.
   ~cuda_backend() {
-    for (auto s : streams_) static_cast<void>(cudaStreamSynchronize(s));
+    try {
+      synchronize();
+    } catch (...) {
+    }
     for (auto e : events_) static_cast<void>(cudaEventDestroy(e));
     for (auto e : timed_) static_cast<void>(cudaEventDestroy(e));
     for (auto e : fork_join_)
@@ -138,43 +157,102 @@ class cuda_backend {
   cuda_backend_options const& options() const noexcept { return opt_; }
   int device() const noexcept { return device_; }
   ::cuda::stream_ref stream_ref(stream_role r) const noexcept { return streams_[static_cast<std::size_t>(r)]; }
+  //! Bytes of the current arenas (the ones the next setup reuses when it fits).
   std::size_t device_arena_bytes() const noexcept { return device_arena_.size(); }
   std::size_t host_arena_bytes() const noexcept { return host_arena_.size(); }
+  //! Bytes allocated now: the current arenas plus earlier ones that live executors still hold.
+  std::size_t device_held_bytes() const { return device_arena_.held_bytes(); }
+  std::size_t host_held_bytes() const { return host_arena_.held_bytes(); }
 
   //! Records each op's interval and each wait's blocked time into `t` with timed events
-  //! (nullptr: stop). Not recorded while a step is captured into a graph.
-  void record_timeline(timeline* t) noexcept { timeline_ = t; }
+  //! (nullptr: stop). Not recorded while a step is captured into a graph. Creates the timed
+  //! events the program needs (once), so that no step creates them.
+  void record_timeline(timeline* t) {
+    timeline_ = t;
+    if (t) create_timed_events();
+  }
   //! Slot names for NVTX ranges of copies; `s` must outlive the backend (or the next call).
   void name_ranges(schedule_view s) noexcept { names_ = s; }
 
   //! The next step is captured into a graph instead of run; `end_capture` hands it over.
   void capture_next_step() noexcept { capture_next_ = true; }
+  //! Withdraws a `capture_next_step` that no step took up (a step that threw before starting),
+  //! so that the next eager step runs instead of being captured.
+  void cancel_capture() noexcept { capture_next_ = false; }
   bool capturing() const noexcept { return capturing_; }
   captured_step end_capture() {
     if (!captured_.graph) throw error("tide: cuda_backend::end_capture: no step was captured");
     return std::exchange(captured_, captured_step{});
   }
 
-  //! Waits for every stream; throws the first failure of the work they ran.
+  //! Called while the backend waits for its streams, with `timed_out` true once `sync_timeout`
+  //! has passed. A watcher throws to report a failure it found (an NCCL asynchronous error, a dead
+  //! peer), after making the streams drain (e.g. by aborting its communicator); the wait then
+  //! ends and that exception is thrown. Registered once; nothing is allocated per step.
+  using watcher = std::function<void(bool timed_out)>;
+  void watch(watcher w) { watchers_.push_back(std::move(w)); }
+
+  //! Waits for every stream, polling the watchers, for at most `sync_timeout` (then twice that
+  //! for streams to drain after a watcher threw); throws the first failure of the work they ran,
+  //! a watcher's exception, or `error` on a timeout.
   void synchronize() {
+    using clock = std::chrono::steady_clock;
     detail::first_failure f;
-    for (auto s : streams_) TIDE_CUDA_NOTE(f, cudaStreamSynchronize(s));
+    std::exception_ptr watched;
+    auto deadline = clock::now() + opt_.sync_timeout;
+    bool told_timeout = false;
+    for (std::size_t r = 0; r < stream_count; ++r) {
+      for (int spins = 0;; ++spins) {
+        auto const e = cudaStreamQuery(streams_[r]);
+        if (e == cudaSuccess) break;
+        if (e != cudaErrorNotReady) {
+          TIDE_CUDA_NOTE(f, e);
+          break;
+        }
+        bool const late = clock::now() > deadline;
+        if (!watched) {
+          try {
+            for (auto const& w : watchers_) w(late);
+          } catch (...) {
+            watched = std::current_exception();
+            deadline = clock::now() + 2 * opt_.sync_timeout;  // the watcher made the streams drain
+            continue;
+          }
+        }
+        if (late) {
+          if (watched) std::rethrow_exception(watched);
+          if (!told_timeout && !watchers_.empty()) {  // they were told: give them one more round
+            told_timeout = true;
+            continue;
+          }
+          throw error("tide: cuda_backend: the " + std::string(to_string(static_cast<stream_role>(r))) +
+                      " stream did not finish within " + std::to_string(opt_.sync_timeout.count()) +
+                      " ms (a collective waiting for a peer that died never ends: watch its communicator, "
+                      "see cuda_backend::watch, or raise cuda_backend_options::sync_timeout)");
+        }
+        // Spin briefly (a step's tail is usually short), then sleep a little: a hung step must
+        // not hold a core.
+        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        else std::this_thread::yield();
+      }
+    }
+    if (watched) std::rethrow_exception(watched);
     f.raise();
   }
 
   // ---- tide::backend ----------------------------------------------------------------------
 
   arenas setup(backend_setup const& s) {
-    if (s.device_bytes > opt_.device_budget)
-      throw out_of_memory("tide: CUDA backend device arena", s.device_bytes, opt_.device_budget);
-    if (s.host_bytes > opt_.host_budget)
-      throw out_of_memory("tide: CUDA backend pinned host arena", s.host_bytes, opt_.host_budget);
-    // Nothing may still use the arenas when they are replaced by larger ones.
+    // Nothing may still use an arena when a larger one replaces it (and frees it if unheld).
     synchronize();
-    arenas a;
-    a.device = reserve_device(s.device_bytes);
-    a.host = host_arena_.reserve(opt_.host_resource ? *opt_.host_resource : resource_ref(default_host_), s.host_bytes,
-                                 4096);
+    auto d = reserve_device(s.device_bytes, s.device_alignment);
+    auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
+    // A user resource is trusted for nothing: pageable "pinned" memory would make every copy
+    // staged and synchronous without any error, and host memory as the device arena would fault.
+    expect_memory(d.data, cudaMemoryTypeDevice, "device_resource", "device memory (cudaMalloc, a device pool)");
+    expect_memory(h.data, cudaMemoryTypeHost, "host_resource",
+                  "page-locked host memory (cudaHostAlloc, or cudaHostRegister'ed memory)");
+    arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     while (events_.size() < s.events) {
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -183,7 +261,11 @@ class cuda_backend {
     for (auto& e : fork_join_)
       if (!e) TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     op_marks_.reserve(s.ops);
-    wait_marks_.reserve(s.ops);
+    wait_marks_.reserve(s.waits);
+    // A traced step records two timed events per op and wait, plus its origin: created here, so
+    // that tracing creates no event mid-step.
+    timed_needed_ = std::max(timed_needed_, 2 * (s.ops + s.waits) + 1);
+    if (timeline_) create_timed_events();
     return a;
   }
 
@@ -243,11 +325,14 @@ class cuda_backend {
     if (capture_next_) {
       capture_next_ = false;
       begin_capture();
-    } else if (timeline_) {
-      // A common origin for all four streams: the side streams start after it.
-      start_ = timed_event();
-      TIDE_CUDA_CHECK(cudaEventRecord(start_, stream(stream_role::compute)));
-      for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams_[r], start_, 0));
+    } else {
+      // Fork: the side streams start after everything already queued on the compute stream
+      // (the previous step's optimizer update, the user's input copies), traced or not. This is
+      // also the common origin of a traced step's timeline.
+      auto fork = fork_join_[0];
+      if (timeline_) fork = start_ = timed_event();
+      TIDE_CUDA_CHECK(cudaEventRecord(fork, stream(stream_role::compute)));
+      for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams_[r], fork, 0));
     }
     if (opt_.nvtx) nvtx_push(capturing_ ? "tide step (capture)" : "tide step");
   }
@@ -277,6 +362,7 @@ class cuda_backend {
 
   void create_streams(std::optional<cudaStream_t> user_compute) {
     TIDE_CUDA_CHECK(cudaGetDevice(&device_));
+    if (user_compute) check_user_stream(*user_compute);
     int least = 0, greatest = 0;
     TIDE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     // Constructed piecewise so that a failure part-way still destroys what was created.
@@ -298,10 +384,53 @@ class cuda_backend {
     }
   }
 
-  std::byte* reserve_device(std::size_t bytes) {
-    if (opt_.device_resource) return device_arena_.reserve(*opt_.device_resource, bytes, 256);
+  //! The user's compute stream must be usable for ordering and capture: not the legacy default
+  //! stream, on this backend's device, and (unless allowed) non-blocking.
+  void check_user_stream(cudaStream_t s) const {
+    if (s == nullptr || s == cudaStreamLegacy)
+      throw error("tide: cuda_backend: the compute stream is the legacy default stream, which cannot be captured "
+                  "and orders against every blocking stream: create one with cudaStreamCreateWithFlags(&s, "
+                  "cudaStreamNonBlocking)");
+    int dev = -1;
+    TIDE_CUDA_CHECK(cudaStreamGetDevice(s, &dev));
+    if (dev != device_)
+      throw error("tide: cuda_backend: the compute stream belongs to device " + std::to_string(dev) +
+                  " but the current device is " + std::to_string(device_) +
+                  ": call cudaSetDevice(" + std::to_string(dev) + ") before constructing the backend");
+    unsigned flags = 0;
+    TIDE_CUDA_CHECK(cudaStreamGetFlags(s, &flags));
+    if (!(flags & cudaStreamNonBlocking) && !opt_.allow_blocking_compute_stream)
+      throw error("tide: cuda_backend: the compute stream synchronizes with the legacy default stream (it was "
+                  "created without cudaStreamNonBlocking, or is cudaStreamPerThread): create it with "
+                  "cudaStreamNonBlocking, or set cuda_backend_options::allow_blocking_compute_stream");
+  }
+
+  //! Throws when `p` (from a user resource) is not the kind of memory its arena needs.
+  void expect_memory(void const* p, cudaMemoryType want, char const* option, char const* what) const {
+    if (!(want == cudaMemoryTypeDevice ? opt_.device_resource : opt_.host_resource)) return;  // ours: known good
+    cudaPointerAttributes attr{};
+    TIDE_CUDA_CHECK(cudaPointerGetAttributes(&attr, p));
+    if (attr.type != want)
+      throw error(std::string("tide: cuda_backend: cuda_backend_options::") + option + " returned " +
+                  (attr.type == cudaMemoryTypeUnregistered ? "pageable host memory"
+                   : attr.type == cudaMemoryTypeManaged  ? "managed memory"
+                   : attr.type == cudaMemoryTypeHost     ? "pinned host memory"
+                                                         : "device memory") +
+                  "; the arena needs " + what);
+  }
+
+  void create_timed_events() {
+    while (timed_.size() < timed_needed_) {
+      cudaEvent_t e = nullptr;
+      TIDE_CUDA_CHECK(cudaEventCreate(&e));
+      timed_.push_back(e);
+    }
+  }
+
+  arena_block reserve_device(std::size_t bytes, std::size_t alignment) {
+    if (opt_.device_resource) return device_arena_.reserve(bytes, alignment);
     try {
-      return device_arena_.reserve(default_device_, bytes, 256);
+      return device_arena_.reserve(bytes, alignment);  // throws out_of_memory above the budget
     } catch (cuda_error const& e) {
       if (e.code != cudaErrorMemoryAllocation) throw;
       std::size_t free = 0, total = 0;
@@ -315,7 +444,7 @@ class cuda_backend {
   bool timing() const noexcept { return start_ != nullptr; }
 
   cudaEvent_t timed_event() {
-    if (timed_used_ == timed_.size()) {  // only while a timeline is first recorded
+    if (timed_used_ == timed_.size()) {  // not reached: setup and record_timeline created them all
       cudaEvent_t e = nullptr;
       TIDE_CUDA_CHECK(cudaEventCreate(&e));
       timed_.push_back(e);
@@ -396,22 +525,28 @@ class cuda_backend {
   std::array<bool, stream_count> owned_{};
   std::vector<cudaEvent_t> events_;
   std::array<cudaEvent_t, stream_count> fork_join_{};  // [0]: fork from compute; [r]: join of stream r
-  // The blocks keep a reference to their resource: the defaults are declared first, so that
-  // they outlive the blocks.
+  // The pools keep a reference to their resource: the defaults are declared first, so that
+  // they outlive the pools (which free every block when they go).
   device_memory_resource default_device_;
   pinned_memory_resource default_host_;
-  detail::memory_block device_arena_, host_arena_;
+  detail::memory_block device_arena_{
+      "tide: CUDA backend device arena", opt_.device_budget,
+      {opt_.device_resource ? *opt_.device_resource : resource_ref(default_device_), 256}};
+  detail::memory_block host_arena_{
+      "tide: CUDA backend pinned host arena", opt_.host_budget,
+      {opt_.host_resource ? *opt_.host_resource : resource_ref(default_host_), 4096}};
   detail::task_pool tasks_;
   // tracing
   timeline* timeline_ = nullptr;
   std::vector<cudaEvent_t> timed_;
-  std::size_t timed_used_ = 0;
+  std::size_t timed_used_ = 0, timed_needed_ = 0;
   cudaEvent_t start_ = nullptr;  // set while the current step is timed
   std::vector<op_mark> op_marks_, wait_marks_;
   schedule_view names_{};
   // graph capture
   bool capture_next_ = false, capturing_ = false;
   captured_step captured_;
+  std::vector<watcher> watchers_;
 };
 
 static_assert(backend<cuda_backend>);

@@ -23,7 +23,13 @@ constexpr bool is_sticky(cudaError_t e) noexcept {
     case cudaErrorInvalidPc:
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
-    case cudaErrorECCUncorrectable: return true;
+    case cudaErrorECCUncorrectable:
+    // Documented in driver_types.h as "the process must be terminated and relaunched"; the test
+    // tests/cuda/sticky_errors.py keeps this list in step with the toolkit's header.
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorExternalDevice:
+    case cudaErrorMpsClientTerminated: return true;
     default: return false;
   }
 }

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <utility>
 
 #include <tide/backends/cuda/cuda_backend.hpp>
@@ -50,11 +51,27 @@ class cuda_graph {
       throw error("tide::cuda_graph::capture: turn off executor_options::debug_checks for captured steps");
     auto& be = ex.backend();
     be.capture_next_step();
+    // Whatever happens (a step that throws before it begins, "already running"), the request is
+    // withdrawn, so the next eager step is not silently captured.
+    struct withdraw {
+      cuda_backend& be;
+      ~withdraw() { be.cancel_capture(); }
+    } guard{be};
     ex.step(std::forward<Forward>(forward), std::forward<Backward>(backward), std::forward<Gather>(gather),
             std::forward<Collective>(collective));
     auto step = be.end_capture();
+    // Uploaded at instantiation (the first replay does not pay for it), and kernel nodes keep the
+    // priority of the stream they were captured on (the prefetch stream's, when raised).
+    cudaGraphInstantiateParams params{};
+    params.flags = cudaGraphInstantiateFlagUpload | cudaGraphInstantiateFlagUseNodePriority;
+    params.uploadStream = be.stream(stream_role::compute);
     cudaGraphExec_t exec = nullptr;
-    TIDE_CUDA_CHECK(cudaGraphInstantiate(&exec, step.graph, 0));
+    TIDE_CUDA_CHECK(cudaGraphInstantiateWithParams(&exec, step.graph, &params));
+    if (params.result_out != cudaGraphInstantiateSuccess) {
+      if (exec) static_cast<void>(cudaGraphExecDestroy(exec));
+      throw error("tide::cuda_graph::capture: cudaGraphInstantiateWithParams failed (cudaGraphInstantiateResult " +
+                  std::to_string(static_cast<int>(params.result_out)) + ")");
+    }
     destroy();
     step_ = std::move(step);
     exec_ = exec;

@@ -1,6 +1,6 @@
 #pragma once
 //! \file Memory for the CUDA backend: the resource concept user-supplied resources satisfy, the
-//! default pinned-host and device resources, and the owning block an arena lives in.
+//! default pinned-host and device resources, and the pool an arena lives in.
 //!
 //! The concept is the shape of CCCL's `cuda::mr::resource` (allocate/deallocate with an
 //! alignment), so CCCL and RMM-style resources plug in directly. CCCL 3.0.1 ships that concept
@@ -10,11 +10,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
-#include <optional>
-#include <vector>
+#include <string>
 #include <type_traits>
 
 #if defined(LIBCUDACXX_ENABLE_EXPERIMENTAL_MEMORY_RESOURCE)
@@ -22,6 +23,7 @@
 #endif
 
 #include <tide/backends/cuda/cuda_error.hpp>
+#include <tide/executor/arena_pool.hpp>
 
 namespace tide {
 
@@ -89,49 +91,32 @@ class resource_ref {
 
 namespace detail {
 
-//! One allocation from a resource, freed on destruction or when replaced by a larger one. It is
-//! only reallocated when a later setup asks for more, so addresses are stable across steps.
-class memory_block {
- public:
-  memory_block() = default;
-  memory_block(memory_block const&) = delete;
-  memory_block& operator=(memory_block const&) = delete;
-  ~memory_block() {
-    release(data_, bytes_, alignment_, resource_);
-    for (auto& b : retired_) release(b.data, b.bytes, b.alignment, b.resource);
+//! A resource with a fixed alignment, as the allocator of an arena_pool: the CUDA backend's
+//! arenas follow the same policy as the host backend's (see <tide/executor/arena_pool.hpp>).
+struct resource_allocator {
+  resource_ref resource;
+  std::size_t alignment = 256;  //!< at least this (cudaMalloc's 256, a page for pinned memory)
+  //! Throws `error` when the resource ignored an alignment larger than it guarantees (cudaMalloc
+  //! promises 256 bytes, cudaHostAlloc a page): slots would then be misaligned silently.
+  std::byte* allocate(std::size_t bytes, std::size_t a) {
+    a = std::max(a, alignment);
+    auto* p = static_cast<std::byte*>(resource.allocate(bytes, a));
+    if (p && reinterpret_cast<std::uintptr_t>(p) % a != 0) {
+      resource.deallocate(p, bytes, a);
+      throw error("tide: CUDA backend: the memory resource returned a block aligned to less than the schedule's " +
+                  std::to_string(a) + "-byte alignment: use a resource that honours the alignment, or a smaller "
+                  "tide::device_arena / tide::pinned_arena alignment");
+    }
+    return p;
   }
-
-  //! At least `bytes` (at least one byte, so that even an empty arena has an address). A block
-  //! replaced by a larger one is retired, not freed: an executor set up earlier on the same
-  //! backend still holds its addresses. Retired blocks go back with the backend.
-  std::byte* reserve(resource_ref r, std::size_t bytes, std::size_t alignment) {
-    bytes = bytes == 0 ? 1 : bytes;
-    if (data_ && bytes <= bytes_) return data_;
-    auto* fresh = static_cast<std::byte*>(r.allocate(bytes, alignment));
-    if (data_) retired_.push_back({data_, bytes_, alignment_, resource_});
-    data_ = fresh;
-    bytes_ = bytes;
-    alignment_ = alignment;
-    resource_.emplace(r);
-    return data_;
+  void deallocate(std::byte* p, std::size_t bytes, std::size_t a) noexcept {
+    resource.deallocate(p, bytes, std::max(a, alignment));
   }
-  std::byte* data() const noexcept { return data_; }
-  std::size_t size() const noexcept { return data_ ? bytes_ : 0; }
-
- private:
-  struct block {
-    std::byte* data;
-    std::size_t bytes, alignment;
-    std::optional<resource_ref> resource;
-  };
-  static void release(std::byte* p, std::size_t n, std::size_t a, std::optional<resource_ref>& r) noexcept {
-    if (p) r->deallocate(p, n, a);
-  }
-  std::byte* data_ = nullptr;
-  std::size_t bytes_ = 0, alignment_ = 0;
-  std::optional<resource_ref> resource_;
-  std::vector<block> retired_;
 };
+
+//! An arena's memory: one block reused while it fits, replaced by a larger one when a setup
+//! needs more; a replaced block is freed once no executor holds it.
+using memory_block = arena_pool<resource_allocator>;
 
 }  // namespace detail
 }  // namespace tide

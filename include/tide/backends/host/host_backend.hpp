@@ -43,13 +43,17 @@ struct host_backend_options {
 
 namespace detail {
 
-//! Page-aligned host memory for an arena_pool; nullptr (not `std::bad_alloc`) when the machine
-//! has not that much, so that the pool reports it as `out_of_memory` naming the request.
+//! Host memory for an arena_pool, page-aligned or more (the schedule's alignment); nullptr (not
+//! `std::bad_alloc`) when the machine has not that much, so that the pool reports it as
+//! `out_of_memory` naming the request.
 struct page_allocator {
-  std::byte* allocate(std::size_t bytes) noexcept {
-    return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{4096}, std::nothrow));
+  static constexpr std::size_t page = 4096;
+  std::byte* allocate(std::size_t bytes, std::size_t alignment) noexcept {
+    return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{std::max(alignment, page)}, std::nothrow));
   }
-  void deallocate(std::byte* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{4096}); }
+  void deallocate(std::byte* p, std::size_t, std::size_t alignment) noexcept {
+    ::operator delete(p, std::align_val_t{std::max(alignment, page)});
+  }
 };
 
 }  // namespace detail
@@ -90,8 +94,8 @@ class host_backend {
   std::size_t host_held_bytes() const { return host_.held_bytes(); }
 
   arenas setup(backend_setup const& s) {
-    auto d = device_.reserve(s.device_bytes);
-    auto h = host_.reserve(s.host_bytes);
+    auto d = device_.reserve(s.device_bytes, s.device_alignment);
+    auto h = host_.reserve(s.host_bytes, s.host_alignment);
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     if (events_.size() < s.events) {
       std::vector<event> e(s.events);
@@ -104,7 +108,7 @@ class host_backend {
     }
     max_ops_ = std::max(max_ops_, s.ops);
     for (auto& t : spans_) t.reserve(s.ops);
-    for (auto& t : wait_spans_) t.reserve(s.ops);
+    for (auto& t : wait_spans_) t.reserve(s.waits);
     return a;
   }
 
