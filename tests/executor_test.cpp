@@ -8,11 +8,14 @@
 #include "workload.hpp"
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <new>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 
 using namespace tide;
 
@@ -555,4 +558,61 @@ TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
   EXPECT_EQ(failed_calls, std::vector<int>(6, 1));
   b.copies_left = 1 << 30;
   EXPECT_NO_THROW(exec.step(noop, noop, noop, hook));
+}
+
+// The hooks of ops never issued go through the backend, in stream order, before the step's one
+// synchronization (on CUDA: nothing they enqueue is still running when the error is rethrown):
+// on the host backend they run on the communication stream's worker, not on the caller's thread.
+TEST(Failures, RemainingHooksAreEnqueuedBeforeTheSynchronization) {
+  auto const s = build_schedule(small_stack(), rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  failing_backend b(3);
+  executor exec(b, s);
+  auto const caller = std::this_thread::get_id();
+  std::atomic<int> on_caller{0}, done{0};
+  auto hook = [&](auto const& c) {
+    if (c.kind != op_kind::collective) return;
+    if (std::this_thread::get_id() == caller) ++on_caller;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // still running, were it not synchronized
+    ++done;
+  };
+  auto noop = [](auto const&) {};
+  EXPECT_THROW(exec.step(noop, noop, noop, hook), error);
+  EXPECT_EQ(done.load(), 6);
+  EXPECT_EQ(on_caller.load(), 0);
+}
+
+namespace {
+//! A hook that, like tide::nccl_hooks, reports after the synchronization whether the step failed.
+struct agreeing_hook {
+  int finished = 0;
+  bool saw_failure = false;
+  void operator()(collective_context<stream_role> const& c) { saw_failure |= c.step_failed; }
+  void finish_step() {
+    ++finished;
+    if (std::exchange(saw_failure, false)) throw collective_error("a rank failed");
+  }
+};
+}  // namespace
+
+TEST(Executor, HooksAreToldOnceTheStepHasSynchronized) {
+  auto const s = build_schedule(small_stack(), rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  host_backend b;
+  executor exec(b, s);
+  agreeing_hook hooks;
+  auto noop = [](auto const&) {};
+  exec.step(noop, noop, hooks, hooks);  // one object as both hooks: told once
+  EXPECT_EQ(hooks.finished, 1);
+  // A failed step rethrows its own error first; the hooks still close the step.
+  auto throwing = [](auto const& c) {
+    if (c.layer == 2) throw std::runtime_error("lambda failed");
+  };
+  try {
+    exec.step(throwing, noop, hooks, hooks);
+    FAIL();
+  } catch (std::runtime_error const& e) {
+    EXPECT_STREQ(e.what(), "lambda failed");
+  }
+  EXPECT_EQ(hooks.finished, 2);
+  EXPECT_NO_THROW(exec.step(noop, noop, hooks, hooks));
+  EXPECT_EQ(hooks.finished, 3);
 }

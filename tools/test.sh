@@ -6,15 +6,17 @@
 #   2. the host tests again under ThreadSanitizer;
 #   3. and under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the schedule fuzzer (libFuzzer with clang, ASan + UBSan): 45 s from the seed corpus, and
-#      the saved regression inputs replayed.
-# Usage: tools/test.sh [main|tsan|asan|fuzz ...]   (default: all four)
+#      the saved regression inputs replayed;
+#   5. the GPU check script in dry-run mode (bench/gpu/check.sh --dry-run: its configure, build,
+#      CUDA suite, table and goals, everything but the GPU), when nvcc is found.
+# Usage: tools/test.sh [main|tsan|asan|fuzz|gpucheck ...]   (default: all five)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
 export PATH="$PATH:/usr/local/cuda/bin"
 jobs=$(nproc)
 configs=("$@")
-[ ${#configs[@]} -eq 0 ] && configs=(main tsan asan fuzz)
+[ ${#configs[@]} -eq 0 ] && configs=(main tsan asan fuzz gpucheck)
 
 setup() {  # dir, options...
   local dir=$1
@@ -56,7 +58,19 @@ for c in "${configs[@]}"; do
       ninja -C build-test/fuzz -j "$jobs" tests/fuzz/fuzz_schedule
       meson test -C build-test/fuzz --no-rebuild --print-errorlogs --num-processes "$jobs" --suite fuzz
       ;;
-    *) echo "unknown configuration '$c' (main, tsan, asan, fuzz)" >&2; exit 2 ;;
+    gpucheck)
+      # Not a Meson suite: its one result goes where the closing line finds it.
+      mkdir -p build-test/gpucheck
+      rm -f build-test/gpucheck/result.json
+      if command -v nvcc >/dev/null; then
+        bench/gpu/check.sh --dry-run build-test/gpucheck
+        echo '{"name": "gpu_check_dry_run", "result": "OK"}' >build-test/gpucheck/result.json
+      else
+        echo "no nvcc: the GPU check's dry run is skipped"
+        echo '{"name": "gpu_check_dry_run", "result": "SKIP"}' >build-test/gpucheck/result.json
+      fi
+      ;;
+    *) echo "unknown configuration '$c' (main, tsan, asan, fuzz, gpucheck)" >&2; exit 2 ;;
   esac
 done
 
@@ -65,7 +79,8 @@ python3 - "${configs[@]}" <<'PY'
 import json, sys
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
 for c in sys.argv[1:]:
-    with open(f"build-test/{c}/meson-logs/testlog.json") as f:
+    log = "build-test/gpucheck/result.json" if c == "gpucheck" else f"build-test/{c}/meson-logs/testlog.json"
+    with open(log) as f:
         for line in f:
             r = json.loads(line)["result"]
             key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
