@@ -13,6 +13,19 @@
 //!   forward and before the backward; every offloaded slot offloaded and prefetched, each chunk
 //!   exactly once; gathers and collectives exactly where `collective_spec` asks, gathers before
 //!   their forward and collectives after their backward;
+//! - copy geometry: copies are exactly where the bindings say. Chunk c of slot b covers bytes
+//!   [c * chunk_bytes, c * chunk_bytes + n) of the slot, n = min(chunk_bytes, b.bytes - c *
+//!   chunk_bytes) (all of it when the slot goes in one chunk), between device b.forward_offset
+//!   (an offload's source) or b.backward_offset (a prefetch's target) and host b.host_offset,
+//!   each plus c * chunk_bytes: the chunks tile the slot. The executor's debug checks poison each
+//!   offload chunk's source once copied, which only a tiling makes harmless;
+//! - guards: with `buffers.guard_bytes` > 0 the executor's debug checks write guard bytes after
+//!   every slot before a forward (at forward_offset + bytes) and after every remat slot before a
+//!   recompute (at backward_offset + bytes), and check them after the op. Within one layer, the
+//!   regions [offset, offset + bytes + guard) a forward writes do not overlap, nor do those a
+//!   recompute or backward touches at backward offsets (the guard for remat slots only); and the
+//!   guard writes are byte accesses of their op (writes with an identity of their own, never read
+//!   as slot data) in the race and data-flow sweep;
 //! - peaks: replaying the ops' byte ranges reproduces the predicted device and host peaks;
 //! - no race: two ops that touch overlapping bytes (one of them writing) are ordered by stream
 //!   order or an event chain, so no region is reused while an op that reads or writes it may run;
@@ -70,7 +83,12 @@ struct access {
   std::uint32_t layer;
   std::uint16_t slot;
   std::uint64_t shift;  //!< slot-relative offset of a byte minus its address (mod 2^64): equal shifts, same bytes
-  bool same_data(access const& o) const noexcept { return layer == o.layer && slot == o.slot && shift == o.shift; }
+  //! The guard bytes after `slot`, written by the executor's debug checks around the op: data of
+  //! their own, never the slot's (no read has it).
+  bool guard = false;
+  bool same_data(access const& o) const noexcept {
+    return layer == o.layer && slot == o.slot && shift == o.shift && guard == o.guard;
+  }
 };
 
 //! What the structural pass proved and the later passes use.
@@ -348,7 +366,9 @@ inline checked_program check_program(schedule_view const& s) {
   // Byte accesses, in op order (their count is bounded first: indices into them are 32-bit).
   std::uint64_t total = 0;
   for (auto const& o : s.ops)
-    total += is_copy(o.kind) ? 2 : o.kind == op_kind::gather || o.kind == op_kind::collective ? 0 : s.layers[o.layer].slot_count;
+    total += is_copy(o.kind)                                                ? 2
+             : o.kind == op_kind::gather || o.kind == op_kind::collective ? 0
+                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u);
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
   p.accesses.reserve(total);
@@ -362,13 +382,24 @@ inline checked_program check_program(schedule_view const& s) {
     auto add = [&](bool host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
       p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
     };
+    // The guard bytes the executor's debug checks write after a slot before the op (and check
+    // after it): part of the op's accesses (no overflow: proven by check_bindings).
+    auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
+      if (guard == 0) return;
+      p.accesses.push_back({i, false, true, slot_end, slot_end + guard, o.layer, k, 0, true});
+    };
     switch (o.kind) {
       case op_kind::forward:
-        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, true, slots[k].forward_offset, slots[k].bytes, k, 0);
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, true, slots[k].forward_offset, slots[k].bytes, k, 0);
+          add_guard(slots[k].forward_offset + slots[k].bytes, k);
+        }
         break;
       case op_kind::recompute:
-        for (std::uint16_t k = 0; k < slots.size(); ++k)
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
           add(false, slots[k].where == placement::remat, slots[k].backward_offset, slots[k].bytes, k, 0);
+          if (slots[k].where == placement::remat) add_guard(slots[k].backward_offset + slots[k].bytes, k);
+        }
         break;
       case op_kind::backward:
         for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
@@ -389,10 +420,90 @@ inline checked_program check_program(schedule_view const& s) {
   return p;
 }
 
+//! Copy geometry and guards: what the executor's debug checks do beyond the ops' slot accesses
+//! (poison an offload chunk's source once copied, write and check guard bytes) is harmless only
+//! when the copies tile their slots where the bindings say and one op's guarded regions do not
+//! overlap. Only for programs `check_program` proved in range.
+inline void check_layout(schedule_view const& s) {
+  auto const str = [](auto v) { return std::to_string(v); };
+  auto const guard = s.buffers.guard_bytes;
+  auto const chunk_bytes = s.pipeline.chunk_bytes;
+
+  // Copies exactly where the bindings say: chunk c of a slot is its bytes [c * chunk_bytes, ...).
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+    auto const& o = s.ops[i];
+    if (!is_copy(o.kind)) continue;
+    auto const& b = s.slots_of(o.layer)[o.slot];
+    auto const what = [&] { return "copy geometry: " + op_name(s, i); };
+    bool const reload = o.kind == op_kind::prefetch;
+    if (o.chunks > 1 && o.chunks != ceil_div(b.bytes, chunk_bytes))  // chunk_bytes > 0: proven
+      check_fail(what() + " is one of " + str(o.chunks) + " chunks, but " + slot_label(s, o.layer, o.slot) + " (" +
+                 str(b.bytes) + " bytes) goes in " + str(ceil_div(b.bytes, chunk_bytes)) + " chunks of " +
+                 str(chunk_bytes) + " bytes: the chunks must tile the slot");
+    // No overflow: start < b.bytes (check_program proved start + o.bytes <= b.bytes, o.bytes > 0)
+    // and the slot's ranges fit in size_t (check_bindings).
+    auto const start = o.chunks > 1 ? std::size_t{o.chunk} * chunk_bytes : 0;
+    auto const bytes = o.chunks > 1 ? std::min(chunk_bytes, b.bytes - start) : b.bytes;
+    auto const device = (reload ? b.backward_offset : b.forward_offset) + start;
+    auto const host = b.host_offset + start;
+    if (o.bytes != bytes || o.device_offset != device || o.host_offset != host) {
+      auto const dev = "device " + bytes_text(o.device_offset, o.device_offset + o.bytes);
+      auto const hst = "host " + bytes_text(o.host_offset, o.host_offset + o.bytes);
+      auto const want_dev = "device " + bytes_text(device, device + bytes);
+      auto const want_hst = "host " + bytes_text(host, host + bytes);
+      check_fail(what() + " copies " + (reload ? hst + " to " + dev : dev + " to " + hst) + ", but bytes " +
+                 bytes_text(start, start + bytes) + " of " + slot_label(s, o.layer, o.slot) + " lie at " +
+                 (reload ? want_hst + " and go to " + want_dev + " (its backward offset)"
+                         : want_dev + " (its forward offset) and go to " + want_hst) +
+                 ": a copy must move exactly its chunk of the slot, where the bindings place it (the executor's "
+                 "debug checks poison each offloaded chunk's source once copied)");
+    }
+  }
+
+  // Guarded regions of one op do not overlap: the slots a forward writes, each with its guard,
+  // at forward offsets; the slots a recompute or backward touches at backward offsets, remat
+  // slots with their guard. (Overlaps of the slots' bytes alone were rejected by check_bindings:
+  // what overlaps here is a guard.) No overflow: check_bindings proved offset + bytes + guard.
+  if (guard == 0) return;
+  struct region {
+    std::size_t begin, end;
+    std::uint32_t slot;
+    bool operator<(region const& o) const noexcept { return std::tie(begin, end, slot) < std::tie(o.begin, o.end, o.slot); }
+  };
+  std::vector<region> regions;
+  for (std::uint32_t l = 0; l < s.layers.size(); ++l) {
+    auto const slots = s.slots_of(l);
+    for (bool fwd : {true, false}) {
+      regions.clear();
+      for (std::uint32_t k = 0; k < slots.size(); ++k) {
+        auto const& b = slots[k];
+        auto const at = fwd ? b.forward_offset : b.backward_offset;
+        bool const guarded = fwd || b.where == placement::remat;
+        regions.push_back({at, at + b.bytes + (guarded ? guard : 0), k});
+      }
+      std::sort(regions.begin(), regions.end());
+      for (std::size_t j = 1; j < regions.size(); ++j) {
+        auto const& x = regions[j - 1];
+        auto const& y = regions[j];
+        if (x.end <= y.begin) continue;
+        auto const& bx = slots[x.slot];
+        check_fail("guard: the " + str(guard) + " guard bytes " + bytes_text(x.begin + bx.bytes, x.end) + " after " +
+                   slot_label(s, l, x.slot) + " overlap slot '" + std::string(slots[y.slot].name) + "' " +
+                   bytes_text(y.begin, y.begin + slots[y.slot].bytes) + " in the device arena (" +
+                   (fwd ? "forward offsets: the executor's debug checks write guard bytes after every slot before a forward"
+                        : "backward offsets: the executor's debug checks write guard bytes after every remat slot before a "
+                          "recompute") +
+                   ")");
+      }
+    }
+  }
+}
+
 //! Peaks: the extent the accesses touch (device ranges plus guard, aligned) is the prediction.
 inline void replay_peaks(schedule_view const& s, checked_program const& p, check_report& report) {
   auto const guard = s.buffers.guard_bytes;
   for (auto const& a : p.accesses) {
+    if (a.guard) continue;  // the guard is counted after the access it follows, as predicted
     auto const end = a.host ? a.end : a.end + guard;  // no overflow: proven by check_program
     auto const align = a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
     auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
@@ -480,6 +591,7 @@ class byte_state_tree {
     if (t.assign) {
       s = empty();
       s.writer[t.stream] = t.op;
+      s.reader = t.reader;  // a pushed tag carries the reads since its write: they stay visible
       s.data_lo = s.data_hi = t.data;
       mine = t;  // the earlier tag is overwritten, readers included
       return;
@@ -549,18 +661,30 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
 
   std::array<byte_state_tree, 2> trees{byte_state_tree(bounds[0].empty() ? 0 : bounds[0].size() - 1),
                                        byte_state_tree(bounds[1].empty() ? 0 : bounds[1].size() - 1)};
+  auto guard_text = [&](access const& x) {
+    return "the guard bytes after " + slot_label(s, x.layer, x.slot) +
+           " (written by the executor's debug checks around " + op_name(s, x.op) + ")";
+  };
   auto overlap_of = [&](std::uint32_t other, access const& a) {  // the bytes `other` shares with `a`
+    access const* found = nullptr;  // an access of `other` that conflicts with `a`, else one that overlaps it
     for (auto j = p.first_access[other]; j < p.first_access[other + 1]; ++j)
-      if (auto const& x = acc[j]; x.host == a.host && x.begin < a.end && a.begin < x.end)
-        return bytes_text(std::max(x.begin, a.begin), std::min(x.end, a.end));
-    return std::string("?");
+      if (auto const& x = acc[j]; x.host == a.host && x.begin < a.end && a.begin < x.end) {
+        if (!found || (x.write && !found->write)) found = &x;
+        if (found->write || a.write) break;
+      }
+    if (!found) return std::string("?");
+    auto r = bytes_text(std::max(found->begin, a.begin), std::min(found->end, a.end));
+    if (found->guard) r += ", " + guard_text(*found);
+    if (a.guard) r += ", " + guard_text(a);
+    return r;
   };
   auto const n = static_cast<std::uint32_t>(s.ops.size());
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const first = p.first_access[i], last = p.first_access[i + 1];
     auto const& clock = p.clock[i];
-    // The accesses of one op are disjoint within an arena (proven by check_bindings), so their
-    // order within the op does not matter; all queries come before the op's own updates.
+    // The accesses of one op are disjoint within an arena (proven by check_bindings, guards
+    // included by check_layout), so their order within the op does not matter; all queries come
+    // before the op's own updates.
     for (auto j = first; j < last; ++j) {
       auto const& a = acc[j];
       auto& tree = trees[a.host];
@@ -588,9 +712,10 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
         auto const w_end = acc.begin() + p.first_access[w + 1];
         auto const it = std::find_if(acc.begin() + p.first_access[w], w_end,
                                      [&](access const& x) { return data[&x - acc.data()] == at.data_lo; });
-        bool const same_slot = it != w_end && it->layer == a.layer && it->slot == a.slot;
+        bool const guard_bytes = it != w_end && it->guard;
+        bool const same_slot = it != w_end && !it->guard && it->layer == a.layer && it->slot == a.slot;
         check_fail(reads + " but the last op to write them before it, " + op_name(s, w) + ", left " +
-                   (same_slot ? "other bytes of this slot" : "another slot's data") +
+                   (guard_bytes ? guard_text(*it) : same_slot ? "other bytes of this slot" : "another slot's data") +
                    " there: this slot's bytes were never written there, or were overwritten before the read");
       }
       check_fail("data flow: " + op_name(s, i) + " reads bytes whose last writer the checker could not find");  // unreachable
@@ -614,6 +739,7 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
 //! summed before it is proven in range.
 inline check_report check_schedule(schedule_view const& s) {
   auto const p = detail::check_program(s);
+  detail::check_layout(s);
   check_report report;
   detail::replay_peaks(s, p, report);
   detail::check_races_and_data_flow(s, p, report);
