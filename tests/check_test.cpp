@@ -325,24 +325,147 @@ TEST(CheckMalformed, CopyRangesAreInsideTheirSlotAndDoNotWrap) {
   far_chunk.ops[p].chunks = std::numeric_limits<std::uint32_t>::max();
   far_chunk.ops[p].chunk = far_chunk.ops[p].chunks - 1;
   expect_rejected(far_chunk, {"structure: op #" + std::to_string(p), "of a slot of 4096 bytes"});
-  // An in-range but wrong offset is caught by data flow or race, as before.
+  // An in-range but wrong offset: the copy is not where its slot's bindings place the chunk
+  // (caught by data flow or race before copy geometry was checked).
   auto moved = base;
   moved.ops[p].device_offset = moved.ops[find_op(moved, op_kind::prefetch, 2, 3)].device_offset;
-  EXPECT_NE(check_error(moved), "no error");
+  expect_rejected(moved, {"copy geometry: op #" + std::to_string(p) + " (prefetch layer 1 slot 'a' chunk 3/4"});
 }
 
 TEST(CheckMalformed, DataFlowAndRaceFailuresNameTheirInvariant) {
   auto s = build_schedule(dense4(), offload_a(), {}, chunked);
-  // Chunk 1's reload reads chunk 0's host copy: ordered, but the wrong bytes of the slot.
+  // Layer 1's backward reads its kept slot b 1 KiB past where its forward wrote it: ordered, but
+  // the wrong bytes of the slot (the same edit on a copy's offset now fails copy geometry).
   auto wrong = s;
-  auto const p1 = find_op(wrong, op_kind::prefetch, 1, 1);
-  wrong.ops[p1].host_offset = wrong.ops[find_op(wrong, op_kind::prefetch, 1, 0)].host_offset;
-  expect_rejected(wrong, {"data flow: op #" + std::to_string(p1), "left other bytes of this slot there"});
+  auto& b1 = wrong.slots[wrong.layers[1].first_slot + 1];
+  ASSERT_EQ(b1.where, placement::keep);
+  ASSERT_EQ(b1.forward_offset, b1.backward_offset);
+  b1.backward_offset += 1024;
+  expect_rejected(wrong, {"data flow: op #" + std::to_string(find_op(wrong, op_kind::backward, 1)),
+                          "left other bytes of this slot there"});
+  auto copy = s;
+  auto const p1 = find_op(copy, op_kind::prefetch, 1, 1);
+  copy.ops[p1].host_offset = copy.ops[find_op(copy, op_kind::prefetch, 1, 0)].host_offset;
+  expect_rejected(copy, {"copy geometry: op #" + std::to_string(p1)});
   // Layer 0's backward no longer waits for its reload.
   auto racy = s;
   auto const b0 = find_op(racy, op_kind::backward, 0);
   racy.ops[b0].wait_count = 0;
   expect_rejected(racy, {"race:", "(backward layer 0", "nothing orders them"});
+}
+
+// ---- what the fuzzer found (tests/fuzz/regressions) -----------------------------------------------
+
+namespace {
+// Drops `op`'s wait on `on` (it must have one).
+void drop_wait(schedule& s, std::uint32_t op, std::uint32_t on) {
+  auto& o = s.ops[op];
+  auto const first = s.waits.begin() + o.wait_begin, last = first + o.wait_count;
+  auto const it = std::find(first, last, on);
+  ASSERT_NE(it, last) << "op #" << op << " does not wait on op #" << on;
+  std::iter_swap(it, last - 1);
+  --o.wait_count;
+}
+}  // namespace
+
+// edit_forward_races_offload_of_its_source_accepted: one offload source buffer for every layer;
+// forward(3) writes 1-byte slots at offsets 0 and 1 of the 229 bytes that offload(2) still reads.
+// The sweep's tree lost the reads of a range when it pushed a write and those reads down together.
+TEST(CheckFuzzFindings, WriteRacingAnEarlierUnorderedReadIsRejected) {
+  layer_spec const small{"t1", {{"input", 1}, {"c", 1}}};
+  layer_spec const big{"t0", {{"f", 229}}};
+  stack_spec st;
+  st.append(small, 2).append(big).append(small, 2);
+  buffer_spec b;
+  b.device_alignment = 1;
+  b.host_alignment = 256;
+  auto s = build_schedule(st, {{placement::offload, {}, 0, all_layers, 0}}, b, {true, 0, 0, 1});
+  ASSERT_EQ(check_error(s), "no error");
+  auto const f2 = s.slots[s.layers[2].first_slot];
+  ASSERT_EQ(f2.forward_offset, s.slots[s.layers[3].first_slot].forward_offset);  // one source buffer
+  auto const fwd3 = find_op(s, op_kind::forward, 3), off2 = find_op(s, op_kind::offload, 2);
+  drop_wait(s, fwd3, off2);
+  expect_rejected(s, {"race: op #" + std::to_string(off2) + " (offload layer 2 slot 'f'",
+                      "op #" + std::to_string(fwd3) + " (forward layer 3", "nothing orders them"});
+}
+
+// edit_overlapping_offload_chunk_poisoned_by_debug_checks: an offload chunk copies 8 bytes past
+// its chunk. Every read was of the slot's own bytes and ordered, but the executor's debug checks
+// poison each offload chunk's source once copied: copies must tile their slot exactly.
+TEST(CheckFuzzFindings, CopyOutsideItsChunkIsRejected) {
+  stack_spec st;
+  st.append(layer_spec{"t0", {{"a", 256}}});
+  auto const s = build_schedule(st, {{placement::offload, {"a"}, 0, all_layers, 0}}, {}, {false, 3, 46, 0});
+  ASSERT_EQ(check_error(s), "no error");
+  auto const o0 = find_op(s, op_kind::offload, 0, 0);
+  ASSERT_EQ(s.ops[o0].chunks, 6u);
+  auto longer = s;
+  longer.ops[o0].bytes = 54;
+  expect_rejected(longer, {"copy geometry: op #" + std::to_string(o0) + " (offload layer 0 slot 'a' chunk 0/6",
+                           "copies device [0, 54) to host [0, 54), but bytes [0, 46) of slot 'a' of layer 0 lie at "
+                           "device [0, 46) (its forward offset)",
+                           "poison"});
+  // Every field of the tiling: where a chunk starts, on either side, how many chunks there are.
+  auto const p5 = find_op(s, op_kind::prefetch, 0, 5);
+  auto shorter = s;
+  shorter.ops[p5].bytes -= 1;
+  expect_rejected(shorter, {"copy geometry: op #" + std::to_string(p5), "bytes [230, 256) of slot 'a'"});
+  auto device = s;
+  device.ops[p5].device_offset += 2;
+  expect_rejected(device, {"copy geometry: op #" + std::to_string(p5), "(its backward offset)"});
+  auto host = s;
+  host.ops[find_op(host, op_kind::offload, 0, 3)].host_offset -= 1;
+  expect_rejected(host, {"copy geometry:", "chunk 3/6"});
+  // One copy of the whole slot is a tiling too; six chunks of seven are not.
+  auto whole = build_schedule(st, {{placement::offload, {"a"}, 0, all_layers, 0}}, {}, {false, 3, 0, 0});
+  whole.pipeline.chunk_bytes = 46;
+  EXPECT_EQ(check_error(whole), "no error");
+  auto seven = s;
+  for (auto& o : seven.ops)
+    if (is_copy(o.kind)) o.chunks = 7;
+  expect_rejected(seven, {"copy geometry:", "is one of 7 chunks, but slot 'a' of layer 0 (256 bytes) goes in 6 chunks"});
+}
+
+// edit_recompute_slot_moved_into_guard_bytes_accepted: a remat slot's recompute region moved into
+// the guard bytes the executor writes after another remat slot of the same layer.
+TEST(CheckFuzzFindings, SlotMovedIntoGuardBytesIsRejected) {
+  stack_spec st;
+  st.append(layer_spec{"t0", {{"b", 100}, {"a", 4096}}}, 4);
+  buffer_spec g;
+  g.guard_bytes = 512;
+  auto const s = build_schedule(st, {{placement::remat, {}, 0, all_layers, 0}}, g, {});
+  ASSERT_EQ(check_error(s), "no error");
+  auto const& b2 = s.slots[s.layers[2].first_slot];
+  auto moved = s;
+  moved.slots[s.layers[2].first_slot + 1].backward_offset = b2.backward_offset + b2.bytes + 256;
+  expect_rejected(moved, {"guard: the 512 guard bytes", "after slot 'b' of layer 2 overlap slot 'a'",
+                          "backward offsets: the executor's debug checks write guard bytes after every remat slot"});
+  // Forward regions carry a guard after every slot, whatever its placement.
+  auto fwd = s;
+  fwd.slots[s.layers[1].first_slot + 1].forward_offset = s.slots[s.layers[1].first_slot].forward_offset + 100 + 511;
+  expect_rejected(fwd, {"guard: the 512 guard bytes", "after slot 'b' of layer 1 overlap slot 'a'", "forward offsets"});
+  // Without guard bytes the same bindings are fine as far as guards go.
+  auto unguarded = moved;
+  unguarded.buffers.guard_bytes = 0;
+  EXPECT_EQ(check_error(unguarded).find("guard"), std::string::npos) << check_error(unguarded);
+}
+
+// Guard writes are accesses of their op: a forward's guard bytes over another layer's live data
+// clobber it (the executor writes them with debug checks on), which the sweep reports.
+TEST(CheckFuzzFindings, GuardBytesOverLiveDataAreRejected) {
+  stack_spec st;
+  st.append(layer_spec{"t0", {{"a", 64}, {"b", 64}}}, 3);
+  buffer_spec g;
+  g.guard_bytes = 64;  // each 64-byte slot takes a 256-byte region: 64 of data, 64 of guard
+  auto s = build_schedule(st, policy_spec{}, g, {});
+  ASSERT_EQ(check_error(s), "no error");
+  // Layer 0's slot a moved into the guard bytes after layer 1's slot a.
+  auto const& a1 = s.slots[s.layers[1].first_slot];
+  auto& a0 = s.slots[s.layers[0].first_slot];
+  a0.forward_offset = a0.backward_offset = a1.forward_offset + 64;
+  expect_rejected(s, {"data flow: op #" + std::to_string(find_op(s, op_kind::backward, 0)),
+                      "left the guard bytes after slot 'a' of layer 1 (written by the executor's debug checks around op #" +
+                          std::to_string(find_op(s, op_kind::forward, 1)) + " (forward layer 1"});
 }
 
 // ---- scale ---------------------------------------------------------------------------------------
@@ -428,17 +551,30 @@ bool quadratic_races_and_data_flow(detail::checked_program const& p) {
 
 enum class verdict { structure, access, pass };  // rejected before the sweep, by it, or accepted
 
-// The reference: the same structural passes, then the quadratic algorithm.
-verdict reference_verdict(schedule const& s) {
+// The reference: the same structural passes, then the quadratic algorithm. `old_rules`: as the
+// checker was before copy geometry and guards were checked (no `check_layout`, no guard writes
+// among the accesses); otherwise today's rules, where the quadratic algorithm must agree with the
+// sweep exactly.
+verdict reference_verdict(schedule const& s, bool old_rules) {
   detail::checked_program p;
   try {
     p = detail::check_program(s);
+    if (!old_rules) detail::check_layout(s);
     check_report r;
     detail::replay_peaks(s, p, r);
   } catch (schedule_error const&) {
     return verdict::structure;
   }
+  if (old_rules) std::erase_if(p.accesses, [](detail::access const& a) { return a.guard; });
   return quadratic_races_and_data_flow(p) ? verdict::pass : verdict::access;
+}
+
+// The invariants added with copy geometry and guards: the only reasons today's checker may
+// reject a program the old rules accepted.
+bool new_invariant(std::string const& m) {
+  return m.find("tide::check_schedule: copy geometry: ") == 0 || m.find("tide::check_schedule: guard: ") == 0 ||
+         ((m.find("tide::check_schedule: race: ") == 0 || m.find("tide::check_schedule: data flow: ") == 0) &&
+          m.find("the guard bytes after slot") != std::string::npos);
 }
 
 struct composer {
@@ -545,31 +681,53 @@ struct composer {
 
 }  // namespace
 
+// Two references. Under today's rules (copy geometry, guards among the accesses) the quadratic
+// algorithm and the sweep agree exactly. Under the old rules the checker is strictly stricter:
+// whatever the old rules reject it rejects too, and every extra rejection is one of the new
+// invariants (copy geometry, guard regions, or a race or data flow on guard bytes).
 TEST(CheckOracle, SweepAgreesWithTheQuadraticReference) {
   composer gen{std::mt19937_64{20240611}};
-  int counts[3] = {0, 0, 0};
+  int counts[3] = {0, 0, 0};  // old rules
+  int now[3] = {0, 0, 0};     // today's rules
+  int stricter = 0;
   int programs = 0;
   while (programs < 2500) {
     schedule s;
     if (!gen.compose(s)) continue;
     ++programs;
     ASSERT_EQ(check_error(s), "no error") << describe(s);  // built programs pass both
-    ASSERT_EQ(reference_verdict(s), verdict::pass);
+    ASSERT_EQ(reference_verdict(s, true), verdict::pass);
+    ASSERT_EQ(reference_verdict(s, false), verdict::pass);
     for (std::size_t m = 0, n = 1 + gen.pick(3); m < n; ++m) gen.mutate(s);
-    auto const want = reference_verdict(s);
-    ++counts[static_cast<int>(want)];
+    auto const old_want = reference_verdict(s, true);
+    auto const want = reference_verdict(s, false);
+    ++counts[static_cast<int>(old_want)];
+    ++now[static_cast<int>(want)];
     auto const got = check_error(s);
+    bool const sweep = got.find("race: ") != std::string::npos || got.find("data flow: ") != std::string::npos;
+    // Today's rules: the same verdict, and the sweep's failures are the reference's.
     if (want == verdict::pass) {
       ASSERT_EQ(got, "no error") << "the reference accepts this program\n" << describe(s);
     } else {
       ASSERT_NE(got, "no error") << "the reference rejects this program\n" << describe(s);
-      if (want == verdict::access) {
-        EXPECT_TRUE(got.find("race: ") != std::string::npos || got.find("data flow: ") != std::string::npos) << got;
+      EXPECT_EQ(want == verdict::access, sweep) << got << "\n" << describe(s);
+    }
+    // The old rules: rejected there, rejected here; accepted there, rejected here only by a new invariant.
+    if (old_want != verdict::pass) {
+      ASSERT_NE(got, "no error") << "the old rules reject this program\n" << describe(s);
+      if (old_want == verdict::access) {
+        EXPECT_TRUE(sweep || new_invariant(got)) << got;
       }
+    } else if (got != "no error") {
+      ++stricter;
+      EXPECT_TRUE(new_invariant(got)) << "rejected, though the old rules accept it, by: " << got << "\n" << describe(s);
     }
   }
   // The edits must exercise the sweep both ways, not only the structural passes.
   EXPECT_GT(counts[static_cast<int>(verdict::access)], 300) << counts[0] << " " << counts[1] << " " << counts[2];
   EXPECT_GT(counts[static_cast<int>(verdict::pass)], 300) << counts[0] << " " << counts[1] << " " << counts[2];
-  std::printf("reference verdicts: %d structural, %d race or data flow, %d pass\n", counts[0], counts[1], counts[2]);
+  EXPECT_GT(now[static_cast<int>(verdict::access)], 150) << now[0] << " " << now[1] << " " << now[2];
+  EXPECT_GT(now[static_cast<int>(verdict::pass)], 300) << now[0] << " " << now[1] << " " << now[2];
+  std::printf("old rules: %d structural, %d race or data flow, %d pass; today's rules: %d, %d, %d (%d stricter)\n",
+              counts[0], counts[1], counts[2], now[0], now[1], now[2], stricter);
 }

@@ -60,9 +60,19 @@ constexpr void check_composition() {
                 "tide::make_schedule: the fifth argument must be a tide::collectives<...>");
 }
 
+//! The first issue and, when there is none, the sizes of the arrays: one build in a constant
+//! expression (make_schedule's second build fills the arrays).
+struct schedule_probe {
+  schedule_issue_code issue;
+  schedule_extent extent;
+};
 template <class Stack, class Policy, class Buffers, class Pipeline, class Collectives>
-inline constexpr schedule_issue_code issue_of =
-    find_schedule_issue(Stack::spec(), Policy::spec(), Buffers::spec(), Pipeline::spec(), Collectives::spec()).code;
+inline constexpr schedule_probe probe_of = [] {
+  schedule s;
+  auto const issue =
+      try_build_schedule_into(s, Stack::spec(), Policy::spec(), Buffers::spec(), Pipeline::spec(), Collectives::spec());
+  return schedule_probe{issue.code, {s.layers.size(), s.slots.size(), s.ops.size(), s.waits.size()}};
+}();
 }  // namespace detail
 
 //! The compile-time schedule of a type-level composition. Every slot size must be a constant.
@@ -72,7 +82,8 @@ template <class Stack, class Policy, class Buffers = buffers<>, class Pipeline =
 consteval auto make_schedule() {
   detail::check_composition<Stack, Policy, Buffers, Pipeline, Collectives>();
   using c = schedule_issue_code;
-  constexpr auto issue = detail::issue_of<Stack, Policy, Buffers, Pipeline, Collectives>;
+  constexpr auto probe = detail::probe_of<Stack, Policy, Buffers, Pipeline, Collectives>;
+  constexpr auto issue = probe.issue;
   // One message per issue code (the run-time message, to_message, also names the slot and type).
   static_assert(issue != c::empty_stack, "tide: the stack has no layers: add at least one layer");
   static_assert(issue != c::duplicate_slot, "tide: a layer type names the same slot twice: give each slot of a layer a distinct name");
@@ -99,14 +110,8 @@ consteval auto make_schedule() {
   if constexpr (issue != c::none) {
     return static_schedule<0, 0, 0, 0>{};
   } else {
-    constexpr auto build = [] {
-      return build_schedule(Stack::spec(), Policy::spec(), Buffers::spec(), Pipeline::spec(), Collectives::spec());
-    };
-    constexpr detail::schedule_extent ext = [&] {
-      auto s = build();
-      return detail::schedule_extent{s.layers.size(), s.slots.size(), s.ops.size(), s.waits.size()};
-    }();
-    auto s = build();
+    constexpr auto ext = probe.extent;
+    auto s = build_schedule(Stack::spec(), Policy::spec(), Buffers::spec(), Pipeline::spec(), Collectives::spec());
     static_schedule<ext.layers, ext.slots, ext.ops, ext.waits> out;
     out.layers = detail::to_array<layer_binding, ext.layers>(s.layers);
     out.slots = detail::to_array<slot_binding, ext.slots>(s.slots);
