@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Installs tide into a scratch DESTDIR, then builds tests/consumer/main.cpp against the installed
-headers with the flags from the installed pkg-config file.
+headers: with the flags from the installed pkg-config file, and with CMake through the installed
+package (find_package) and through the source tree (add_subdirectory); checks `pkg-config
+--cflags tide-cuda` when the build has the CUDA backend.
 
 usage: install_test.py BUILD_DIR SOURCE_ROOT WORK_DIR COMPILER..."""
 import os, pathlib, shutil, subprocess, sys
@@ -28,3 +30,36 @@ print(r.stdout, end="")
 if r.returncode:
     sys.exit("the program built against the installed tide failed")
 print(f"installed: {headers[0].parent.relative_to(dest)}, {pcs[0].relative_to(dest)}; pkg-config flags: {' '.join(flags)}")
+
+# pkg-config tide-cuda, where the build has the CUDA backend.
+cuda_pcs = list(dest.rglob("tide-cuda.pc"))
+if cuda_pcs:
+    r = subprocess.run(["pkg-config", "--cflags", "--libs", "tide-cuda"], env=env, capture_output=True, text=True)
+    if r.returncode or "cccl" not in r.stdout or "-lcudart" not in r.stdout:
+        sys.exit(f"pkg-config tide-cuda: {r.stdout}{r.stderr}")
+    print(f"pkg-config tide-cuda: {r.stdout.strip()}")
+
+# CMake: find_package against the install, and add_subdirectory of the source tree.
+cmake = shutil.which("cmake")
+if not cmake:
+    sys.exit("cmake not found (tools/install-deps.sh installs it)")
+configs = list(dest.rglob("tideConfig.cmake"))
+if len(configs) != 1 or not list(dest.rglob("tideConfigVersion.cmake")):
+    sys.exit(f"expected tideConfig.cmake and tideConfigVersion.cmake under {dest}, found {configs}")
+prefix = configs[0].parents[3]  # PREFIX/lib[/triplet]/cmake/tide/tideConfig.cmake
+while not (prefix / "include" / "tide").is_dir() and prefix != dest:
+    prefix = prefix.parent
+consumer = pathlib.Path(src) / "tests" / "cmake_consumer"
+cxx_env = dict(os.environ, CXX=cxx[0])
+for name, extra in (("find_package", [f"-DCMAKE_PREFIX_PATH={prefix}"]), ("add_subdirectory", [f"-DTIDE_SOURCE_DIR={pathlib.Path(src).resolve()}"])):
+    b = work / f"cmake_{name}"
+    for cmd in ([cmake, "-S", str(consumer), "-B", str(b), *extra], [cmake, "--build", str(b)]):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=cxx_env)
+        if r.returncode:
+            sys.exit(f"CMake ({name}): {' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    for exe in ("consumer", "consumer_cuda"):
+        if (b / exe).exists():
+            r = subprocess.run([str(b / exe)], capture_output=True, text=True)
+            if r.returncode:
+                sys.exit(f"CMake ({name}): {exe} failed: {r.stdout}{r.stderr}")
+            print(f"cmake {name}: {r.stdout.strip()}")

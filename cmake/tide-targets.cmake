@@ -1,0 +1,42 @@
+# The interface targets of tide, shared by the installed tideConfig.cmake and the top-level
+# CMakeLists.txt (add_subdirectory, FetchContent). Expects TIDE_INCLUDE_DIR.
+#   tide::tide  header-only, C++20, threads
+#   tide::cuda  tide::tide + the CUDA runtime, CCCL's include folder and, when found, NCCL
+#               (defined when the consumer's CUDAToolkit is found)
+include_guard(GLOBAL)
+
+find_package(Threads REQUIRED)
+if(NOT TARGET tide::tide)
+  add_library(tide::tide INTERFACE IMPORTED GLOBAL)
+  set_target_properties(tide::tide PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${TIDE_INCLUDE_DIR}"
+    INTERFACE_COMPILE_FEATURES cxx_std_20
+    INTERFACE_LINK_LIBRARIES Threads::Threads)
+endif()
+
+find_package(CUDAToolkit QUIET)
+if(CUDAToolkit_FOUND AND NOT TARGET tide::cuda)
+  # CUDA 13 keeps CCCL (libcu++, CUB, Thrust) under include/cccl.
+  set(_tide_cccl "")
+  foreach(_tide_dir IN LISTS CUDAToolkit_INCLUDE_DIRS)
+    if(EXISTS "${_tide_dir}/cccl/cuda/stream_ref")
+      list(APPEND _tide_cccl "${_tide_dir}/cccl")
+    endif()
+  endforeach()
+  find_library(TIDE_NCCL_LIBRARY nccl HINTS "${CUDAToolkit_LIBRARY_DIR}")
+  find_path(TIDE_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+  add_library(tide::cuda INTERFACE IMPORTED GLOBAL)
+  set(_tide_cuda_libs tide::tide CUDA::cudart)
+  set(_tide_has_nccl 0)
+  if(TIDE_NCCL_LIBRARY AND TIDE_NCCL_INCLUDE_DIR)
+    list(APPEND _tide_cuda_libs "${TIDE_NCCL_LIBRARY}")
+    set(_tide_has_nccl 1)
+  endif()
+  set_target_properties(tide::cuda PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${_tide_cccl}"
+    INTERFACE_COMPILE_DEFINITIONS "TIDE_HAS_NCCL=${_tide_has_nccl}"
+    INTERFACE_LINK_LIBRARIES "${_tide_cuda_libs}")
+  unset(_tide_cccl)
+  unset(_tide_cuda_libs)
+  unset(_tide_has_nccl)
+endif()
