@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what building and testing tide needs on Debian 12: Meson, Ninja, CMake (the CMake
-# package tests), GoogleTest, Google Benchmark, Open MPI. The CUDA toolkit is optional (the CUDA
-# targets are compiled when nvcc is found). Does nothing when everything is already there.
+# package tests), OpenBLAS (the transformer model), GoogleTest, Google Benchmark, Open MPI. The
+# CUDA toolkit is optional (the CUDA targets are compiled when nvcc is found). Does nothing when
+# everything is already there.
 set -euo pipefail
-pkgs=(meson ninja-build g++ pkg-config python3 cmake libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+pkgs=(meson ninja-build g++ pkg-config python3 cmake libopenblas-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
