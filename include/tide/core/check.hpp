@@ -661,9 +661,9 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
 
   std::array<byte_state_tree, 2> trees{byte_state_tree(bounds[0].empty() ? 0 : bounds[0].size() - 1),
                                        byte_state_tree(bounds[1].empty() ? 0 : bounds[1].size() - 1)};
-  auto guard_text = [&](access const& x) {
-    return "the guard bytes after " + slot_label(s, x.layer, x.slot) +
-           " (written by the executor's debug checks around " + op_name(s, x.op) + ")";
+  auto guard_text = [&](access const& x, bool name_op) {
+    return "the guard bytes after " + slot_label(s, x.layer, x.slot) + " (written by the executor's debug checks around " +
+           (name_op ? op_name(s, x.op) : std::string("that op")) + ")";
   };
   auto overlap_of = [&](std::uint32_t other, access const& a) {  // the bytes `other` shares with `a`
     access const* found = nullptr;  // an access of `other` that conflicts with `a`, else one that overlaps it
@@ -674,8 +674,8 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
       }
     if (!found) return std::string("?");
     auto r = bytes_text(std::max(found->begin, a.begin), std::min(found->end, a.end));
-    if (found->guard) r += ", " + guard_text(*found);
-    if (a.guard) r += ", " + guard_text(a);
+    if (found->guard) r += ", " + guard_text(*found, true);
+    if (a.guard) r += ", " + guard_text(a, true);
     return r;
   };
   auto const n = static_cast<std::uint32_t>(s.ops.size());
@@ -715,7 +715,7 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
         bool const guard_bytes = it != w_end && it->guard;
         bool const same_slot = it != w_end && !it->guard && it->layer == a.layer && it->slot == a.slot;
         check_fail(reads + " but the last op to write them before it, " + op_name(s, w) + ", left " +
-                   (guard_bytes ? guard_text(*it) : same_slot ? "other bytes of this slot" : "another slot's data") +
+                   (guard_bytes ? guard_text(*it, false) : same_slot ? "other bytes of this slot" : "another slot's data") +
                    " there: this slot's bytes were never written there, or were overwritten before the read");
       }
       check_fail("data flow: " + op_name(s, i) + " reads bytes whose last writer the checker could not find");  // unreachable
