@@ -47,6 +47,23 @@ std::vector<std::uint64_t> reference(schedule_view s, int steps = 2) {
 
 }  // namespace
 
+// The schedule's alignments reach the arenas (they were fixed at 256 and 4096 before): a slot's
+// offset is aligned relative to the arena's start, so the start must be aligned as much.
+TEST(HostArenas, ScheduleAlignmentsReachTheArenas) {
+  stack_spec st;
+  st.append({"l", {{"x", 1000}, {"y", 3000}}}, 3);
+  buffer_spec b;
+  b.device_alignment = std::size_t{1} << 16;
+  b.host_alignment = std::size_t{1} << 15;
+  auto const s = build_schedule(st, policy_spec{{placement::offload, {"y"}, 0, all_layers, 0}}, b);
+  host_backend be;
+  executor ex(be, s);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ex.memory().device) % b.device_alignment, 0u);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ex.memory().host) % b.host_alignment, 0u);
+  for (auto const& sl : s.slots) EXPECT_EQ(sl.forward_offset % b.device_alignment, 0u);
+  EXPECT_EQ(workload::run(be, s), reference(s));
+}
+
 TEST(HostArenas, ExecutorsInTurnHoldOneArenaAtATime) {
   host_backend_options o;
   o.device_capacity = 10 * mib;
