@@ -294,7 +294,12 @@ class host_backend {
           if (timeline_) wait_spans_[s].push_back({role, it.index, b, now_us()});
           break;
         }
-        case item::host: it.fn(); break;
+        case item::host:
+          // A host task occupies its stream as on a GPU: a paced copy behind it cannot nominally
+          // start before it ends (a debug poisoning memset would otherwise shorten the copy).
+          it.fn();
+          ready_at = clock::now();
+          break;
       }
     }
   }
