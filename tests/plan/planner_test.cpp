@@ -8,9 +8,13 @@
 #include <tide/plan/transformer.hpp>
 #include <tide/tide.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <random>
+#include <string>
+#include <utility>
 
 using namespace tide;
 
@@ -69,6 +73,52 @@ double exhaustive_step_us(instance const& in) {
     }
   }
   return best;
+}
+
+// Random cases of the heuristic-against-exact test: TIDE_PLANNER_CASES from the environment
+// (sanitizer builds run fewer), else 200.
+int planner_cases() {
+  if (char const* e = std::getenv("TIDE_PLANNER_CASES"))
+    if (int const n = std::atoi(e); n > 0) return n;
+  return 200;
+}
+
+struct capped_instance {
+  stack_spec stack;
+  cost_table costs;
+  std::size_t budget = 0;
+};
+
+// A random stack of `layers` layers with `slots` slots each (one or two layer types), costs where
+// a layer's slot recomputes often add up past its forward (so the cap on a layer's recompute
+// matters), a link on which offloads hide or not, and a device budget between the all-remat and
+// the keep-all peak (so remat alone always fits, whatever the host cap).
+capped_instance random_stack(std::mt19937& rng, int layers, int slots) {
+  static constexpr std::string_view names[] = {"s0", "s1", "s2", "s3", "s4", "s5"};
+  std::uniform_real_distribution<double> u(0, 1);
+  capped_instance in;
+  layer_spec a{"a", {}}, b{"b", {}};
+  for (int k = 0; k < slots; ++k) {
+    a.slots.push_back({names[k], static_cast<std::size_t>(1024 * (1 + rng() % 16))});
+    b.slots.push_back({names[k], static_cast<std::size_t>(1024 * (1 + rng() % 16))});
+  }
+  bool const two_types = u(rng) < 0.3;
+  for (int l = 0; l < layers; ++l) in.stack.append(two_types && l % 2 == 1 ? b : a);
+  for (int l = 0; l < layers; ++l) {
+    layer_cost c{.forward_us = 50 + 100 * u(rng), .backward_us = 100 + 200 * u(rng)};
+    for (int k = 0; k < slots; ++k) c.slot_recompute_us.push_back(5 + 60 * u(rng));
+    in.costs.layers.push_back(c);
+  }
+  in.costs.link = link_spec::symmetric(1024e3 * (50 + 400 * u(rng)), 5e-6 * u(rng), u(rng) < 0.7);
+  auto const lo = build_schedule(in.stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}}).peak_device_bytes();
+  auto const hi = build_schedule(in.stack, {}).peak_device_bytes();
+  in.budget = lo + static_cast<std::size_t>(static_cast<double>(hi - lo) * (0.1 + 0.8 * u(rng)));
+  return in;
+}
+
+// The host bytes of offloading every slot.
+std::size_t all_offloaded_host_bytes(stack_spec const& st) {
+  return build_schedule(st, policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}).peak_host_bytes();
 }
 
 }  // namespace
@@ -200,4 +250,135 @@ TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
                 std::string(c.model.name).c_str(), std::string(c.hw.name).c_str(), p.step_us / 1e3,
                 costs.compute_us() / 1e3, p.evaluations, ms);
   }
+}
+
+// A host cap that does not bind never makes the heuristic worse. On this preset the planner used
+// to drop every move order whose full length exceeded the cap, and to binary-search prefixes as
+// if more moves only helped the host bytes fit: 3,414.96 ms with a 240 GB cap against
+// 3,342.13 ms (134.6 GiB of host) without one.
+TEST(Planner, HostCapThatDoesNotBindIsNeverWorseOnDeepSeekV3Gb200) {
+  auto const m = models::deepseek_v3(4096, 4, 1);
+  auto const hw = hardware::gb200();
+  auto const st = transformer_stack(m);
+  auto const costs = transformer_costs(m, hw);
+  plan_options opt;
+  opt.device_budget = hw.hbm_bytes;
+  opt.method = plan_method::heuristic;
+  auto const free = make_plan(st, costs, opt);
+  ASSERT_TRUE(free.fits);
+  opt.host_budget = std::size_t{240} * 1000 * 1000 * 1000;
+  ASSERT_LE(free.host_bytes, opt.host_budget);  // the cap does not bind
+  auto const capped = make_plan(st, costs, opt);
+  ASSERT_TRUE(capped.fits);
+  EXPECT_LE(capped.host_bytes, opt.host_budget);
+  EXPECT_LE(capped.device_bytes, opt.device_budget);
+  EXPECT_LE(capped.step_us, free.step_us) << "capped " << capped.step_us << " us, uncapped " << free.step_us << " us";
+  auto s = capped.build(st);
+  EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), capped.step_us);
+  std::printf("DeepSeek-V3-like, micro-batch 4, on GB200: %.2f ms uncapped (%.1f GiB host), %.2f ms with a 240 GB cap\n",
+              free.step_us / 1e3, static_cast<double>(free.host_bytes) / (1 << 30), capped.step_us / 1e3);
+  // A cap that binds costs a little and stays within it (it used to fall back to remat only).
+  opt.host_budget = std::size_t{100} << 30;
+  auto const tight = make_plan(st, costs, opt);
+  ASSERT_TRUE(tight.fits);
+  EXPECT_LE(tight.host_bytes, opt.host_budget);
+  EXPECT_LE(tight.step_us, 1.01 * free.step_us);
+}
+
+// The same on random stacks (with and without the local search): a cap at or above the host
+// bytes of the uncapped plan gives the same or a better step time.
+TEST(Planner, HostCapAtOrAboveTheUncappedPlansHostBytesIsNeverWorse) {
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<double> u(0, 1);
+  int const cases = std::max(10, planner_cases() / 4);
+  int with_host = 0;
+  for (int trial = 0; trial < cases; ++trial) {
+    int const layers = 4 + static_cast<int>(rng() % 21), slots = 2 + static_cast<int>(rng() % 5);
+    auto in = random_stack(rng, layers, slots);
+    plan_options opt;
+    opt.device_budget = in.budget;
+    opt.method = plan_method::heuristic;
+    auto const free = make_plan(in.stack, in.costs, opt);
+    ASSERT_TRUE(free.fits) << "trial " << trial;
+    with_host += free.host_bytes > 0;
+    for (double extra : {0.0, 0.5 * u(rng)}) {
+      opt.host_budget = free.host_bytes + static_cast<std::size_t>(extra * static_cast<double>(free.host_bytes));
+      auto const capped = make_plan(in.stack, in.costs, opt);
+      ASSERT_TRUE(capped.fits) << "trial " << trial;
+      EXPECT_LE(capped.host_bytes, opt.host_budget) << "trial " << trial;
+      EXPECT_LE(capped.step_us, free.step_us) << "trial " << trial << " (" << layers << " layers x " << slots
+                                              << " slots), cap " << opt.host_budget << " bytes, uncapped plan "
+                                              << free.host_bytes << " bytes";
+    }
+  }
+  EXPECT_GE(with_host, cases / 2);  // most uncapped plans offload something
+}
+
+// A layer's recompute costs its rematted slots' recomputes capped at one forward, so once a layer
+// recomputes, its other slots come cheap. Here each layer's three slots cost 60 + 75 + 80 us to
+// recompute one by one but 100 us together; the budget takes two layers' worth of slots, and
+// offloads cannot hide (the link is slow). The best plan rematerializes two whole layers
+// (200 us); ranking slots one at a time rematerialized parts of three (260 us).
+TEST(Planner, HeuristicRematerializesWholeLayersWhenTheRecomputeCapPays) {
+  stack_spec st;
+  st.append({"blk", {{"a", 16384}, {"b", 8192}, {"c", 12288}}}, 3);
+  auto costs = uniform_costs(3, {.forward_us = 100, .backward_us = 200, .slot_recompute_us = {60, 75, 80}},
+                             link_spec::symmetric(20e6));
+  plan_options opt;
+  opt.device_budget = 73728;
+  opt.method = plan_method::exact;
+  auto const exact = make_plan(st, costs, opt);
+  ASSERT_TRUE(exact.fits);
+  EXPECT_DOUBLE_EQ(exact.step_us, 1100);
+  opt.method = plan_method::heuristic;
+  auto const h = make_plan(st, costs, opt);
+  ASSERT_TRUE(h.fits);
+  EXPECT_LE(h.device_bytes, opt.device_budget);
+  EXPECT_DOUBLE_EQ(h.step_us, exact.step_us);
+}
+
+// The heuristic against the exact search on random small stacks (3-5 layers of 2-3 slots, at most
+// 10 decisions, so that the exact search takes milliseconds), each without a host cap and with one
+// that binds: within 5% on every one.
+TEST(Planner, HeuristicIsWithinFivePercentOfExactOnRandomSmallStacks) {
+  std::mt19937 rng(2025);
+  std::uniform_real_distribution<double> u(0, 1);
+  int const cases = planner_cases();
+  double worst = 0;
+  std::string worst_case = "none";
+  int compared = 0, bound = 0;
+  for (int trial = 0; trial < cases; ++trial) {
+    static constexpr std::pair<int, int> shapes[] = {{3, 2}, {3, 3}, {4, 2}, {5, 2}};  // layers, slots
+    auto const [layers, slots] = shapes[rng() % 4];
+    auto in = random_stack(rng, layers, slots);
+    plan_options opt;
+    opt.device_budget = in.budget;
+    for (int capped = 0; capped < 2; ++capped) {
+      opt.method = plan_method::exact;
+      auto const exact = make_plan(in.stack, in.costs, opt);
+      ASSERT_TRUE(exact.fits) << "trial " << trial;  // remat alone fits the budget
+      EXPECT_LE(exact.host_bytes, opt.host_budget);
+      opt.method = plan_method::heuristic;
+      auto const h = make_plan(in.stack, in.costs, opt);
+      ASSERT_TRUE(h.fits) << "trial " << trial;
+      EXPECT_LE(h.device_bytes, opt.device_budget) << "trial " << trial;
+      EXPECT_LE(h.host_bytes, opt.host_budget) << "trial " << trial;
+      EXPECT_GE(h.step_us, exact.step_us * (1 - 1e-9)) << "trial " << trial;
+      auto const what = "trial " + std::to_string(trial) + " (" + std::to_string(layers) + " layers x " +
+                        std::to_string(slots) + " slots, " + (capped ? "host cap " + std::to_string(opt.host_budget) : "no host cap") + ")";
+      EXPECT_LE(h.step_us, 1.05 * exact.step_us) << what << ": heuristic " << h.step_us << " us, exact " << exact.step_us;
+      ++compared;
+      if (auto const r = h.step_us / exact.step_us - 1; r > worst) worst = r, worst_case = what;
+      if (capped) break;
+      // A cap under the exact plan's host bytes (or, when it offloads nothing, under the host
+      // bytes of offloading everything): it binds.
+      auto const host = exact.host_bytes > 0 ? exact.host_bytes : all_offloaded_host_bytes(in.stack);
+      opt.host_budget = static_cast<std::size_t>(static_cast<double>(host) * (0.2 + 0.7 * u(rng)));
+      bound += exact.host_bytes > opt.host_budget;
+    }
+  }
+  EXPECT_EQ(compared, 2 * cases);
+  std::printf("heuristic vs exact on %d random small stacks, each without and with a host cap (%d caps below the "
+              "exact plan's host bytes): worst %.2f%% (%s)\n",
+              cases, bound, 100 * worst, worst_case.c_str());
 }

@@ -6,13 +6,19 @@
 //! - Exact (small instances): branch and bound over the decisions, each complete assignment
 //!   evaluated in the sim with every pipeline candidate. Bounds: the step is at least the
 //!   compute time plus the recomputes already chosen; the device peak is at least the bytes
-//!   already kept.
-//! - Heuristic (large instances): offload first the slots whose transfers hide behind the
-//!   compute between their production and their use (per layer, largest first, up to what the
-//!   link carries in the neighbouring layer's forward and backward), then recompute by bytes
-//!   saved per microsecond of recompute, or offload exposed where that costs less; for each such
-//!   ordering of moves, binary-search the shortest prefix that fits, simulate it with every
-//!   pipeline candidate, keep the fastest; on small instances finish with a local search.
+//!   already kept plus the largest remat scratch and the largest offload of one layer so far.
+//! - Heuristic (large instances): orders of moves. Offload first the slots whose transfers hide
+//!   behind the compute between their production and their use (per layer, largest first, up to
+//!   what the link carries in the neighbouring layer's forward and backward); then a greedy by
+//!   added time per byte saved that knows a layer's recompute is capped at one full recompute
+//!   (the rest of a layer's slots rematted together is one of its candidates), or offload exposed
+//!   where that costs less. For each order and pipeline candidate, binary-search the shortest
+//!   prefix whose device peak fits and simulate it; keep the fastest. With a host cap, offloads
+//!   are taken while the host bytes fit, and the plan made without the cap stands when it fits
+//!   the cap, so a cap that does not bind never makes the answer worse. On small instances a
+//!   local search (steepest descent over moves of one or two decisions, a layer's or a slot
+//!   name's decisions together, two such groups, layer swaps) finishes from the fastest
+//!   distinct candidates, within an evaluation budget.
 //!
 //! The result is a run-time policy value (`policy_spec` plus `pipeline_spec` and `buffer_spec`)
 //! that builds a schedule directly; `to_cpp_types` prints it as `tide::policy<...>` types.
@@ -25,6 +31,8 @@
 #include <span>
 #include <numeric>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <tide/backends/sim/sim_backend.hpp>
@@ -75,6 +83,10 @@ struct plan_options {
   plan_method method = plan_method::automatic;
   std::size_t exact_max_decisions = 10;  //!< (layer, slot) pairs up to which `automatic` is exact
   std::size_t local_search_max_decisions = 64;  //!< the heuristic's local search runs up to this size
+  std::size_t local_search_starts = 30;  //!< ... from at most this many distinct candidates, fastest first
+  //! ... and builds at most this many schedules (per run: a host cap that binds runs twice);
+  //! about 50 ms at 64 decisions.
+  std::size_t local_search_max_evaluations = 5000;
   std::vector<pipeline_choice> pipelines;  //!< empty: `default_pipeline_choices`
 };
 
@@ -202,6 +214,8 @@ class plan_search {
     best_.smallest_device_bytes = std::min(best_.smallest_device_bytes, dev);
     if (dev > opt_.device_budget || s.peak_host_bytes() > opt_.host_budget) return std::numeric_limits<double>::infinity();
     auto const t = simulate_step_us(s, costs_);
+    if (held_cap_ != std::numeric_limits<std::size_t>::max() && s.peak_host_bytes() <= held_cap_ && t < held_.t)
+      held_ = {d, pc, t};
     if (t < best_.step_us) {
       best_.fits = true;
       best_.step_us = t;
@@ -236,113 +250,38 @@ class plan_search {
     std::vector<placement> d(slots_.size(), placement::keep);
     base_us_ = costs_.compute_us();
     remat_flags_.reset(new bool[slots_.size()]());
+    alignment_ = opt_.pipelines.front().buffers.device_alignment;
+    for (auto const& pc : opt_.pipelines) alignment_ = std::min(alignment_, pc.buffers.device_alignment);
+    layer_bytes_.assign(2 * stack_.layer_count(), 0);
     branch(d, 0, 0);
     best_.exact = true;
   }
 
   // ---- heuristic ---------------------------------------------------------------------------
+  //! With a host cap, the plan made as if there were none stands when its host bytes fit the
+  //! cap, so a cap that does not bind never makes the answer worse. Otherwise the cap binds: the
+  //! search runs again with it (offloads are taken while the host bytes fit), starting from the
+  //! fastest candidate of the first run that fit the cap.
   void heuristic() {
-    auto const n = slots_.size();
-    std::vector<placement> keep(n, placement::keep);
-    if (evaluate(keep, opt_.pipelines.front()) < std::numeric_limits<double>::infinity()) return;  // keep-all fits: fastest
-
-    auto const& link = costs_.link;
-    auto const L = stack_.layer_count();
-    // Hidden offloads: per layer, largest first, while the layer's copies fit in the next
-    // layer's forward (offload) and backward (prefetch) at the link's rate.
-    std::vector<std::vector<std::uint32_t>> hidden(L);  // slot indices into slots_
-    std::vector<bool> is_hidden(n, false);
-    auto const& first = first_;
-    for (std::uint32_t l = 0; l + 1 < L; ++l) {
-      auto const& slots = stack_.layer(l).slots;
-      std::vector<std::uint32_t> order(slots.size());
-      std::iota(order.begin(), order.end(), 0u);
-      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return slots[a].bytes > slots[b].bytes; });
-      double off_us = 0, pre_us = 0;
-      double const fwd_window = costs_.layers[l + 1].forward_us, bwd_window = costs_.layers[l + 1].backward_us;
-      for (auto k : order) {
-        auto const o = link.d2h.seconds(slots[k].bytes) * 1e6, p = link.h2d.seconds(slots[k].bytes) * 1e6;
-        if (off_us + o > fwd_window || pre_us + p > bwd_window) continue;
-        off_us += o;
-        pre_us += p;
-        hidden[l].push_back(static_cast<std::uint32_t>(first[l] + k));
-        is_hidden[first[l] + k] = true;
-      }
+    auto const cap = opt_.host_budget;
+    if (cap == std::numeric_limits<std::size_t>::max()) return heuristic_pass({});
+    opt_.host_budget = std::numeric_limits<std::size_t>::max();
+    held_cap_ = cap;  // meanwhile `evaluate` holds the fastest candidate within the cap
+    heuristic_pass({});
+    opt_.host_budget = cap;
+    held_cap_ = std::numeric_limits<std::size_t>::max();
+    if (best_.fits && best_.host_bytes <= cap) return;
+    auto const evaluations = best_.evaluations, smallest = best_.smallest_device_bytes;
+    best_ = plan{};
+    best_.evaluations = evaluations;
+    best_.smallest_device_bytes = smallest;
+    best_.step_us = std::numeric_limits<double>::infinity();
+    std::vector<point> starts;
+    if (held_.t < std::numeric_limits<double>::infinity()) {
+      evaluate(held_.d, held_.pc);
+      starts.push_back(std::move(held_));
     }
-    struct move {
-      std::uint32_t slot;
-      placement action;
-    };
-    std::vector<move> hidden_moves;  // round-robin over layers: every layer's largest first
-    for (std::size_t r = 0;; ++r) {
-      bool any = false;
-      for (std::uint32_t l = 0; l < L; ++l)
-        if (r < hidden[l].size()) hidden_moves.push_back({hidden[l][r], placement::offload}), any = true;
-      if (!any) break;
-    }
-    auto bytes_of = [&](std::uint32_t i) { return static_cast<double>(stack_.layer(slots_[i].layer).slots[slots_[i].slot].bytes); };
-    auto recompute_of = [&](std::uint32_t i) {
-      auto const& c = costs_.layers[slots_[i].layer];
-      return c.slot_recompute_us.empty() ? c.full_recompute_us() : c.slot_recompute_us[slots_[i].slot];
-    };
-    auto exposed_of = [&](std::uint32_t i) { return link.h2d.seconds(static_cast<std::size_t>(bytes_of(i))) * 1e6; };
-    std::vector<std::uint32_t> rest;
-    for (std::uint32_t i = 0; i < n; ++i)
-      if (!is_hidden[i]) rest.push_back(i);
-    auto by_cost = [&](auto cost) {
-      auto r = rest;
-      std::stable_sort(r.begin(), r.end(), [&](auto a, auto b) { return cost(a) / bytes_of(a) < cost(b) / bytes_of(b); });
-      return r;
-    };
-    std::vector<std::vector<move>> orders;
-    {  // hidden offloads, then remat by bytes per microsecond
-      auto o = hidden_moves;
-      for (auto i : by_cost(recompute_of)) o.push_back({i, placement::remat});
-      orders.push_back(o);
-    }
-    {  // hidden offloads, then the cheaper of remat and exposed offload per byte
-      auto o = hidden_moves;
-      auto cheaper = [&](std::uint32_t i) { return std::min(recompute_of(i), exposed_of(i)); };
-      for (auto i : by_cost(cheaper))
-        o.push_back({i, recompute_of(i) <= exposed_of(i) ? placement::remat : placement::offload});
-      orders.push_back(o);
-    }
-    {  // remat only (no host memory)
-      std::vector<move> o;
-      auto saved = rest;
-      rest.clear();
-      for (std::uint32_t i = 0; i < n; ++i) rest.push_back(i);
-      for (auto i : by_cost(recompute_of)) o.push_back({i, placement::remat});
-      rest = saved;
-      orders.push_back(o);
-    }
-    {  // hidden offloads, then exposed offloads (no recompute)
-      auto o = hidden_moves;
-      for (auto i : by_cost(exposed_of)) o.push_back({i, placement::offload});
-      orders.push_back(o);
-    }
-    auto apply = [&](std::vector<move> const& o, std::size_t k) {
-      std::vector<placement> d(n, placement::keep);
-      for (std::size_t i = 0; i < k; ++i) d[o[i].slot] = o[i].action;
-      return d;
-    };
-    for (auto const& o : orders)
-      for (auto const& pc : opt_.pipelines) {
-        auto fits = [&](std::size_t k) {
-          std::size_t host = 0;
-          auto const peak = peak_of(apply(o, k), pc, &host);
-          return peak <= opt_.device_budget && host <= opt_.host_budget;
-        };
-        if (!fits(o.size())) continue;
-        std::size_t lo = 0, hi = o.size();  // fits(hi); find the smallest such prefix
-        while (lo < hi) {
-          auto const mid = lo + (hi - lo) / 2;
-          if (fits(mid)) hi = mid;
-          else lo = mid + 1;
-        }
-        evaluate(apply(o, hi), pc);
-      }
-    if (best_.fits && n <= opt_.local_search_max_decisions) local_search();
+    heuristic_pass(std::move(starts));
   }
 
   plan result() {
@@ -372,9 +311,9 @@ class plan_search {
       evaluate_all_pipelines(d);
       return;
     }
-    auto const [l, k] = slots_[i];
+    auto const l = slots_[i].layer, k = slots_[i].slot;  // (not a structured binding: lambdas capture l)
     auto const bytes = stack_.layer(l).slots[k].bytes;
-    auto const region = align_up(bytes, opt_.pipelines.front().buffers.device_alignment);
+    auto const region = align_up(bytes, alignment_);  // at most what any pipeline's arena takes
     auto const lb = [&] {
       double t = base_us_;
       for (std::uint32_t m = 0; m < stack_.layer_count(); ++m) {
@@ -383,40 +322,389 @@ class plan_search {
       }
       return t;
     };
+    // The device arena holds the kept slots, the remat scratch (the most any layer rematerializes)
+    // and the offload or staging ring (at least the most any layer offloads).
+    auto const transient = [&] {
+      std::size_t r = 0, o = 0;
+      for (std::uint32_t m = 0; m <= l; ++m) r = std::max(r, layer_bytes_[2 * m]), o = std::max(o, layer_bytes_[2 * m + 1]);
+      return r + o;
+    };
     for (auto action : {placement::keep, placement::offload, placement::remat}) {
       d[i] = action;
       if (action == placement::remat) remat_flags_[first_[l] + k] = true;
+      auto& layer_bytes = layer_bytes_[2 * l + (action == placement::offload)];
+      if (action != placement::keep) layer_bytes += region;
       auto const kept2 = kept + (action == placement::keep ? region : 0);
-      // Prune: the kept bytes alone exceed the budget, or the compute and recomputes chosen so
-      // far already take as long as the best plan.
-      if (kept2 <= opt_.device_budget && lb() < best_.step_us) branch(d, i + 1, kept2);
+      // Prune: the kept bytes and the transient regions chosen so far exceed the budget, or the
+      // compute and recomputes chosen so far already take as long as the best plan.
+      if (kept2 + transient() <= opt_.device_budget && lb() < best_.step_us) branch(d, i + 1, kept2);
+      if (action != placement::keep) layer_bytes -= region;
       if (action == placement::remat) remat_flags_[first_[l] + k] = false;
     }
     d[i] = placement::keep;
   }
 
-  void local_search() {
-    auto d = best_.decisions;
-    auto pc = pipeline_choice{best_.pipeline, best_.buffers};
+  //! A candidate and its simulated step time.
+  struct point {
+    std::vector<placement> d;
+    pipeline_choice pc;
+    double t = std::numeric_limits<double>::infinity();
+  };
+
+  //! Steepest-descent local search from `p` (a candidate that fits), while the evaluation budget
+  //! lasts. Moves: one decision; the decisions of a group (a layer's slots, or a slot name's in
+  //! every layer) with one action turned to another: a layer's recompute is capped at one full
+  //! recompute, so rematting its slots together can pay where one at a time does not; two slot
+  //! names set in every layer; two groups changed at once, trading kept bytes; two layers of a
+  //! type swapped, or one copied onto the other (the rings and the scratch take the largest
+  //! layer, and which layers offload decides what overlaps); two decisions at once, in one layer
+  //! or trading kept bytes across layers. A move that touches an offload tries every pipeline.
+  void local_search(point p) {
+    static constexpr placement actions[] = {placement::keep, placement::offload, placement::remat};
+    base_us_ = costs_.compute_us();
+    auto& d = p.d;
+    auto const n = d.size();
+    auto const L = stack_.layer_count();
+    std::vector<placement> c;
+    std::vector<std::vector<std::uint32_t>> groups;  // decisions that move together
+    for (std::uint32_t l = 0; l < stack_.layer_count(); ++l) {
+      groups.emplace_back(stack_.layer(l).slots.size());
+      std::iota(groups.back().begin(), groups.back().end(), static_cast<std::uint32_t>(first_[l]));
+    }
+    auto const layer_groups = groups.size();
+    {
+      std::vector<std::string_view> names;
+      for (auto const& t : stack_.types)
+        for (auto const& s : t.slots)
+          if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
+      for (auto name : names) {
+        groups.emplace_back();
+        for (std::uint32_t i = 0; i < n; ++i)
+          if (stack_.layer(slots_[i].layer).slots[slots_[i].slot].name == name) groups.back().push_back(i);
+      }
+    }
+    std::unique_ptr<bool[]> flags(new bool[n]());
+    point next = p;  // the best neighbour of p so far
+    auto better = [&](bool offload) {  // evaluates c; true when it is the best neighbour so far
+      // Skip without building what cannot fit or cannot be faster: the kept bytes alone over
+      // the budget, or compute plus recomputes already as slow as p (as in `branch`).
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        flags[i] = c[i] == placement::remat;
+        if (c[i] == placement::keep) kept += stack_.layer(slots_[i].layer).slots[slots_[i].slot].bytes;
+      }
+      if (kept > opt_.device_budget) return false;
+      double lb = base_us_;
+      for (std::uint32_t l = 0; l < stack_.layer_count(); ++l) {
+        std::span<bool const> f(flags.get() + first_[l], stack_.layer(l).slots.size());
+        if (std::find(f.begin(), f.end(), true) != f.end()) lb += costs_.layers[l].recompute_time_us(f);
+      }
+      if (lb >= next.t || best_.evaluations >= evaluation_limit_) return false;
+      auto pc = p.pc;
+      double t = std::numeric_limits<double>::infinity();
+      if (!offload) t = evaluate(c, pc);
+      else if (std::find(c.begin(), c.end(), placement::offload) == c.end()) t = evaluate(c, pc = opt_.pipelines.front());
+      else
+        for (auto const& q : opt_.pipelines)
+          if (auto const tq = evaluate(c, q); tq < t) t = tq, pc = q;
+      if (!(t < next.t)) return false;
+      next = {c, pc, t};
+      return true;
+    };
     for (bool improved = true; improved;) {
       improved = false;
-      for (std::size_t i = 0; i < d.size(); ++i) {
-        auto const was = d[i];
-        for (auto action : {placement::keep, placement::offload, placement::remat}) {
-          if (action == was) continue;
-          d[i] = action;
-          auto const before = best_.step_us;
-          if (action == placement::offload || was == placement::offload) evaluate_all_pipelines(d);
-          else evaluate(d, pc);
-          if (best_.step_us < before) {
-            d = best_.decisions;
-            pc = {best_.pipeline, best_.buffers};
-            improved = true;
-            break;
-          }
-          d[i] = was;
+      if (next.t < p.t) p = next;
+      for (std::size_t i = 0; i < n; ++i)
+        for (auto a : actions) {
+          if (a == d[i]) continue;
+          c = d;
+          c[i] = a;
+          improved |= better(a == placement::offload || d[i] == placement::offload);
         }
+      for (auto const& g : groups)
+        for (auto from : actions)
+          for (auto to : actions) {
+            if (from == to || std::count_if(g.begin(), g.end(), [&](auto i) { return d[i] == from; }) < 2) continue;
+            c = d;
+            for (auto i : g)
+              if (c[i] == from) c[i] = to;
+            improved |= better(from == placement::offload || to == placement::offload);
+          }
+      for (std::size_t g = layer_groups; g < groups.size(); ++g)
+        for (std::size_t h = g + 1; h < groups.size(); ++h)
+          for (auto a : actions)
+            for (auto b : actions) {
+              c = d;
+              bool offload = false, changed = false;
+              for (auto [members, x] : {std::pair{&groups[g], a}, std::pair{&groups[h], b}})
+                for (auto i : *members) {
+                  offload |= c[i] == placement::offload || x == placement::offload;
+                  changed |= c[i] != x;
+                  c[i] = x;
+                }
+              if (changed) improved |= better(offload);
+            }
+      auto dir = [](placement from, placement to) { return (to == placement::keep) - (from == placement::keep); };
+      for (std::size_t g = 0; g < groups.size(); ++g)  // two groups, each with one action to another,
+        for (std::size_t h = g + 1; h < groups.size(); ++h)  // trading kept bytes
+          for (auto from_g : actions)
+            for (auto to_g : actions) {
+              if (from_g == to_g || std::none_of(groups[g].begin(), groups[g].end(), [&](auto i) { return d[i] == from_g; }))
+                continue;
+              for (auto from_h : actions)
+                for (auto to_h : actions) {
+                  if (from_h == to_h || dir(from_g, to_g) + dir(from_h, to_h) != 0 ||
+                      std::none_of(groups[h].begin(), groups[h].end(), [&](auto i) { return d[i] == from_h; }))
+                    continue;
+                  c = d;
+                  for (auto i : groups[g])
+                    if (d[i] == from_g) c[i] = to_g;
+                  for (auto i : groups[h])
+                    if (d[i] == from_h) c[i] = to_h;
+                  improved |= better(from_g == placement::offload || to_g == placement::offload ||
+                                     from_h == placement::offload || to_h == placement::offload);
+                }
+            }
+      for (std::uint32_t l1 = 0; l1 < L; ++l1)  // two layers of a type: swap, or copy one onto the other
+        for (std::uint32_t l2 = l1 + 1; l2 < L; ++l2) {
+          if (stack_.layer_types[l1] != stack_.layer_types[l2]) continue;
+          auto const a = d.begin() + static_cast<std::ptrdiff_t>(first_[l1]), b = d.begin() + static_cast<std::ptrdiff_t>(first_[l2]);
+          auto const S = static_cast<std::ptrdiff_t>(stack_.layer(l1).slots.size());
+          if (std::equal(a, a + S, b)) continue;
+          bool const offload = std::find(a, a + S, placement::offload) != a + S || std::find(b, b + S, placement::offload) != b + S;
+          for (int k = 0; k < 3; ++k) {
+            c = d;
+            auto const ca = c.begin() + (a - d.begin()), cb = c.begin() + (b - d.begin());
+            if (k != 1) std::copy(b, b + S, ca);
+            if (k != 2) std::copy(a, a + S, cb);
+            improved |= better(offload);
+          }
+        }
+      for (std::size_t i = 0; i < n; ++i)
+        for (std::size_t j = i + 1; j < n; ++j)
+          for (auto a : actions)
+            for (auto b : actions) {
+              if (a == d[i] || b == d[j]) continue;
+              // Across layers only pairs that trade kept bytes (or offload for remat).
+              if (slots_[i].layer != slots_[j].layer && dir(d[i], a) + dir(d[j], b) != 0) continue;
+              c = d;
+              c[i] = a;
+              c[j] = b;
+              improved |= better(a == placement::offload || b == placement::offload || d[i] == placement::offload ||
+                                 d[j] == placement::offload);
+            }
+    }
+  }
+
+  struct move {
+    std::uint32_t slot;
+    placement action;
+  };
+
+  double bytes_of(std::uint32_t i) const {
+    return static_cast<double>(std::max<std::size_t>(stack_.layer(slots_[i].layer).slots[slots_[i].slot].bytes, 1));
+  }
+  //! The recompute time of slot `i` alone (a full recompute when the table has no slot costs).
+  double recompute_of(std::uint32_t i) const {
+    auto const& c = costs_.layers[slots_[i].layer];
+    return c.slot_recompute_us.empty() ? c.full_recompute_us() : c.slot_recompute_us[slots_[i].slot];
+  }
+  //! The prefetch time of slot `i`, as if nothing hid it.
+  double exposed_of(std::uint32_t i) const {
+    return costs_.link.h2d.seconds(stack_.layer(slots_[i].layer).slots[slots_[i].slot].bytes) * 1e6;
+  }
+
+  //! The pinned host bytes left under the cap, as a pipeline's buffers align host regions.
+  struct host_room {
+    plan_search const* search;
+    std::size_t alignment;
+    std::size_t left;
+    std::size_t bytes(std::uint32_t i) const {
+      return align_up(search->stack_.layer(search->slots_[i].layer).slots[search->slots_[i].slot].bytes, alignment);
+    }
+    bool fits(std::uint32_t i) const { return bytes(i) <= left; }
+    //! Takes slot i's bytes; true when the cap is finite (so what fits may have changed).
+    bool take(std::uint32_t i) {
+      if (left == std::numeric_limits<std::size_t>::max()) return false;
+      left -= bytes(i);
+      return true;
+    }
+  };
+
+  //! The slots of `pool` in the order a greedy takes them: at each step the move with the least
+  //! added time per byte saved, given what each layer already recomputes. A layer's recompute
+  //! costs the sum of its rematted slots' costs capped at one full recompute, so once a layer
+  //! recomputes its other slots come cheap or free: the candidates are each slot alone (remat,
+  //! or with `offload_too` an exposed offload where that is cheaper) and the rest of a layer's
+  //! pool slots rematted together.
+  std::vector<move> greedy_order(std::vector<std::uint32_t> const& pool, bool offload_too, host_room room) const {
+    auto const L = stack_.layer_count();
+    std::vector<std::vector<std::uint32_t>> left(L);  // pool slots of each layer not taken yet
+    for (auto i : pool) left[slots_[i].layer].push_back(i);
+    std::vector<double> sum(L, 0);  // the rematted slots' summed recompute costs
+    auto added = [&](std::uint32_t l, double c) {
+      auto const full = costs_.layers[l].full_recompute_us();
+      return std::min(sum[l] + c, full) - std::min(sum[l], full);
+    };
+    struct pick {
+      double ratio = std::numeric_limits<double>::infinity();
+      std::size_t index = 0;  // into left[l]; left[l].size(): the whole rest of the layer
+      placement action = placement::remat;
+    };
+    std::vector<pick> best(L);
+    auto rank = [&](std::uint32_t l) {
+      pick p;
+      double c_all = 0, b_all = 0;
+      for (std::size_t k = 0; k < left[l].size(); ++k) {
+        auto const i = left[l][k];
+        auto const r = added(l, recompute_of(i)), b = bytes_of(i);
+        c_all += recompute_of(i);
+        b_all += b;
+        if (r / b < p.ratio) p = {r / b, k, placement::remat};
+        if (offload_too && exposed_of(i) / b < p.ratio && room.fits(i)) p = {exposed_of(i) / b, k, placement::offload};
       }
+      if (left[l].size() > 1 && added(l, c_all) / b_all < p.ratio) p = {added(l, c_all) / b_all, left[l].size(), placement::remat};
+      best[l] = p;
+    };
+    for (std::uint32_t l = 0; l < L; ++l) rank(l);
+    std::vector<move> r;
+    r.reserve(pool.size());
+    for (;;) {
+      std::uint32_t l = L;
+      for (std::uint32_t m = 0; m < L; ++m)
+        if (!left[m].empty() && (l == L || best[m].ratio < best[l].ratio)) l = m;
+      if (l == L) break;
+      auto& lt = left[l];
+      auto const p = best[l];
+      if (p.index == lt.size()) {  // the whole rest of the layer, cheapest per byte first
+        std::stable_sort(lt.begin(), lt.end(), [&](auto a, auto b) { return recompute_of(a) / bytes_of(a) < recompute_of(b) / bytes_of(b); });
+        for (auto i : lt) r.push_back({i, placement::remat}), sum[l] += recompute_of(i);
+        lt.clear();
+      } else {
+        auto const i = lt[p.index];
+        r.push_back({i, p.action});
+        if (p.action == placement::remat) sum[l] += recompute_of(i);
+        else if (room.take(i))  // the host room shrank: offloads elsewhere may no longer fit
+          for (std::uint32_t m = 0; m < L; ++m) rank(m);
+        lt.erase(lt.begin() + static_cast<std::ptrdiff_t>(p.index));
+      }
+      rank(l);
+    }
+    return r;
+  }
+
+  //! One run of the heuristic under `opt_`; `starts`: candidates the local search also starts from.
+  void heuristic_pass(std::vector<point> starts) {
+    auto const n = slots_.size();
+    std::vector<placement> keep(n, placement::keep);
+    if (evaluate(keep, opt_.pipelines.front()) < std::numeric_limits<double>::infinity()) return;  // keep-all fits: fastest
+
+    auto const& link = costs_.link;
+    auto const L = stack_.layer_count();
+    // Hidden offloads: per layer, largest first, while the layer's copies fit in the next
+    // layer's forward (offload) and backward (prefetch) at the link's rate.
+    std::vector<std::vector<std::uint32_t>> hidden(L);  // slot indices into slots_
+    std::vector<bool> is_hidden(n, false);
+    auto const& first = first_;
+    for (std::uint32_t l = 0; l + 1 < L; ++l) {
+      auto const& slots = stack_.layer(l).slots;
+      std::vector<std::uint32_t> order(slots.size());
+      std::iota(order.begin(), order.end(), 0u);
+      std::stable_sort(order.begin(), order.end(), [&](auto a, auto b) { return slots[a].bytes > slots[b].bytes; });
+      double off_us = 0, pre_us = 0;
+      double const fwd_window = costs_.layers[l + 1].forward_us, bwd_window = costs_.layers[l + 1].backward_us;
+      for (auto k : order) {
+        auto const o = link.d2h.seconds(slots[k].bytes) * 1e6, p = link.h2d.seconds(slots[k].bytes) * 1e6;
+        if (off_us + o > fwd_window || pre_us + p > bwd_window) continue;
+        off_us += o;
+        pre_us += p;
+        hidden[l].push_back(static_cast<std::uint32_t>(first[l] + k));
+        is_hidden[first[l] + k] = true;
+      }
+    }
+    std::vector<move> hidden_moves;  // round-robin over layers: every layer's largest first
+    for (std::size_t r = 0;; ++r) {
+      bool any = false;
+      for (std::uint32_t l = 0; l < L; ++l)
+        if (r < hidden[l].size()) hidden_moves.push_back({hidden[l][r], placement::offload}), any = true;
+      if (!any) break;
+    }
+    // The orders of moves. With a host cap, offloads are taken (in each order's sequence) while
+    // the host bytes fit, and the slots left out go to the remat greedy.
+    static constexpr std::size_t order_count = 4;
+    auto orders_for = [&](std::size_t alignment) {
+      host_room const room0{this, alignment, opt_.host_budget};
+      auto room = room0;
+      std::vector<move> hidden_in;  // the hidden offloads that fit the host cap
+      std::vector<bool> taken(n, false);
+      for (auto m : hidden_moves)
+        if (room.fits(m.slot)) hidden_in.push_back(m), taken[m.slot] = true, room.take(m.slot);
+      std::vector<std::uint32_t> rest, all(n);
+      std::iota(all.begin(), all.end(), 0u);
+      for (std::uint32_t i = 0; i < n; ++i)
+        if (!taken[i]) rest.push_back(i);
+      auto then = [](std::vector<move> a, std::vector<move> const& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+      };
+      std::vector<std::vector<move>> orders;
+      orders.reserve(order_count);
+      orders.push_back(then(hidden_in, greedy_order(rest, false, room)));  // hidden offloads, then remat
+      orders.push_back(then(hidden_in, greedy_order(rest, true, room)));   // ... or exposed offloads where cheaper
+      orders.push_back(greedy_order(all, false, room0));                   // remat only (no host memory)
+      {  // hidden offloads, then exposed offloads (no recompute; remat what the host cap leaves)
+        auto r = rest;
+        std::stable_sort(r.begin(), r.end(), [&](auto a, auto b) { return exposed_of(a) / bytes_of(a) < exposed_of(b) / bytes_of(b); });
+        auto o = hidden_in;
+        std::vector<std::uint32_t> left;
+        for (auto i : r)
+          if (room.fits(i)) o.push_back({i, placement::offload}), room.take(i);
+          else left.push_back(i);
+        orders.push_back(then(o, greedy_order(left, false, room)));
+      }
+      return orders;
+    };
+    // Without a cap the orders are the same for every pipeline.
+    std::vector<std::pair<std::size_t, std::vector<std::vector<move>>>> orders_by_alignment;
+    auto orders_of = [&](pipeline_choice const& pc) -> std::vector<std::vector<move>> const& {
+      auto const a = opt_.host_budget == std::numeric_limits<std::size_t>::max() ? 0 : pc.buffers.host_alignment;
+      for (auto const& [b, o] : orders_by_alignment)
+        if (b == a) return o;
+      return orders_by_alignment.emplace_back(a, orders_for(std::max<std::size_t>(a, 1))).second;
+    };
+    auto apply = [&](std::vector<move> const& o, std::size_t k) {
+      std::vector<placement> d(n, placement::keep);
+      for (std::size_t i = 0; i < k; ++i) d[o[i].slot] = o[i].action;
+      return d;
+    };
+    // For each order and pipeline: the shortest prefix whose device peak fits (more moves fit
+    // better; the host bytes fit by construction), simulated.
+    for (std::size_t which = 0; which < order_count; ++which)
+      for (auto const& pc : opt_.pipelines) {
+        auto const& o = orders_of(pc)[which];
+        auto fits = [&](std::size_t k) { return peak_of(apply(o, k), pc) <= opt_.device_budget; };
+        if (!fits(o.size())) continue;
+        std::size_t lo = 0, hi = o.size();  // fits(hi); find the smallest such prefix
+        while (lo < hi) {
+          auto const mid = lo + (hi - lo) / 2;
+          if (fits(mid)) hi = mid;
+          else lo = mid + 1;
+        }
+        auto d = apply(o, hi);
+        auto const t = evaluate(d, pc);
+        if (t < std::numeric_limits<double>::infinity()) starts.push_back({std::move(d), pc, t});
+      }
+    if (!best_.fits || n > opt_.local_search_max_decisions) return;
+    // Local search from the fastest candidates with different decisions.
+    std::stable_sort(starts.begin(), starts.end(), [](auto const& a, auto const& b) { return a.t < b.t; });
+    std::vector<std::vector<placement>> seen;
+    evaluation_limit_ = best_.evaluations + opt_.local_search_max_evaluations;
+    for (auto& p : starts) {
+      if (best_.evaluations >= evaluation_limit_) break;
+      if (seen.size() == opt_.local_search_starts) break;
+      if (std::find(seen.begin(), seen.end(), p.d) != seen.end()) continue;
+      seen.push_back(p.d);
+      local_search(std::move(p));
     }
   }
 
@@ -427,6 +715,11 @@ class plan_search {
   std::vector<std::size_t> first_;  // index of each layer's first slot in slots_
   std::unique_ptr<bool[]> remat_flags_;
   double base_us_ = 0;
+  std::size_t alignment_ = 1;            // the smallest device alignment of the pipelines
+  std::vector<std::size_t> layer_bytes_;  // per layer: rematted, offloaded bytes (exact search)
+  std::size_t held_cap_ = std::numeric_limits<std::size_t>::max();
+  point held_;  // the fastest candidate evaluated within held_cap_
+  std::size_t evaluation_limit_ = 0;  // the local search stops building schedules here
   plan best_;
 };
 
