@@ -37,12 +37,13 @@ for c in "${configs[@]}"; do
       san=thread
       [ "$c" = asan ] && san=address,undefined
       # Host tests only; fewer random stress cases, since sanitizers run them ~10x slower; no
-      # timing goals (calibration accuracy), since sanitizers distort timing.
+      # timing goals (calibration accuracy), since sanitizers distort timing; no exhaustive
+      # sweeps (suite slow: the checkpointing proofs).
       setup "build-test/$c" -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false -Db_sanitize="$san" -Db_lundef=false \
         -Dstress_cases=60
       ninja -C "build-test/$c" -j "$jobs"
       meson test -C "build-test/$c" --print-errorlogs --num-processes "$jobs" --no-suite compile --no-suite mpi \
-        --no-suite consumer --no-suite timing
+        --no-suite consumer --no-suite timing --no-suite slow
       ;;
     fuzz)
       # libFuzzer comes with clang (Debian: clang and libclang-rt-14-dev); the sanitizers are set
