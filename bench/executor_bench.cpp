@@ -23,28 +23,32 @@ struct null_backend {
   void run(tide::stream_role, std::uint32_t, tide::op const&, tide::task t) noexcept { t(); }
   void copy(tide::stream_role, std::uint32_t, tide::op const&, void*, void const*, std::size_t) noexcept {}
   void host_task(tide::stream_role, tide::task t) noexcept { t(); }
+  void record_timeline(tide::timeline*) noexcept {}
   void begin_step() noexcept {}
   void end_step() noexcept {}
+  void wait_step() noexcept {}
 };
 
 //! `layers` layers of six 4 KiB slots: three offloaded in 1 KiB chunks, one rematted, with
-//! gather and collective hooks: every kind of op.
+//! gather and reduce hooks: every kind of op.
 tide::schedule program(std::uint32_t layers) {
   tide::stack_spec st;
   st.append({"l", {{"a", 4096}, {"b", 4096}, {"c", 4096}, {"d", 4096}, {"e", 4096}, {"f", 4096}}}, layers);
   return tide::build_schedule(
-      st, tide::policy_spec{tide::rule_spec{tide::placement::offload, {"a", "b", "c"}, 0, tide::all_layers, 0},
-                            tide::rule_spec{tide::placement::remat, {"d"}, 0, tide::all_layers, 0}},
-      {}, {true, 2, 1024, 2}, {true, true});
+      st, {.policy = {tide::rule_spec{.where = tide::placement::offload, .slots = {"a", "b", "c"}},
+                      tide::rule_spec{.where = tide::placement::remat, .slots = {"d"}}},
+           .pipeline = {.latency_hiding = true, .prefetch_distance = 2, .chunk_bytes = 1024, .max_offloads_in_flight = 2},
+           .collectives = {.before_forward = true, .after_backward = true}});
 }
 
 void executor_overhead(benchmark::State& state) {
   auto const s = program(static_cast<std::uint32_t>(state.range(0)));
   null_backend b;
-  tide::executor exec(b, s, {false, false});
+  tide::executor exec(b, s, {.debug_checks = false, .check_schedule = false});
   std::uint64_t calls = 0;
   auto f = [&](auto const&) { ++calls; };
-  for (auto _ : state) exec.step(f, f, f, f);
+  auto const hooks = tide::hooks{.before_forward = f, .after_backward = f};
+  for (auto _ : state) exec.step(f, f, hooks);
   benchmark::DoNotOptimize(calls);
   state.counters["ops"] = static_cast<double>(s.ops.size());
   // Seconds per op (printed with an SI prefix: "45n" is 45 ns).
@@ -58,9 +62,10 @@ BENCHMARK(executor_overhead)->Arg(16)->Arg(128)->Unit(benchmark::kMicrosecond);
 void host_backend_overhead(benchmark::State& state) {
   auto const s = program(static_cast<std::uint32_t>(state.range(0)));
   tide::host_backend b;
-  tide::executor exec(b, s, {false, false});
+  tide::executor exec(b, s, {.debug_checks = false, .check_schedule = false});
   auto f = [](auto const&) {};
-  for (auto _ : state) exec.step(f, f, f, f);
+  auto const hooks = tide::hooks{.before_forward = f, .after_backward = f};
+  for (auto _ : state) exec.step(f, f, hooks);
   state.counters["ops"] = static_cast<double>(s.ops.size());
   state.counters["time_per_op"] = benchmark::Counter(static_cast<double>(s.ops.size()),
                                                      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);

@@ -1,7 +1,7 @@
 // Overlap on the host backend with a paced link, side by side in one run: keep-all, offload
 // with latency hiding, offload with copies on the compute stream, and remat, on the mlp demo's
 // network. The link is paced so that the offloads take `ratio` of the forward compute time they
-// can hide behind, and the reloads `ratio` of the backward compute time. Goal: latency-hidden
+// can hide behind, and the prefetches `ratio` of the backward compute time. Goal: latency-hidden
 // offload within 5% of keep-all's step time when the link time is at most 70% of compute time;
 // the naive variant measurably slower.
 #include <benchmark/benchmark.h>
@@ -29,17 +29,24 @@ tide::schedule const& schedule_of(int policy) {
   if (auto it = cache.find(policy); it != cache.end()) return it->second;
   using tide::placement;
   // The last two layers' activations are consumed soon after they are produced: kept (their
-  // offload and reload could hide behind nothing but each other).
-  tide::policy_spec const offload{
-      tide::rule_spec{placement::offload, {"input", "pre_act", "act"}, 0, net_cfg.layers - 2, 0}};
-  tide::policy_spec const remat{tide::rule_spec{placement::remat, {"pre_act", "act", "inv_rms"}, 0, tide::all_layers, 0}};
-  tide::buffer_spec b;
-  b.staging_buffers = 3;
+  // offload and prefetch could hide behind nothing but each other).
+  tide::policy_spec const offload{tide::rule_spec{
+      .where = placement::offload, .slots = {"input", "pre_act", "act"}, .last_layer = net_cfg.layers - 2}};
+  tide::policy_spec const remat{tide::rule_spec{.where = placement::remat, .slots = {"pre_act", "act", "inv_rms"}}};
+  tide::buffer_spec const b{.staging_buffers = 3};
   switch (policy) {
-    case 0: return cache[policy] = tide::build_schedule(stack(), {}, b);
-    case 1: return cache[policy] = tide::build_schedule(stack(), offload, b, {true, 2, 0, 2});
-    case 2: return cache[policy] = tide::build_schedule(stack(), offload, b, {false, 0, 0, 1});
-    default: return cache[policy] = tide::build_schedule(stack(), remat, b);
+    case 0: return cache[policy] = tide::build_schedule(stack(), {.buffers = b});
+    case 1:
+      return cache[policy] = tide::build_schedule(
+                 stack(), {.policy = offload,
+                           .buffers = b,
+                           .pipeline = {.latency_hiding = true, .prefetch_distance = 2, .max_offloads_in_flight = 2}});
+    case 2:
+      return cache[policy] = tide::build_schedule(
+                 stack(), {.policy = offload,
+                           .buffers = b,
+                           .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}});
+    default: return cache[policy] = tide::build_schedule(stack(), {.policy = remat, .buffers = b});
   }
 }
 
@@ -48,8 +55,7 @@ std::pair<double, double> compute_seconds() {
   static auto const s = [] {
     tide::host_backend b;
     tide::timeline t;
-    b.record_timeline(&t);
-    tide::executor exec(b, schedule_of(0), {false, false});
+    tide::executor exec(b, schedule_of(0), {.debug_checks = false, .check_schedule = false, .timeline = &t});
     mlp::network net(net_cfg);
     std::pair<double, double> best{1e30, 1e30};
     for (int i = 0; i < 8; ++i) {
@@ -73,9 +79,8 @@ void step_time(benchmark::State& state, int policy) {
   o.h2d = {bytes / (ratio * bwd_s), 20e-6};
   tide::host_backend b(o);
   tide::timeline t;
-  b.record_timeline(&t);
   auto const& s = schedule_of(policy);
-  tide::executor exec(b, s, {false, false});
+  tide::executor exec(b, s, {.debug_checks = false, .check_schedule = false, .timeline = &t});
   mlp::network net(net_cfg);
   auto f = [&](auto const& c) { net.forward(c); };
   auto g = [&](auto const& c) { net.backward(c); };

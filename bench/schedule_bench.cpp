@@ -18,18 +18,18 @@ tide::stack_spec make_stack(std::uint32_t layers) {
 }
 
 // Three slots offloaded and two rematted per layer, 2 MiB chunks, prefetch distance 2.
-tide::policy_spec const policy{
-    tide::rule_spec{tide::placement::offload, {"q_proj", "attn_out", "experts_up"}, 0, tide::all_layers, 0},
-    tide::rule_spec{tide::placement::remat, {"mlp_act", "experts_act"}, 0, tide::all_layers, 0}};
-tide::buffer_spec const buffers{3, 256, 64, 0, true};
-tide::pipeline_spec const pipeline{true, 2, 2 << 20, 2};
+tide::strategy const strategy{
+    .policy = {tide::rule_spec{.where = tide::placement::offload, .slots = {"q_proj", "attn_out", "experts_up"}},
+               tide::rule_spec{.where = tide::placement::remat, .slots = {"mlp_act", "experts_act"}}},
+    .buffers = {.staging_buffers = 3, .device_alignment = 256, .host_alignment = 64, .guard_bytes = 0, .share_phase_regions = true},
+    .pipeline = {.latency_hiding = true, .prefetch_distance = 2, .chunk_bytes = 2 << 20, .max_offloads_in_flight = 2}};
 
 void schedule_build(benchmark::State& state) {
   auto const layers = static_cast<std::uint32_t>(state.range(0));
   auto const stack = make_stack(layers);
   std::size_t ops = 0;
   for (auto _ : state) {
-    auto s = tide::build_schedule(stack, policy, buffers, pipeline);
+    auto s = tide::build_schedule(stack, strategy);
     ops = s.ops.size();
     benchmark::DoNotOptimize(s.arena.device_bytes);
   }
@@ -45,7 +45,7 @@ void schedule_build_into(benchmark::State& state) {
   auto const stack = make_stack(layers);
   tide::schedule s;
   for (auto _ : state) {
-    tide::build_schedule_into(s, stack, policy, buffers, pipeline);
+    tide::build_schedule_into(s, stack, strategy);
     benchmark::DoNotOptimize(s.arena.device_bytes);
   }
   state.counters["ops"] = static_cast<double>(s.ops.size());
@@ -56,8 +56,8 @@ void schedule_check(benchmark::State& state) {  // the checker is for tests; thi
   auto const layers = static_cast<std::uint32_t>(state.range(0));
   auto const s = tide::build_schedule(
       make_stack(layers),
-      tide::policy_spec{tide::rule_spec{tide::placement::offload, {"q_proj", "experts_up"}, 0, tide::all_layers, 0}},
-      {}, {true, 2, 2 << 20, 2});
+      {.policy = {tide::rule_spec{.where = tide::placement::offload, .slots = {"q_proj", "experts_up"}}},
+       .pipeline = {.latency_hiding = true, .prefetch_distance = 2, .chunk_bytes = 2 << 20, .max_offloads_in_flight = 2}});
   for (auto _ : state) benchmark::DoNotOptimize(tide::check_schedule(s).conflicting_pairs);
 }
 BENCHMARK(schedule_check)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
@@ -70,10 +70,13 @@ tide::schedule make_large_chunked_schedule() {
   st.append({"block", {{"layer_input", 2 << 20}, {"q_proj", 2 << 20}, {"k_proj", 2 << 20}, {"v_proj", 2 << 20},
                        {"attn_out", 2 << 20}, {"mlp_up", 2 << 20}, {"mlp_act", 2 << 20}, {"mlp_out", 2 << 20}}},
             126);
-  tide::policy_spec const offload_most{tide::rule_spec{
-      tide::placement::offload, {"q_proj", "k_proj", "v_proj", "attn_out", "mlp_up", "mlp_act", "mlp_out"}, 0,
-      tide::all_layers, 0}};
-  return tide::build_schedule(st, offload_most, {3, 256, 64, 0, true}, {true, 2, 64 << 10, 2});
+  tide::policy_spec const offload_most{
+      tide::rule_spec{.where = tide::placement::offload,
+                      .slots = {"q_proj", "k_proj", "v_proj", "attn_out", "mlp_up", "mlp_act", "mlp_out"}}};
+  return tide::build_schedule(
+      st, {.policy = offload_most,
+           .buffers = {.staging_buffers = 3, .device_alignment = 256, .host_alignment = 64, .guard_bytes = 0, .share_phase_regions = true},
+           .pipeline = {.latency_hiding = true, .prefetch_distance = 2, .chunk_bytes = 64 << 10, .max_offloads_in_flight = 2}});
 }
 
 void check_schedule(benchmark::State& state) {

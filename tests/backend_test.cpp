@@ -1,4 +1,4 @@
-// The host backend's own behaviour: arenas (capacity bounds what is held at once, arenas nobody
+// The host backend's own behaviour: arenas (the budget bounds what is held at once, arenas nobody
 // holds are released, an allocation the machine refuses is out_of_memory) and paced copies (data
 // becomes visible only when the copy completes on the link's schedule).
 #include <gtest/gtest.h>
@@ -36,7 +36,7 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 schedule one_slot(std::size_t bytes) {
   stack_spec st;
   st.append({"l", {{"x", bytes}}}, 1);
-  return build_schedule(st, {});
+  return build_schedule(st, strategy{});
 }
 
 //! The synthetic workload's digests on a fresh, unlimited, unpaced backend.
@@ -55,7 +55,7 @@ TEST(HostArenas, ScheduleAlignmentsReachTheArenas) {
   buffer_spec b;
   b.device_alignment = std::size_t{1} << 16;
   b.host_alignment = std::size_t{1} << 15;
-  auto const s = build_schedule(st, policy_spec{{placement::offload, {"y"}, 0, all_layers, 0}}, b);
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"y"}}}, .buffers = b});
   host_backend be;
   executor ex(be, s);
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ex.memory().device) % b.device_alignment, 0u);
@@ -66,36 +66,36 @@ TEST(HostArenas, ScheduleAlignmentsReachTheArenas) {
 
 TEST(HostArenas, ExecutorsInTurnHoldOneArenaAtATime) {
   host_backend_options o;
-  o.device_capacity = 10 * mib;
+  o.device_budget = 10 * mib;
   host_backend b(o);
   std::size_t last = 0;
   for (std::size_t i = 1; i <= 10; ++i) {
-    auto const s = one_slot(i * mib - 64 * 1024);  // growing; the largest fits the capacity
-    ASSERT_LE(s.arena.device_bytes, o.device_capacity);
+    auto const s = one_slot(i * mib - 64 * 1024);  // growing; the largest fits the budget
+    ASSERT_LE(s.arena.device_bytes, o.device_budget);
     // Each executor is destroyed (inside run) before the next is set up.
     EXPECT_EQ(workload::run(b, s), reference(s)) << "executor " << i;
     // The arena of the executor gone is released by the next setup, which needed more.
     EXPECT_EQ(b.device_held_bytes(), s.arena.device_bytes) << "executor " << i;
     last = s.arena.device_bytes;
   }
-  EXPECT_LE(b.device_held_bytes(), o.device_capacity);
+  EXPECT_LE(b.device_held_bytes(), o.device_budget);
   EXPECT_EQ(b.device_held_bytes(), last);  // one block: the current one, kept for reuse
   EXPECT_EQ(b.device_peak_bytes(), last);
 }
 
 TEST(HostArenas, CapacityBoundsTheArenasOfLiveExecutors) {
   host_backend_options o;
-  o.device_capacity = 10 * mib;
+  o.device_budget = 10 * mib;
   host_backend b(o);
   auto const six = one_slot(6 * mib), seven = one_slot(7 * mib);
   std::optional<executor<host_backend>> first;
   first.emplace(b, six);
   try {
     executor<host_backend> second(b, seven);  // needs a larger arena while the first holds its own
-    FAIL() << "two live executors hold more than the capacity";
+    FAIL() << "two live executors hold more than the budget";
   } catch (out_of_memory const& e) {
     EXPECT_EQ(e.requested, six.arena.device_bytes + seven.arena.device_bytes);
-    EXPECT_EQ(e.capacity, o.device_capacity);
+    EXPECT_EQ(e.budget, o.device_budget);
     EXPECT_TRUE(contains(e.what(), "tide: host backend device arena")) << e.what();
     EXPECT_TRUE(contains(e.what(), "live executors still hold")) << e.what();
   }
@@ -133,7 +133,7 @@ TEST(HostArenas, RetiredArenaIsFreedWithItsLastExecutor) {
 }
 
 TEST(HostArenas, AllocationTheMachineRefusesIsOutOfMemory) {
-  host_backend b;  // no capacity: the machine itself refuses
+  host_backend b;  // no budget: the machine itself refuses
   constexpr std::size_t huge = std::size_t{1} << 62;
   for (bool device : {true, false}) {
     try {
@@ -183,7 +183,7 @@ TEST(ArenaPool, CapacityCountsOnlyBlocksInUse) {
     FAIL() << "expected out_of_memory";
   } catch (out_of_memory const& e) {
     EXPECT_EQ(e.requested, 130u);
-    EXPECT_EQ(e.capacity, 100u);
+    EXPECT_EQ(e.budget, 100u);
     EXPECT_TRUE(contains(e.what(), "test arena (70 bytes, beside 60 bytes")) << e.what();
   }
   EXPECT_EQ(pool.held_bytes(), 60u);
@@ -242,7 +242,7 @@ TEST(ArenaPool, RefusedAllocationIsOutOfMemoryAndLeavesThePoolUsable) {
 namespace {
 using blk = layer<"l", slot<"x", 1 << 16>>;
 using three = stack<repeat<blk, 3>>;
-constexpr double prefetch_s = 0.05;  // each paced reload takes 50 ms (latency) + 64 KiB at 1 GB/s
+constexpr double prefetch_s = 0.05;  // each paced prefetch takes 50 ms (latency) + 64 KiB at 1 GB/s
 
 host_backend_options paced() {
   host_backend_options o;
@@ -265,13 +265,12 @@ std::vector<std::uint64_t> run_slow_middle(host_backend& b, schedule_view s, exe
 }  // namespace
 
 TEST(HostPacedCopies, ProgramAsBuiltIsBitwiseEqualWithTruthfulSpans) {
-  auto const s = build_schedule(three::spec(), policy<offload<>>::spec(), {}, {true, 1, 0, 2});
-  auto const keep = build_schedule(three::spec(), keep_all::spec());
+  auto const s = build_schedule(three::spec(), {.policy = policy<offload<>>::spec(), .pipeline = {.prefetch_distance = 1}});
+  auto const keep = build_schedule(three::spec(), {.policy = keep_all::spec()});
   auto const want = reference(keep, 1);
   host_backend b(paced());
   timeline t;
-  b.record_timeline(&t);
-  EXPECT_EQ(run_slow_middle(b, s, {}), want);
+  EXPECT_EQ(run_slow_middle(b, s, {.timeline = &t}), want);
   std::vector<op_span> h2d;
   for (auto const& sp : t.ops)
     if (s.ops[sp.op].kind == op_kind::prefetch) h2d.push_back(sp);
@@ -293,8 +292,8 @@ TEST(HostPacedCopies, MissingWaitReadsStaleBytesOnAPacedLink) {
   GTEST_SKIP() << "the program this test runs lacks a wait on purpose: ThreadSanitizer reports its race";
 #endif
 #endif
-  auto const s = build_schedule(three::spec(), policy<offload<>>::spec(), {}, {true, 1, 0, 2});
-  auto const keep = build_schedule(three::spec(), keep_all::spec());
+  auto const s = build_schedule(three::spec(), {.policy = policy<offload<>>::spec(), .pipeline = {.prefetch_distance = 1}});
+  auto const keep = build_schedule(three::spec(), {.policy = keep_all::spec()});
   auto const want = reference(keep, 1);
   // Drop the wait of layer 0's backward on its prefetch: on a paced link the backward must read
   // what the staging buffer held before (layer 2's bytes), not data that arrived early.

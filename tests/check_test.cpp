@@ -79,11 +79,12 @@ void insert_op(schedule& s, std::uint32_t at, op o, std::vector<std::uint32_t> c
 }
 
 stack_spec dense4() { return stack_spec{}.append(layer_spec{"dense", {{"a", 4096}, {"b", 8192}}}, 4); }
-policy_spec offload_a() { return {{placement::offload, {"a"}, 0, all_layers, 0}}; }
+policy_spec offload_a() { return {rule_spec{.where = placement::offload, .slots = {"a"}}}; }
 policy_spec remat_b_offload_a() {
-  return {{placement::remat, {"b"}, 1, all_layers, 0}, {placement::offload, {"a"}, 0, all_layers, 0}};
+  return {rule_spec{.where = placement::remat, .slots = {"b"}, .first_layer = 1},
+          rule_spec{.where = placement::offload, .slots = {"a"}}};
 }
-pipeline_spec const chunked{true, 1, 1024, 2};  // a (4096 bytes) goes in 4 chunks
+pipeline_spec const chunked{.prefetch_distance = 1, .chunk_bytes = 1024, .max_offloads_in_flight = 2};  // a (4096 bytes) goes in 4 chunks
 
 }  // namespace
 
@@ -93,8 +94,8 @@ TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
   std::vector<policy_spec> const policies = {
       {},  // keep everything
       offload_a(),
-      {{placement::offload, {}, 0, all_layers, 0}},
-      {{placement::remat, {"b"}, 0, all_layers, 0}},
+      {rule_spec{.where = placement::offload}},
+      {rule_spec{.where = placement::remat, .slots = {"b"}}},
       remat_b_offload_a(),
   };
   int n = 0;
@@ -102,11 +103,12 @@ TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
     for (bool hide : {true, false})
       for (std::size_t chunk : {std::size_t{0}, std::size_t{1000}, std::size_t{4096}})
         for (bool share : {true, false})
-          for (collective_spec c : {collective_spec{false, false}, collective_spec{true, true}}) {
-            buffer_spec b;
-            b.share_phase_regions = share;
-            b.guard_bytes = chunk == 1000 ? 64 : 0;
-            auto const s = build_schedule(dense4(), p, b, {hide, 2, chunk, 2}, c);
+          for (collective_spec c : {collective_spec{}, collective_spec{.before_forward = true, .after_backward = true}}) {
+            auto const s = build_schedule(
+                dense4(), {.policy = p,
+                           .buffers = {.guard_bytes = chunk == 1000 ? std::size_t{64} : std::size_t{0}, .share_phase_regions = share},
+                           .pipeline = {.latency_hiding = hide, .prefetch_distance = 2, .chunk_bytes = chunk, .max_offloads_in_flight = 2},
+                           .collectives = c});
             EXPECT_EQ(check_error(s), "no error") << describe(s);
             ++n;
           }
@@ -116,7 +118,7 @@ TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
 // ---- completeness --------------------------------------------------------------------------------
 
 TEST(CheckComplete, MissingBackwardIsRejected) {
-  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto s = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   ASSERT_EQ(check_error(s), "no error");
   erase_op(s, find_op(s, op_kind::backward, 1));
   expect_rejected(s, {"completeness: layer 1 has no backward op"});
@@ -125,50 +127,51 @@ TEST(CheckComplete, MissingBackwardIsRejected) {
 TEST(CheckComplete, BackwardRunTwiceIsRejected) {
   // The last op, layer 0's backward, again with the same waits: every byte access is still
   // ordered and reads the right data, but the gradient would be accumulated twice.
-  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto s = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   auto const b = find_op(s, op_kind::backward, 0);
   ASSERT_EQ(b + 1, s.ops.size());
   auto const w = s.ops[b];
   insert_op(s, b + 1, w, std::vector<std::uint32_t>(s.waits.begin() + w.wait_begin, s.waits.begin() + w.wait_begin + w.wait_count));
-  expect_rejected(s, {"completeness: layer 0 has two backward ops", "op #" + std::to_string(b) + " (backward layer 0",
-                      "op #" + std::to_string(b + 1) + " (backward layer 0"});
+  expect_rejected(s, {"completeness: layer 0 has two backward ops", "op #" + std::to_string(b) + " (backward L0",
+                      "op #" + std::to_string(b + 1) + " (backward L0"});
 }
 
 TEST(CheckComplete, ForwardRunTwiceOrMissingIsRejected) {
-  auto const keep = build_schedule(dense4(), policy_spec{}, {}, chunked);
+  auto const keep = build_schedule(dense4(), {.pipeline = chunked});
   auto twice = keep;
   auto const f = find_op(twice, op_kind::forward, 0);
   insert_op(twice, f + 1, twice.ops[f]);
   expect_rejected(twice, {"completeness: layer 0 has two forward ops"});
-  auto missing = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto missing = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   erase_op(missing, find_op(missing, op_kind::forward, 3));
   expect_rejected(missing, {"completeness: layer 3 has no forward op"});
 }
 
 TEST(CheckComplete, BackwardBeforeItsForwardIsRejected) {
-  auto s = build_schedule(dense4(), policy_spec{}, {}, chunked);  // keep-all: only compute ops
+  auto s = build_schedule(dense4(), {.pipeline = chunked});  // keep-all: only compute ops
   auto const b = find_op(s, op_kind::backward, 3);
   auto moved = s.ops[b];
   erase_op(s, b);
   insert_op(s, 0, moved);  // the last layer's backward first of all
-  expect_rejected(s, {"ordering: op #0 (backward layer 3", "is not ordered after", "(forward layer 3",
+  expect_rejected(s, {"ordering: op #0 (backward L3", "is not ordered after", "(forward L3",
                       "a layer's backward follows its forward"});
 }
 
 TEST(CheckComplete, LayersOutOfOrderAreRejected) {
-  auto s = build_schedule(dense4(), policy_spec{}, {}, chunked);
+  auto s = build_schedule(dense4(), {.pipeline = chunked});
   std::swap(s.ops[find_op(s, op_kind::forward, 1)].layer, s.ops[find_op(s, op_kind::forward, 2)].layer);
   expect_rejected(s, {"ordering:", "forwards run in layer order"});
 }
 
 TEST(CheckComplete, MissingRecomputeIsRejected) {
-  auto s = build_schedule(dense4(), remat_b_offload_a(), {}, chunked);
+  auto s = build_schedule(dense4(), {.policy = remat_b_offload_a(), .pipeline = chunked});
   ASSERT_EQ(check_error(s), "no error");
   erase_op(s, find_op(s, op_kind::recompute, 2));
   expect_rejected(s, {"completeness: layer 2 has remat slot 'b' but no recompute op"});
   // Only layer 2 recomputes, and its forward scratch is its recompute scratch: without the
   // recompute its backward finds the forward's bytes, but the program would not rematerialize.
-  auto alone = build_schedule(dense4(), {{placement::remat, {"b"}, 2, 3, 0}}, {}, chunked);
+  auto alone = build_schedule(dense4(), {.policy = {rule_spec{.where = placement::remat, .slots = {"b"}, .first_layer = 2, .last_layer = 3}},
+                                        .pipeline = chunked});
   auto const& b2 = alone.slots[alone.layers[2].first_slot + 1];
   ASSERT_EQ(b2.forward_offset, b2.backward_offset);
   erase_op(alone, find_op(alone, op_kind::recompute, 2));
@@ -176,12 +179,12 @@ TEST(CheckComplete, MissingRecomputeIsRejected) {
 }
 
 TEST(CheckComplete, StrayOrDuplicateRecomputeIsRejected) {
-  auto const base = build_schedule(dense4(), remat_b_offload_a(), {}, chunked);
+  auto const base = build_schedule(dense4(), {.policy = remat_b_offload_a(), .pipeline = chunked});
   auto stray = base;
   auto const b0 = find_op(stray, op_kind::backward, 0);  // layer 0 keeps b: nothing to recompute
   op r{op_kind::recompute, stream_role::compute, no_slot, 0};
   insert_op(stray, b0, r);
-  expect_rejected(stray, {"completeness: op #" + std::to_string(b0) + " (recompute layer 0",
+  expect_rejected(stray, {"completeness: op #" + std::to_string(b0) + " (recompute L0",
                           "recomputes a layer that has no remat slot"});
   auto twice = base;
   auto const r3 = find_op(twice, op_kind::recompute, 3);
@@ -190,13 +193,13 @@ TEST(CheckComplete, StrayOrDuplicateRecomputeIsRejected) {
 }
 
 TEST(CheckComplete, RecomputeOutOfPlaceIsRejected) {
-  auto s = build_schedule(dense4(), {{placement::remat, {"b"}, 0, all_layers, 0}}, {}, chunked);
+  auto s = build_schedule(dense4(), {.policy = {rule_spec{.where = placement::remat, .slots = {"b"}}}, .pipeline = chunked});
   auto const r = find_op(s, op_kind::recompute, 1);
   auto moved = s.ops[r];
   erase_op(s, r);
   insert_op(s, 0, moved);  // before the forward it recomputes
-  expect_rejected(s, {"ordering: op #0 (recompute layer 1", "a recompute follows its layer's forward"});
-  auto late = build_schedule(dense4(), {{placement::remat, {"b"}, 0, all_layers, 0}}, {}, chunked);
+  expect_rejected(s, {"ordering: op #0 (recompute L1", "a recompute follows its layer's forward"});
+  auto late = build_schedule(dense4(), {.policy = {rule_spec{.where = placement::remat, .slots = {"b"}}}, .pipeline = chunked});
   auto const r1 = find_op(late, op_kind::recompute, 1);
   auto const b1 = find_op(late, op_kind::backward, 1);
   ASSERT_LT(r1, b1);
@@ -205,27 +208,28 @@ TEST(CheckComplete, RecomputeOutOfPlaceIsRejected) {
 }
 
 TEST(CheckComplete, MissingPrefetchIsReportedClearly) {
-  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto s = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   for (std::uint32_t c = 4; c-- > 0;) erase_op(s, find_op(s, op_kind::prefetch, 1, c));
   expect_rejected(s, {"completeness: slot 'a' of layer 1 is offloaded but never prefetched"});
 
   // Even where the backward would find the forward's bytes still in place (one offloaded layer,
-  // source and staging buffer at the same address), the reload is required: the executor's
+  // source and staging buffer at the same address), the prefetch is required: the executor's
   // debug checks count it, and poison the source after the offload.
-  auto one = build_schedule(dense4(), {{placement::offload, {"a"}, 3, all_layers, 0}}, {}, {true, 1, 0, 2});
+  auto one = build_schedule(dense4(), {.policy = {rule_spec{.where = placement::offload, .slots = {"a"}, .first_layer = 3}},
+                                       .pipeline = {.prefetch_distance = 1, .max_offloads_in_flight = 2}});
   ASSERT_EQ(check_error(one), "no error");
   auto const& a3 = one.slots[one.layers[3].first_slot];
   ASSERT_EQ(a3.forward_offset, a3.backward_offset);
   erase_op(one, find_op(one, op_kind::prefetch, 3));
   expect_rejected(one, {"slot 'a' of layer 3 is offloaded but never prefetched"});
 
-  auto chunk = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto chunk = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   erase_op(chunk, find_op(chunk, op_kind::prefetch, 2, 2));
   expect_rejected(chunk, {"completeness: slot 'a' of layer 2 has no prefetch op for chunk 2"});
 }
 
 TEST(CheckComplete, MissingOrDuplicatedOffloadChunkIsRejected) {
-  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto const base = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   auto gone = base;
   for (std::uint32_t c = 4; c-- > 0;) erase_op(gone, find_op(gone, op_kind::offload, 0, c));
   expect_rejected(gone, {"slot 'a' of layer 0 is offloaded but never offloaded"});
@@ -239,14 +243,16 @@ TEST(CheckComplete, MissingOrDuplicatedOffloadChunkIsRejected) {
 }
 
 TEST(CheckComplete, CollectivesAreRequiredWhereTheScheduleAsksForThem) {
-  auto s = build_schedule(dense4(), offload_a(), {}, chunked, {true, true});
+  auto s = build_schedule(dense4(), {.policy = offload_a(),
+                                     .pipeline = chunked,
+                                     .collectives = {.before_forward = true, .after_backward = true}});
   ASSERT_EQ(check_error(s), "no error");
   auto no_gather = s;
   erase_op(no_gather, find_op(no_gather, op_kind::gather, 2));
   expect_rejected(no_gather, {"completeness: layer 2 has no gather op"});
   auto no_reduce = s;
-  erase_op(no_reduce, find_op(no_reduce, op_kind::collective, 0));
-  expect_rejected(no_reduce, {"completeness: layer 0 has no collective op"});
+  erase_op(no_reduce, find_op(no_reduce, op_kind::reduce, 0));
+  expect_rejected(no_reduce, {"completeness: layer 0 has no reduce op"});
   auto unasked = s;
   unasked.collectives = {};
   expect_rejected(unasked, {"gathers though the schedule's collectives do not"});
@@ -255,7 +261,7 @@ TEST(CheckComplete, CollectivesAreRequiredWhereTheScheduleAsksForThem) {
 // ---- malformed tables and hostile offsets ------------------------------------------------------------
 
 TEST(CheckMalformed, BindingSlotRangeOutsideTheTableIsRejected) {
-  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto const base = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   auto past = base;
   past.layers[3].slot_count = 3;  // slots [6, 9) of 8
   expect_rejected(past, {"binding: layer 3's slots [6, 9) lie outside the 8 slot bindings"});
@@ -278,7 +284,7 @@ TEST(CheckMalformed, BindingSlotRangeOutsideTheTableIsRejected) {
 }
 
 TEST(CheckMalformed, OpIndicesOutOfRangeAreRejected) {
-  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto const base = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   auto layer = base;
   layer.ops[0].layer = 4;
   expect_rejected(layer, {"structure: op #0 names layer 4 beyond the 4-layer stack"});
@@ -303,7 +309,7 @@ TEST(CheckMalformed, OpIndicesOutOfRangeAreRejected) {
 }
 
 TEST(CheckMalformed, CopyRangesAreInsideTheirSlotAndDoNotWrap) {
-  auto const base = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto const base = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   auto const p = find_op(base, op_kind::prefetch, 1, 3);
   auto device = base;
   device.ops[p].device_offset = std::numeric_limits<std::size_t>::max() - 512;  // + 1024 bytes wraps
@@ -329,11 +335,11 @@ TEST(CheckMalformed, CopyRangesAreInsideTheirSlotAndDoNotWrap) {
   // (caught by data flow or race before copy geometry was checked).
   auto moved = base;
   moved.ops[p].device_offset = moved.ops[find_op(moved, op_kind::prefetch, 2, 3)].device_offset;
-  expect_rejected(moved, {"copy geometry: op #" + std::to_string(p) + " (prefetch layer 1 slot 'a' chunk 3/4"});
+  expect_rejected(moved, {"copy geometry: op #" + std::to_string(p) + " (prefetch L1 a 4/4 on h2d)"});
 }
 
 TEST(CheckMalformed, DataFlowAndRaceFailuresNameTheirInvariant) {
-  auto s = build_schedule(dense4(), offload_a(), {}, chunked);
+  auto s = build_schedule(dense4(), {.policy = offload_a(), .pipeline = chunked});
   // Layer 1's backward reads its kept slot b 1 KiB past where its forward wrote it: ordered, but
   // the wrong bytes of the slot (the same edit on a copy's offset now fails copy geometry).
   auto wrong = s;
@@ -347,11 +353,11 @@ TEST(CheckMalformed, DataFlowAndRaceFailuresNameTheirInvariant) {
   auto const p1 = find_op(copy, op_kind::prefetch, 1, 1);
   copy.ops[p1].host_offset = copy.ops[find_op(copy, op_kind::prefetch, 1, 0)].host_offset;
   expect_rejected(copy, {"copy geometry: op #" + std::to_string(p1)});
-  // Layer 0's backward no longer waits for its reload.
+  // Layer 0's backward no longer waits for its prefetch.
   auto racy = s;
   auto const b0 = find_op(racy, op_kind::backward, 0);
   racy.ops[b0].wait_count = 0;
-  expect_rejected(racy, {"race:", "(backward layer 0", "nothing orders them"});
+  expect_rejected(racy, {"race:", "(backward L0", "nothing orders them"});
 }
 
 // ---- what the fuzzer found (tests/fuzz/regressions) -----------------------------------------------
@@ -376,17 +382,16 @@ TEST(CheckFuzzFindings, WriteRacingAnEarlierUnorderedReadIsRejected) {
   layer_spec const big{"t0", {{"f", 229}}};
   stack_spec st;
   st.append(small, 2).append(big).append(small, 2);
-  buffer_spec b;
-  b.device_alignment = 1;
-  b.host_alignment = 256;
-  auto s = build_schedule(st, {{placement::offload, {}, 0, all_layers, 0}}, b, {true, 0, 0, 1});
+  auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload}},
+                              .buffers = {.device_alignment = 1, .host_alignment = 256},
+                              .pipeline = {.prefetch_distance = 0, .max_offloads_in_flight = 1}});
   ASSERT_EQ(check_error(s), "no error");
   auto const f2 = s.slots[s.layers[2].first_slot];
   ASSERT_EQ(f2.forward_offset, s.slots[s.layers[3].first_slot].forward_offset);  // one source buffer
   auto const fwd3 = find_op(s, op_kind::forward, 3), off2 = find_op(s, op_kind::offload, 2);
   drop_wait(s, fwd3, off2);
-  expect_rejected(s, {"race: op #" + std::to_string(off2) + " (offload layer 2 slot 'f'",
-                      "op #" + std::to_string(fwd3) + " (forward layer 3", "nothing orders them"});
+  expect_rejected(s, {"race: op #" + std::to_string(off2) + " (offload L2 f on d2h)",
+                      "op #" + std::to_string(fwd3) + " (forward L3", "nothing orders them"});
 }
 
 // The tree itself: a range written, then read as a whole; a later query of part of it must still
@@ -415,13 +420,17 @@ TEST(CheckFuzzFindings, ByteStateTreeKeepsReadsPushedDownWithTheirWrite) {
 TEST(CheckFuzzFindings, CopyOutsideItsChunkIsRejected) {
   stack_spec st;
   st.append(layer_spec{"t0", {{"a", 256}}});
-  auto const s = build_schedule(st, {{placement::offload, {"a"}, 0, all_layers, 0}}, {}, {false, 3, 46, 0});
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"a"}}},
+                                    .pipeline = {.latency_hiding = false,
+                                                 .prefetch_distance = 3,
+                                                 .chunk_bytes = 46,
+                                                 .max_offloads_in_flight = 0}});
   ASSERT_EQ(check_error(s), "no error");
   auto const o0 = find_op(s, op_kind::offload, 0, 0);
   ASSERT_EQ(s.ops[o0].chunks, 6u);
   auto longer = s;
   longer.ops[o0].bytes = 54;
-  expect_rejected(longer, {"copy geometry: op #" + std::to_string(o0) + " (offload layer 0 slot 'a' chunk 0/6",
+  expect_rejected(longer, {"copy geometry: op #" + std::to_string(o0) + " (offload L0 a 1/6",
                            "copies device [0, 54) to host [0, 54), but bytes [0, 46) of slot 'a' of layer 0 lie at "
                            "device [0, 46) (its forward offset)",
                            "poison"});
@@ -435,9 +444,10 @@ TEST(CheckFuzzFindings, CopyOutsideItsChunkIsRejected) {
   expect_rejected(device, {"copy geometry: op #" + std::to_string(p5), "(its backward offset)"});
   auto host = s;
   host.ops[find_op(host, op_kind::offload, 0, 3)].host_offset -= 1;
-  expect_rejected(host, {"copy geometry:", "chunk 3/6"});
+  expect_rejected(host, {"copy geometry:", "(offload L0 a 4/6"});
   // One copy of the whole slot is a tiling too; five chunks of 46 bytes are not.
-  auto whole = build_schedule(st, {{placement::offload, {"a"}, 0, all_layers, 0}}, {}, {false, 3, 0, 0});
+  auto whole = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"a"}}},
+                                   .pipeline = {.latency_hiding = false, .prefetch_distance = 3, .max_offloads_in_flight = 0}});
   whole.pipeline.chunk_bytes = 46;
   EXPECT_EQ(check_error(whole), "no error");
   auto five = s;
@@ -453,9 +463,7 @@ TEST(CheckFuzzFindings, CopyOutsideItsChunkIsRejected) {
 TEST(CheckFuzzFindings, SlotMovedIntoGuardBytesIsRejected) {
   stack_spec st;
   st.append(layer_spec{"t0", {{"b", 100}, {"a", 4096}}}, 4);
-  buffer_spec g;
-  g.guard_bytes = 512;
-  auto const s = build_schedule(st, {{placement::remat, {}, 0, all_layers, 0}}, g, {});
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::remat}}, .buffers = {.guard_bytes = 512}});
   ASSERT_EQ(check_error(s), "no error");
   auto const& b2 = s.slots[s.layers[2].first_slot];
   auto moved = s;
@@ -477,9 +485,8 @@ TEST(CheckFuzzFindings, SlotMovedIntoGuardBytesIsRejected) {
 TEST(CheckFuzzFindings, GuardBytesOverLiveDataAreRejected) {
   stack_spec st;
   st.append(layer_spec{"t0", {{"a", 64}, {"b", 64}}}, 3);
-  buffer_spec g;
-  g.guard_bytes = 64;  // each 64-byte slot takes a 256-byte region: 64 of data, 64 of guard
-  auto s = build_schedule(st, policy_spec{}, g, {});
+  // Each 64-byte slot takes a 256-byte region: 64 of data, 64 of guard.
+  auto s = build_schedule(st, {.buffers = {.guard_bytes = 64}});
   ASSERT_EQ(check_error(s), "no error");
   // Layer 0's slot a moved into the guard bytes after layer 1's slot a.
   auto const& a1 = s.slots[s.layers[1].first_slot];
@@ -487,7 +494,7 @@ TEST(CheckFuzzFindings, GuardBytesOverLiveDataAreRejected) {
   a0.forward_offset = a0.backward_offset = a1.forward_offset + 64;
   expect_rejected(s, {"data flow: op #" + std::to_string(find_op(s, op_kind::backward, 0)),
                       "the last op to write them before it, op #" + std::to_string(find_op(s, op_kind::forward, 1)) +
-                          " (forward layer 1",
+                          " (forward L1",
                       "left the guard bytes after slot 'a' of layer 1 (written by the executor's debug checks"});
 }
 
@@ -501,9 +508,11 @@ TEST(CheckScale, FiftySevenThousandOpsAreChecked) {
   st.append({"block", {{"layer_input", 2 << 20}, {"q_proj", 2 << 20}, {"k_proj", 2 << 20}, {"v_proj", 2 << 20},
                        {"attn_out", 2 << 20}, {"mlp_up", 2 << 20}, {"mlp_act", 2 << 20}, {"mlp_out", 2 << 20}}},
             126);
-  policy_spec const most{
-      {placement::offload, {"q_proj", "k_proj", "v_proj", "attn_out", "mlp_up", "mlp_act", "mlp_out"}, 0, all_layers, 0}};
-  auto const s = build_schedule(st, most, {3, 256, 64, 0, true}, {true, 2, 64 << 10, 2});
+  policy_spec const most{rule_spec{.where = placement::offload,
+                                   .slots = {"q_proj", "k_proj", "v_proj", "attn_out", "mlp_up", "mlp_act", "mlp_out"}}};
+  auto const s = build_schedule(st, {.policy = most,
+                                     .buffers = {.staging_buffers = 3},
+                                     .pipeline = {.prefetch_distance = 2, .chunk_bytes = 64 << 10, .max_offloads_in_flight = 2}});
   ASSERT_GT(s.ops.size(), 56000u);
   auto const r = check_schedule(s);
   EXPECT_EQ(r.replayed_device_bytes, s.peak_device_bytes());
@@ -625,7 +634,7 @@ struct composer {
     for (std::size_t l = 0; l < layers; ++l) st.append(specs[pick(types)]);
     policy_spec p;
     for (std::size_t r = 0, n = pick(4); r < n; ++r) {
-      rule_spec rule{static_cast<placement>(pick(3)), {}, 0, all_layers, 0};
+      rule_spec rule{.where = static_cast<placement>(pick(3))};
       for (auto name : slot_names)
         if (pick(3) == 0) rule.slots.push_back(name);
       rule.first_layer = static_cast<std::uint32_t>(pick(layers));
@@ -639,11 +648,17 @@ struct composer {
     b.guard_bytes = coin() ? 0 : 64;
     if (coin()) b.device_alignment = pick(2) == 0 ? 1 : 8;
     std::size_t const chunks[] = {0, 1000, 2048};
-    pipeline_spec pl{coin(), static_cast<std::uint32_t>(pick(layers)), chunks[pick(3)],
-                     static_cast<std::uint32_t>(1 + pick(3))};
-    collective_spec c{pick(4) == 0, pick(4) == 0};
+    // Named in the order the generator draws them (the seed's programs depend on it).
+    bool const hide = coin();
+    auto const distance = static_cast<std::uint32_t>(pick(layers));
+    auto const chunk = chunks[pick(3)];
+    auto const in_flight = static_cast<std::uint32_t>(1 + pick(3));
+    pipeline_spec pl{.latency_hiding = hide, .prefetch_distance = distance, .chunk_bytes = chunk, .max_offloads_in_flight = in_flight};
+    bool const gather = pick(4) == 0;
+    bool const reduce = pick(4) == 0;
+    collective_spec c{.before_forward = gather, .after_backward = reduce};
     try {
-      out = build_schedule(st, p, b, pl, c);
+      out = build_schedule(st, {.policy = p, .buffers = b, .pipeline = pl, .collectives = c});
     } catch (schedule_error const&) {
       return false;  // e.g. a rule that decides nothing
     }

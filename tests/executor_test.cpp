@@ -1,5 +1,7 @@
 // The executor on the host backend: bitwise-equal gradients across policies and pipelines, a
-// property-based stress test, failure paths, debug checks, collectives, steady-state allocation.
+// property-based stress test, failure paths, debug checks, collectives, steady-state allocation,
+// enqueue and wait, named hooks, typed slot handles, timelines through the executor (host and
+// sim), and the sim's cost table checked at construction.
 #include <gtest/gtest.h>
 
 #include <tide/tide.hpp>
@@ -7,10 +9,13 @@
 #include "../examples/mlp/mlp.hpp"
 #include "workload.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <new>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -51,10 +56,10 @@ std::uint64_t train_mlp(schedule const& s, mlp::config c, int steps, host_backen
 
 policy_spec rules(std::initializer_list<rule_spec> r) { return policy_spec(r); }
 rule_spec r_offload(std::vector<std::string_view> s, std::uint32_t first = 0, std::uint32_t last = all_layers) {
-  return {placement::offload, std::move(s), first, last, 0};
+  return {.where = placement::offload, .slots = std::move(s), .first_layer = first, .last_layer = last};
 }
 rule_spec r_remat(std::vector<std::string_view> s, std::uint32_t first = 0, std::uint32_t last = all_layers) {
-  return {placement::remat, std::move(s), first, last, 0};
+  return {.where = placement::remat, .slots = std::move(s), .first_layer = first, .last_layer = last};
 }
 
 }  // namespace
@@ -62,7 +67,7 @@ rule_spec r_remat(std::vector<std::string_view> s, std::uint32_t first = 0, std:
 TEST(Executor, MlpGradientsBitwiseEqualAcrossPoliciesAndPipelines) {
   mlp::config c{6, 24, 5, 0.05f};
   auto const st = mlp::make_stack(c);
-  auto const want = train_mlp(build_schedule(st, {}), c, 3);
+  auto const want = train_mlp(build_schedule(st, strategy{}), c, 3);
   std::vector<policy_spec> policies = {
       rules({r_remat({"pre_act", "act", "inv_rms"})}),
       rules({r_offload({"input", "pre_act", "act"})}),
@@ -79,7 +84,12 @@ TEST(Executor, MlpGradientsBitwiseEqualAcrossPoliciesAndPipelines) {
             buffer_spec b;
             b.staging_buffers = staging;
             b.guard_bytes = 32;
-            auto s = build_schedule(st, p, b, {hide, d, chunk, 2});
+            auto s = build_schedule(st, {.policy = p,
+                                         .buffers = b,
+                                         .pipeline = {.latency_hiding = hide,
+                                                      .prefetch_distance = d,
+                                                      .chunk_bytes = chunk,
+                                                      .max_offloads_in_flight = 2}});
             EXPECT_EQ(train_mlp(s, c, 3), want) << describe(s, {false, false});
             ++n;
           }
@@ -133,8 +143,10 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
     p.allow_unused_rules = true;  // random rules often shadow one another
     auto const n_rules = uni(0, 4);
     for (std::uint64_t r = 0; r < n_rules; ++r) {
-      rule_spec rs{static_cast<placement>(uni(0, 2)), {}, static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
-                   all_layers, uni(0, 1) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
+      rule_spec rs{.where = static_cast<placement>(uni(0, 2)),
+                   .first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
+                   .last_layer = all_layers,
+                   .min_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
       rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, st.layer_count()));
       if (uni(0, 1)) rs.slots.push_back(slot_names[uni(0, 4)]);
       if (!rs.slots.empty() && !st.has_slot(rs.slots[0])) rs.slots.clear();
@@ -144,12 +156,14 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
     bs.staging_buffers = static_cast<std::uint32_t>(uni(1, 4));
     bs.guard_bytes = uni(0, 1) ? 0 : 16;
     bs.share_phase_regions = uni(0, 1);
-    pipeline_spec pl{uni(0, 3) != 0, static_cast<std::uint32_t>(uni(0, std::min<std::uint64_t>(3, st.layer_count() - 1))),
-                     uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 20)), static_cast<std::uint32_t>(uni(1, 3))};
-    auto const keep = build_schedule(st, {}, bs);
-    auto const s = build_schedule(st, p, bs, pl);
-    auto const want = workload::run(b, keep, 2, {true, false});
-    auto const got = workload::run(b, s, 2, {true, true});
+    pipeline_spec pl{.latency_hiding = uni(0, 3) != 0,
+                     .prefetch_distance = static_cast<std::uint32_t>(uni(0, std::min<std::uint64_t>(3, st.layer_count() - 1))),
+                     .chunk_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 20)),
+                     .max_offloads_in_flight = static_cast<std::uint32_t>(uni(1, 3))};
+    auto const keep = build_schedule(st, {.buffers = bs});
+    auto const s = build_schedule(st, {.policy = p, .buffers = bs, .pipeline = pl});
+    auto const want = workload::run(b, keep, 2, {.debug_checks = true, .check_schedule = false});
+    auto const got = workload::run(b, s, 2, {.debug_checks = true, .check_schedule = true});
     ASSERT_EQ(got, want) << "case " << i << "\n" << describe(s);
   }
 }
@@ -202,8 +216,10 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
     p.allow_unused_rules = true;  // random rules often shadow one another
     auto const n_rules = uni(0, 5);
     for (std::uint64_t r = 0; r < n_rules; ++r) {
-      rule_spec rs{static_cast<placement>(uni(0, 2)), {}, static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
-                   all_layers, uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
+      rule_spec rs{.where = static_cast<placement>(uni(0, 2)),
+                   .first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
+                   .last_layer = all_layers,
+                   .min_bytes = uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
       rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, st.layer_count()));
       if (uni(0, 1)) {
         rs.slots.push_back(workload::chain::input);
@@ -211,10 +227,10 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
       } else if (!present.empty() && uni(0, 2)) {
         rs.slots.push_back(present[uni(0, present.size() - 1)]);
       }
-      if (rs.action == placement::remat) {
+      if (rs.where == placement::remat) {
         std::erase(rs.slots, workload::chain::input);
         if (rs.slots.empty()) {  // "any slot" would include the input: name the derived ones
-          if (present.empty()) rs.action = placement::offload;
+          if (present.empty()) rs.where = placement::offload;
           for (auto n : present)
             if (uni(0, 1) || n == present.back()) rs.slots.push_back(n);
         }
@@ -227,15 +243,17 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
     bs.share_phase_regions = uni(0, 1);
     bs.device_alignment = std::size_t{1} << uni(0, 12);
     bs.host_alignment = std::size_t{1} << uni(0, 8);
-    pipeline_spec pl{uni(0, 3) != 0, static_cast<std::uint32_t>(uni(0, std::min<std::uint64_t>(4, st.layer_count() - 1))),
-                     uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 20)), static_cast<std::uint32_t>(uni(1, 3))};
-    collective_spec cs{uni(0, 3) == 0, uni(0, 3) == 0};
+    pipeline_spec pl{.latency_hiding = uni(0, 3) != 0,
+                     .prefetch_distance = static_cast<std::uint32_t>(uni(0, std::min<std::uint64_t>(4, st.layer_count() - 1))),
+                     .chunk_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 20)),
+                     .max_offloads_in_flight = static_cast<std::uint32_t>(uni(1, 3))};
+    collective_spec cs{.before_forward = uni(0, 3) == 0, .after_backward = uni(0, 3) == 0};
     int const steps = static_cast<int>(uni(2, 3));
-    auto const keep = build_schedule(st, {});
-    auto const s = build_schedule(st, p, bs, pl, cs);
-    auto const want = workload::run_chain(fast, keep, steps, {true, false});
+    auto const keep = build_schedule(st, strategy{});
+    auto const s = build_schedule(st, {.policy = p, .buffers = bs, .pipeline = pl, .collectives = cs});
+    auto const want = workload::run_chain(fast, keep, steps, {.debug_checks = true, .check_schedule = false});
     auto& b = i % 2 ? paced : fast;
-    auto const got = workload::run_chain(b, s, steps, {true, true});
+    auto const got = workload::run_chain(b, s, steps, {.debug_checks = true, .check_schedule = true});
     ASSERT_EQ(got, want) << "case " << i << (i % 2 ? " (paced link)" : "") << "\n" << describe(s);
   }
 }
@@ -243,24 +261,24 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
 // The chain workload sees what the synthetic one cannot: the input slot rematerialized. Recompute
 // mode does not rebuild the input (its data, the previous layer's output, is gone), so the
 // backward reads whatever the scratch holds. Either the builder rejects the policy (the fix being
-// made in core/schedule.hpp) or the gradients differ from keep-all.
+// made in core/build.hpp) or the gradients differ from keep-all.
 TEST(Executor, ChainWorkloadDetectsRematOfTheInput) {
   stack_spec st;
   st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
   host_backend b;
-  auto const keep = build_schedule(st, {});
+  auto const keep = build_schedule(st, strategy{});
   auto const want = workload::run_chain(b, keep, 2);
-  for (auto const& p : {rules({{placement::remat, {"input"}, 0, all_layers, 0}}), rules({r_remat({})}),
+  for (auto const& p : {rules({{.where = placement::remat, .slots = {"input"}}}), rules({r_remat({})}),
                         rules({r_remat({"input", "h"}, 2, 4)})}) {
     try {
-      auto const s = build_schedule(st, p);
+      auto const s = build_schedule(st, {.policy = p});
       EXPECT_NE(workload::run_chain(b, s, 2), want) << describe(s);
     } catch (schedule_error const&) {
       // rejected: as good
     }
   }
   // And a sound policy on the same stack matches keep-all, so the difference above is the remat.
-  auto const ok = build_schedule(st, rules({r_offload({"input"}), r_remat({"h", "act"})}));
+  auto const ok = build_schedule(st, {.policy = rules({r_offload({"input"}), r_remat({"h", "act"})})});
   EXPECT_EQ(workload::run_chain(b, ok, 2), want);
 }
 
@@ -278,7 +296,10 @@ TEST(Failures, ThrowingLambdaDrainsAndNextStepSucceeds) {
   auto const st = small_stack();
   buffer_spec bs;
   bs.guard_bytes = 16;
-  auto const s = build_schedule(st, rules({r_offload({"x"}), r_remat({"y"}, 2, 4)}), bs, {true, 2, 512, 2}, {true, true});
+  auto const s = build_schedule(st, {.policy = rules({r_offload({"x"}), r_remat({"y"}, 2, 4)}),
+                                     .buffers = bs,
+                                     .pipeline = {.prefetch_distance = 2, .chunk_bytes = 512},
+                                     .collectives = {.before_forward = true, .after_backward = true}});
   host_backend b;
   auto const want = workload::run(b, s, 2);
   executor exec(b, s);
@@ -304,11 +325,11 @@ TEST(Failures, ThrowingLambdaDrainsAndNextStepSucceeds) {
 TEST(Failures, WritePastSlotIsReportedBySlotAndLayer) {
   buffer_spec bs;
   bs.guard_bytes = 64;
-  auto const s = build_schedule(small_stack(), rules({r_offload({"y"})}), bs);
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"y"})}), .buffers = bs});
   host_backend b;
   executor exec(b, s);
   auto fwd = [](auto const& c) {
-    auto y = c.slot("y");
+    auto y = c.template slot<"y">();
     std::memset(y.data(), 1, y.size() + (c.layer == 4 ? 3 : 0));  // overruns in layer 4
   };
   try {
@@ -321,11 +342,11 @@ TEST(Failures, WritePastSlotIsReportedBySlotAndLayer) {
 }
 
 TEST(Failures, ReadOfASlotNeverSaved) {
-  auto const s = build_schedule(small_stack(), {});
+  auto const s = build_schedule(small_stack(), strategy{});
   host_backend b;
   executor exec(b, s);
   try {
-    exec.step([](auto const&) {}, [](auto const& c) { (void)c.slot("mlp_up"); });
+    exec.step([](auto const&) {}, [](auto const& c) { (void)c.template slot<"mlp_up">(); });
     FAIL();
   } catch (slot_error const& e) {
     EXPECT_TRUE(contains(e.what(), "layer 5 (l) has no slot 'mlp_up'; its slots are: x, y")) << e.what();
@@ -333,9 +354,9 @@ TEST(Failures, ReadOfASlotNeverSaved) {
 }
 
 TEST(Failures, ArenaTooSmallNamesNeedAndBudget) {
-  auto const s = build_schedule(small_stack(), {});
+  auto const s = build_schedule(small_stack(), strategy{});
   host_backend_options o;
-  o.device_capacity = s.peak_device_bytes() - 1;
+  o.device_budget = s.peak_device_bytes() - 1;
   host_backend small(o);
   try {
     executor exec(small, s);
@@ -343,16 +364,16 @@ TEST(Failures, ArenaTooSmallNamesNeedAndBudget) {
   } catch (out_of_memory const& e) {
     EXPECT_EQ(e.requested, s.peak_device_bytes());
     EXPECT_TRUE(contains(e.what(), "needs " + std::to_string(s.peak_device_bytes()) + " bytes, budget is " +
-                                       std::to_string(o.device_capacity)))
+                                       std::to_string(o.device_budget)))
         << e.what();
   }
   // The same backend still serves a schedule that fits.
-  auto const fits = build_schedule(small_stack(), rules({r_offload({})}));
-  ASSERT_LE(fits.peak_device_bytes(), o.device_capacity);
+  auto const fits = build_schedule(small_stack(), {.policy = rules({r_offload({})})});
+  ASSERT_LE(fits.peak_device_bytes(), o.device_budget);
   host_backend b;
   EXPECT_EQ(workload::run(small, fits), workload::run(b, fits));
   host_backend_options ho;
-  ho.host_capacity = 100;
+  ho.host_budget = 100;
   host_backend pinned_small(ho);
   EXPECT_THROW(executor(pinned_small, fits), out_of_memory);
 }
@@ -361,17 +382,17 @@ TEST(Failures, ZeroSizedSlotIsRejected) {
   stack_spec st;
   st.append({"l", {{"x", 0}}}, 2);
   try {
-    build_schedule(st, {});
+    build_schedule(st, strategy{});
     FAIL();
   } catch (schedule_error const& e) {
     EXPECT_TRUE(contains(e.what(), "slot 'x' of layer type 'l' has zero bytes")) << e.what();
   }
 }
 
-TEST(DebugChecks, UseBeforeReloadIsCaught) {
+TEST(DebugChecks, UseBeforePrefetchIsCaught) {
   stack_spec st;
   st.append({"l", {{"x", 1 << 16}}}, 3);
-  auto s = build_schedule(st, rules({r_offload({})}), {}, {true, 1, 0, 2});
+  auto s = build_schedule(st, {.policy = rules({r_offload({})}), .pipeline = {.prefetch_distance = 1}});
   // Drop the wait that orders layer 0's backward after its prefetch.
   for (auto& o : s.ops)
     if (o.kind == op_kind::backward && o.layer == 0) {
@@ -380,34 +401,34 @@ TEST(DebugChecks, UseBeforeReloadIsCaught) {
     }
   EXPECT_THROW(check_schedule(s), schedule_error);  // the checker rejects it statically
   host_backend_options slow;
-  slow.h2d = {1e6, 0.25};  // 250 ms per reload: the backward surely runs first
+  slow.h2d = {1e6, 0.25};  // 250 ms per prefetch: the backward surely runs first
   host_backend b(slow);
-  executor exec(b, s, {true, false});
+  executor exec(b, s, {.debug_checks = true, .check_schedule = false});
   try {
     workload::synthetic w(3);
     exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
     FAIL();
   } catch (debug_check_error const& e) {
-    EXPECT_TRUE(contains(e.what(), "(backward of layer 0) reads slot 'x' whose reload has not completed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "(backward of layer 0) reads slot 'x' whose prefetch has not completed")) << e.what();
   }
 }
 
 TEST(DebugChecks, PoisonExposesAMissingRecompute) {
-  auto const s = build_schedule(small_stack(), rules({r_remat({"y"})}));
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_remat({"y"})})});
   host_backend b;
   executor exec(b, s);
   std::vector<unsigned char> seen;
   // A forward that forgets to produce y in recompute mode: backward sees the poison pattern.
   exec.step(
       [](auto const& c) {
-        if (!c.recompute) std::memset(c.slot("y").data(), 7, c.slot("y").size());
+        if (!c.recompute) std::memset(c.template slot<"y">().data(), 7, c.template slot<"y">().size());
       },
-      [&](auto const& c) { seen.push_back(static_cast<unsigned char>(c.slot("y")[0])); });
+      [&](auto const& c) { seen.push_back(static_cast<unsigned char>(c.template slot<"y">()[0])); });
   exec.step(
       [](auto const& c) {
-        if (!c.recompute) std::memset(c.slot("y").data(), 7, c.slot("y").size());
+        if (!c.recompute) std::memset(c.template slot<"y">().data(), 7, c.template slot<"y">().size());
       },
-      [&](auto const& c) { seen.push_back(static_cast<unsigned char>(c.slot("y")[0])); });
+      [&](auto const& c) { seen.push_back(static_cast<unsigned char>(c.template slot<"y">()[0])); });
   EXPECT_EQ(seen.back(), 0xDB);
 }
 
@@ -415,7 +436,9 @@ TEST(DebugChecks, PoisonExposesAMissingRecompute) {
 
 TEST(Executor, CollectiveHooksRunOnCommStreamInOrder) {
   auto const st = small_stack();
-  auto const s = build_schedule(st, rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  auto const s = build_schedule(st, {.policy = rules({r_offload({"x"})}),
+                                     .pipeline = {.prefetch_distance = 1},
+                                     .collectives = {.before_forward = true, .after_backward = true}});
   host_backend b;
   executor exec(b, s);
   std::vector<int> grad(6, 0), reduced(6, -1), gathered(6, 0);
@@ -429,15 +452,17 @@ TEST(Executor, CollectiveHooksRunOnCommStreamInOrder) {
         std::this_thread::sleep_for(std::chrono::microseconds(200));
         grad[c.layer] = 100 + static_cast<int>(c.layer);
       },
-      [&](auto const& c) {
-        if (c.stream != stream_role::comm || c.kind != op_kind::gather) wrong_stream++;
-        gathered[c.layer] = 1;
-      },
-      [&](auto const& c) {
-        if (c.stream != stream_role::comm || c.kind != op_kind::collective) wrong_stream++;
-        reduced[c.layer] = grad[c.layer];  // must see the backward's result
-        order.push_back(c.layer);
-      });
+      hooks{.before_forward =
+                [&](auto const& c) {
+                  if (c.stream != stream_role::comm || c.kind != op_kind::gather) wrong_stream++;
+                  gathered[c.layer] = 1;
+                },
+            .after_backward =
+                [&](auto const& c) {
+                  if (c.stream != stream_role::comm || c.kind != op_kind::reduce) wrong_stream++;
+                  reduced[c.layer] = grad[c.layer];  // must see the backward's result
+                  order.push_back(c.layer);
+                }});
   EXPECT_EQ(wrong_stream.load(), 0);
   EXPECT_EQ(reduced, (std::vector<int>{100, 101, 102, 103, 104, 105}));
   EXPECT_EQ(order, (std::vector<std::uint32_t>{5, 4, 3, 2, 1, 0}));
@@ -445,35 +470,43 @@ TEST(Executor, CollectiveHooksRunOnCommStreamInOrder) {
 
 TEST(Executor, SteadyStateStepAllocatesNothing) {
   mlp::config c{6, 16, 4, 0.05f};
-  auto const s = build_schedule(mlp::make_stack(c), rules({r_offload({"input", "act"}), r_remat({"pre_act"})}),
-                                {2, 256, 64, 32, true}, {true, 2, 256, 2}, {true, true});
+  auto const s = build_schedule(mlp::make_stack(c),
+                                {.policy = rules({r_offload({"input", "act"}), r_remat({"pre_act"})}),
+                                 .buffers = {.staging_buffers = 2,
+                                             .device_alignment = 256,
+                                             .host_alignment = 64,
+                                             .guard_bytes = 32,
+                                             .share_phase_regions = true},
+                                 .pipeline = {.prefetch_distance = 2, .chunk_bytes = 256},
+                                 .collectives = {.before_forward = true, .after_backward = true}});
   host_backend b;
   timeline t;
-  b.record_timeline(&t);
-  executor exec(b, s);
+  executor exec(b, s, {.timeline = &t});
   mlp::network net(c);
   auto fwd = [&](auto const& ctx) { net.forward(ctx); };
   auto bwd = [&](auto const& ctx) { net.backward(ctx); };
   auto hook = [](auto const&) {};
-  exec.step(fwd, bwd, hook, hook);
+  hooks const both{.before_forward = hook, .after_backward = hook};
+  exec.step(fwd, bwd, both);
   net.update();
-  exec.step(fwd, bwd, hook, hook);
+  exec.step(fwd, bwd, both);
   net.update();
   auto const before = allocations.load();
-  for (int i = 0; i < 3; ++i) exec.step(fwd, bwd, hook, hook);
+  for (int i = 0; i < 3; ++i) exec.step(fwd, bwd, both);
   EXPECT_EQ(allocations.load() - before, 0u);
   EXPECT_EQ(t.ops.size(), s.ops.size());  // and the timeline was recorded
 }
 
 TEST(Trace, SummaryAndChromeJson) {
   auto const st = small_stack();
-  auto const s = build_schedule(st, rules({r_offload({"x"})}), {}, {false, 0, 0, 1});
+  auto const s = build_schedule(
+      st, {.policy = rules({r_offload({"x"})}),
+           .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}});
   host_backend_options o;
   o.d2h = o.h2d = {4096.0 / 0.002, 0};  // 2 ms per 4 KiB copy, on the compute stream
   host_backend b(o);
   timeline t;
-  b.record_timeline(&t);
-  workload::run(b, s, 1);
+  workload::run(b, s, 1, {.timeline = &t});
   auto sum = summarize(t, s);
   EXPECT_GE(sum.exposed_transfer_us, 12 * 2000 * 0.95);  // 12 copies, none hidden
   EXPECT_LT(sum.overlap_fraction, 0.05);
@@ -489,7 +522,7 @@ TEST(Trace, SummaryAndChromeJson) {
 }
 
 TEST(Failures, StepIsNeitherReentrantNorSharedAcrossExecutors) {
-  auto const s = build_schedule(small_stack(), {});
+  auto const s = build_schedule(small_stack(), strategy{});
   host_backend b;
   executor exec(b, s);
   auto noop = [](auto const&) {};
@@ -513,11 +546,11 @@ TEST(Failures, StepIsNeitherReentrantNorSharedAcrossExecutors) {
 TEST(Failures, SlotViewedAsTheWrongTypeIsRejected) {
   stack_spec st;
   st.append({"l", {{"odd", 6}}}, 2);
-  auto const s = build_schedule(st, {});
+  auto const s = build_schedule(st, strategy{});
   host_backend b;
   executor exec(b, s);
   try {
-    exec.step([](auto const& c) { (void)c.template slot_as<float>("odd"); }, [](auto const&) {});
+    exec.step([](auto const& c) { (void)c.template slot<"odd", float>(); }, [](auto const&) {});
     FAIL();
   } catch (slot_error const& e) {
     EXPECT_TRUE(contains(e.what(), "slot 'odd' of layer 0 (6 bytes) cannot be viewed as elements of 4 bytes")) << e.what();
@@ -537,18 +570,20 @@ struct failing_backend : host_backend {
 }  // namespace
 
 TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
-  auto const s = build_schedule(small_stack(), rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true, .after_backward = true}});
   failing_backend b(3);
   executor exec(b, s);
   std::vector<int> calls(6, 0), failed_calls(6, 0);
   auto hook = [&](auto const& c) {
-    if (c.kind != op_kind::collective) return;
+    if (c.kind != op_kind::reduce) return;
     ++calls[c.layer];
     failed_calls[c.layer] += c.step_failed;
   };
   auto noop = [](auto const&) {};
   try {
-    exec.step(noop, noop, noop, hook);
+    exec.step(noop, noop, hooks{.after_backward = hook});
     FAIL();
   } catch (error const& e) {
     EXPECT_STREQ(e.what(), "injected copy failure");
@@ -557,26 +592,28 @@ TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
   EXPECT_EQ(calls, std::vector<int>(6, 1));
   EXPECT_EQ(failed_calls, std::vector<int>(6, 1));
   b.copies_left = 1 << 30;
-  EXPECT_NO_THROW(exec.step(noop, noop, noop, hook));
+  EXPECT_NO_THROW(exec.step(noop, noop, hooks{.after_backward = hook}));
 }
 
 // The hooks of ops never issued go through the backend, in stream order, before the step's one
 // synchronization (on CUDA: nothing they enqueue is still running when the error is rethrown):
 // on the host backend they run on the communication stream's worker, not on the caller's thread.
 TEST(Failures, RemainingHooksAreEnqueuedBeforeTheSynchronization) {
-  auto const s = build_schedule(small_stack(), rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true, .after_backward = true}});
   failing_backend b(3);
   executor exec(b, s);
   auto const caller = std::this_thread::get_id();
   std::atomic<int> on_caller{0}, done{0};
   auto hook = [&](auto const& c) {
-    if (c.kind != op_kind::collective) return;
+    if (c.kind != op_kind::reduce) return;
     if (std::this_thread::get_id() == caller) ++on_caller;
     std::this_thread::sleep_for(std::chrono::milliseconds(2));  // still running, were it not synchronized
     ++done;
   };
   auto noop = [](auto const&) {};
-  EXPECT_THROW(exec.step(noop, noop, noop, hook), error);
+  EXPECT_THROW(exec.step(noop, noop, hooks{.after_backward = hook}), error);
   EXPECT_EQ(done.load(), 6);
   EXPECT_EQ(on_caller.load(), 0);
 }
@@ -595,24 +632,470 @@ struct agreeing_hook {
 }  // namespace
 
 TEST(Executor, HooksAreToldOnceTheStepHasSynchronized) {
-  auto const s = build_schedule(small_stack(), rules({r_offload({"x"})}), {}, {true, 1, 0, 2}, {true, true});
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true, .after_backward = true}});
   host_backend b;
   executor exec(b, s);
-  agreeing_hook hooks;
+  agreeing_hook agree;
+  // Stateful: passed by std::ref (a copy would keep the state); one object as both hooks.
+  hooks const both{.before_forward = std::ref(agree), .after_backward = std::ref(agree)};
   auto noop = [](auto const&) {};
-  exec.step(noop, noop, hooks, hooks);  // one object as both hooks: told once
-  EXPECT_EQ(hooks.finished, 1);
+  exec.step(noop, noop, both);  // one object as both hooks: told once
+  EXPECT_EQ(agree.finished, 1);
   // A failed step rethrows its own error first; the hooks still close the step.
   auto throwing = [](auto const& c) {
     if (c.layer == 2) throw std::runtime_error("lambda failed");
   };
   try {
-    exec.step(throwing, noop, hooks, hooks);
+    exec.step(throwing, noop, both);
     FAIL();
   } catch (std::runtime_error const& e) {
     EXPECT_STREQ(e.what(), "lambda failed");
   }
-  EXPECT_EQ(hooks.finished, 2);
-  EXPECT_NO_THROW(exec.step(noop, noop, hooks, hooks));
-  EXPECT_EQ(hooks.finished, 3);
+  EXPECT_EQ(agree.finished, 2);
+  EXPECT_NO_THROW(exec.step(noop, noop, both));
+  EXPECT_EQ(agree.finished, 3);
+}
+
+// ---- enqueue and wait ------------------------------------------------------------------------
+
+namespace {
+stack_spec chain_stack() {
+  stack_spec st;
+  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  return st;
+}
+schedule chain_schedule() {
+  return build_schedule(chain_stack(), {.policy = rules({r_offload({"input"}), r_remat({"h", "act"}, 1, 4)}),
+                                        .pipeline = {.prefetch_distance = 2, .chunk_bytes = 1024},
+                                        .collectives = {.before_forward = true, .after_backward = true}});
+}
+constexpr std::size_t kinds = static_cast<std::size_t>(op_kind::reduce) + 1;
+//! How many times each kind of op runs per layer in one step of `s`.
+std::vector<std::vector<int>> ops_per_layer(schedule_view s) {
+  std::vector<std::vector<int>> n(kinds, std::vector<int>(s.layer_count(), 0));
+  for (auto const& o : s.ops) ++n[static_cast<std::size_t>(o.kind)][o.layer];
+  return n;
+}
+}  // namespace
+
+TEST(Enqueue, EnqueueThenWaitIsBitwiseEqualToStepAndRunsEachLambdaOncePerOp) {
+  auto const s = chain_schedule();
+  host_backend b;
+  auto const want = workload::run_chain(b, s, 3);  // step()
+  auto const per_step = ops_per_layer(s);
+  ASSERT_GT(per_step[static_cast<std::size_t>(op_kind::recompute)][2], 0);  // the schedule recomputes
+  executor exec(b, s);
+  workload::chain w(s);
+  std::vector<std::uint64_t> got;
+  // Every call, by op kind and layer: the compute stream calls fwd and bwd, the comm stream the
+  // hooks; wait() orders both before the reads below.
+  std::vector<std::vector<int>> calls(kinds, std::vector<int>(s.layer_count(), 0));
+  auto fwd = [&](auto const& c) {
+    ++calls[static_cast<std::size_t>(c.recompute ? op_kind::recompute : op_kind::forward)][c.layer];
+    w.forward(c);
+  };
+  auto bwd = [&](auto const& c) {
+    ++calls[static_cast<std::size_t>(op_kind::backward)][c.layer];
+    w.backward(c);
+  };
+  auto count = [&](auto const& c) { ++calls[static_cast<std::size_t>(c.kind)][c.layer]; };
+  hooks const h{.before_forward = count, .after_backward = count};
+  for (int i = 0; i < 3; ++i) {
+    exec.enqueue(fwd, bwd, h);
+    EXPECT_TRUE(exec.pending());
+    exec.wait();
+    EXPECT_FALSE(exec.pending());
+    w.update(got);
+  }
+  EXPECT_EQ(exec.steps(), 3u);
+  EXPECT_EQ(got, want);
+  for (auto k : {op_kind::forward, op_kind::recompute, op_kind::backward, op_kind::gather, op_kind::reduce}) {
+    auto const i = static_cast<std::size_t>(k);
+    for (std::uint32_t l = 0; l < s.layer_count(); ++l)
+      EXPECT_EQ(calls[i][l], 3 * per_step[i][l]) << to_string(k) << " of layer " << l;
+  }
+  exec.wait();  // nothing pending: nothing to do
+  EXPECT_EQ(exec.steps(), 3u);
+}
+
+TEST(Enqueue, WaitRethrowsAnEnqueuedStepsErrorAndTheNextStepWorks) {
+  auto const s = chain_schedule();
+  host_backend b;
+  auto const want = workload::run_chain(b, s, 2);
+  executor exec(b, s);
+  std::optional<workload::chain> w(std::in_place, s);
+  int throw_at = 2;
+  auto fwd = [&](auto const& c) {
+    if (static_cast<int>(c.layer) == throw_at && !c.recompute) throw std::runtime_error("forward of layer 2 failed");
+    w->forward(c);
+  };
+  auto bwd = [&](auto const& c) { w->backward(c); };
+  EXPECT_NO_THROW(exec.enqueue(fwd, bwd));  // the lambda's error belongs to the step, not to its enqueueing
+  EXPECT_TRUE(exec.pending());
+  try {
+    exec.wait();
+    FAIL() << "expected the forward lambda's exception";
+  } catch (std::runtime_error const& e) {
+    EXPECT_STREQ(e.what(), "forward of layer 2 failed");
+  }
+  EXPECT_FALSE(exec.pending());
+  EXPECT_NO_THROW(exec.wait());  // reported once
+  // The next steps succeed with the right data.
+  throw_at = -1;
+  w.emplace(s);
+  std::vector<std::uint64_t> got;
+  for (int i = 0; i < 2; ++i) {
+    exec.enqueue(fwd, bwd);
+    exec.wait();
+    w->update(got);
+  }
+  EXPECT_EQ(got, want);
+}
+
+TEST(Enqueue, EnqueueWhileAStepIsPendingWaitsForItFirst) {
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"}), r_remat({"y"}, 2, 4)}),
+                                                .pipeline = {.prefetch_distance = 2, .chunk_bytes = 512}});
+  host_backend b;
+  // The reference: steps 0 and 1 of the synthetic workload, each from a zero digest.
+  std::vector<std::uint64_t> want[2];
+  for (std::uint64_t step : {0u, 1u}) {
+    executor ref(b, s);
+    workload::synthetic w(s.layer_count());
+    w.step = step;
+    ref.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+    want[step] = w.digest;
+  }
+  executor exec(b, s);
+  workload::synthetic first(s.layer_count()), second(s.layer_count());
+  second.step = 1;
+  std::atomic<int> first_backwards{0};
+  auto fwd1 = [&](auto const& c) {
+    std::this_thread::sleep_for(std::chrono::microseconds(300));  // still running when enqueue returns
+    first.forward(c);
+  };
+  auto bwd1 = [&](auto const& c) {
+    first.backward(c);
+    ++first_backwards;
+  };
+  auto fwd2 = [&](auto const& c) { second.forward(c); };
+  auto bwd2 = [&](auto const& c) { second.backward(c); };
+  exec.enqueue(fwd1, bwd1);
+  exec.enqueue(fwd2, bwd2);  // waits for the first step, then enqueues the second
+  EXPECT_EQ(first_backwards.load(), static_cast<int>(s.layer_count()));  // the first step has completed
+  EXPECT_EQ(exec.steps(), 1u);
+  EXPECT_TRUE(exec.pending());
+  exec.wait();
+  EXPECT_EQ(exec.steps(), 2u);
+  EXPECT_EQ(first.digest, want[0]);
+  EXPECT_EQ(second.digest, want[1]);
+
+  // The pending step's error comes out of the next enqueue, which then enqueues nothing.
+  auto throwing = [](auto const& c) {
+    if (c.layer == 3) throw std::runtime_error("pending step failed");
+  };
+  auto noop = [](auto const&) {};
+  int second_calls = 0;
+  auto counting = [&](auto const&) { ++second_calls; };
+  exec.enqueue(throwing, noop);
+  try {
+    exec.enqueue(counting, counting);
+    FAIL() << "expected the pending step's exception";
+  } catch (std::runtime_error const& e) {
+    EXPECT_STREQ(e.what(), "pending step failed");
+  }
+  EXPECT_FALSE(exec.pending());
+  EXPECT_EQ(second_calls, 0);
+  EXPECT_NO_THROW(exec.step(counting, counting));
+  auto const compute_ops = std::count_if(s.ops.begin(), s.ops.end(), [](op const& o) {
+    return o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::backward;
+  });
+  EXPECT_EQ(compute_ops, 6 + 2 + 6);  // forwards, recomputes of layers 2 and 3, backwards
+  EXPECT_EQ(second_calls, compute_ops);
+}
+
+// ---- named hooks -------------------------------------------------------------------------------
+
+namespace {
+//! Records what it is called for; tells how many times the step was finished.
+struct recording_hook {
+  std::vector<std::pair<op_kind, std::uint32_t>> calls;
+  int finished = 0;
+  void operator()(collective_context<stream_role> const& c) { calls.push_back({c.kind, c.layer}); }
+  void finish_step() { ++finished; }
+};
+}  // namespace
+
+TEST(Hooks, NamedHooksGetTheirOpKindsAndLayers) {
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true, .after_backward = true}});
+  host_backend b;
+  executor exec(b, s);
+  auto noop = [](auto const&) {};
+  recording_hook gather, reduce;
+  exec.step(noop, noop, hooks{.before_forward = std::ref(gather), .after_backward = std::ref(reduce)});
+  std::vector<std::pair<op_kind, std::uint32_t>> want_gather, want_reduce;
+  for (std::uint32_t l = 0; l < 6; ++l) want_gather.push_back({op_kind::gather, l});
+  for (std::uint32_t l = 6; l-- > 0;) want_reduce.push_back({op_kind::reduce, l});
+  EXPECT_EQ(gather.calls, want_gather);
+  EXPECT_EQ(reduce.calls, want_reduce);
+  EXPECT_EQ(gather.finished, 1);  // two objects: each told once
+  EXPECT_EQ(reduce.finished, 1);
+
+  // Only one hook named: the other is absent.
+  recording_hook only;
+  exec.step(noop, noop, hooks{.after_backward = std::ref(only)});
+  EXPECT_EQ(only.calls, want_reduce);
+  EXPECT_EQ(only.finished, 1);
+  exec.step(noop, noop, hooks{.before_forward = std::ref(only)});
+  auto const both = [&] {
+    auto r = want_reduce;
+    r.insert(r.end(), want_gather.begin(), want_gather.end());
+    return r;
+  }();
+  EXPECT_EQ(only.calls, both);
+  EXPECT_EQ(only.finished, 2);
+
+  // Passed by value, a hook object is copied: the caller's object sees nothing.
+  recording_hook copied;
+  exec.step(noop, noop, hooks{.after_backward = copied});
+  EXPECT_TRUE(copied.calls.empty());
+  EXPECT_EQ(copied.finished, 0);
+}
+
+TEST(Hooks, OneObjectByReferenceAsBothHooksIsToldOnce) {
+  auto const s = build_schedule(small_stack(), {.collectives = {.before_forward = true, .after_backward = true}});
+  host_backend b;
+  executor exec(b, s);
+  auto noop = [](auto const&) {};
+  recording_hook h;
+  for (int i = 1; i <= 3; ++i) {
+    exec.step(noop, noop, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h)});
+    EXPECT_EQ(h.finished, i);
+  }
+  EXPECT_EQ(h.calls.size(), 3u * 12u);
+  // Through enqueue and wait: told by wait, not before.
+  hooks const by_ref{.before_forward = std::ref(h), .after_backward = std::ref(h)};
+  exec.enqueue(noop, noop, by_ref);
+  EXPECT_EQ(h.finished, 3);
+  exec.wait();
+  EXPECT_EQ(h.finished, 4);
+  EXPECT_EQ(h.calls.size(), 4u * 12u);
+}
+
+// ---- typed slot handles ------------------------------------------------------------------------
+
+namespace {
+using typed_layer = layer<"typed", slot<"x", 64>, slot<"y", 32>>;
+using other_layer = layer<"other", slot<"x", 64>>;
+using typed_stack = stack<repeat<typed_layer, 3>>;
+constexpr auto typed_x = slot_handle_of<typed_layer, "x", float>;
+constexpr auto typed_y = slot_handle_of<typed_layer, "y", std::uint32_t>;
+constexpr auto other_x = slot_handle_of<other_layer, "x", float>;
+static_assert(typed_x.index == 0 && typed_y.index == 1 && typed_x.layer_type == "typed");
+static_assert(std::is_same_v<decltype(typed_x)::element_type, float>);
+
+//! What a lambda saw in one layer: spans by handle, name and index, and the errors of misuse.
+struct seen_slots {
+  bool same_span = false;  //!< handle, name and index forms agree
+  bool produces = false;
+  std::string wrong_type;  //!< slot_error of a handle of another layer type
+  std::string wrong_name;  //!< slot_error of a name the layer lacks
+};
+template <class T, class Byte>
+bool same(std::span<T> a, std::span<Byte> bytes) {
+  return static_cast<void const*>(a.data()) == static_cast<void const*>(bytes.data()) &&
+         a.size() == bytes.size() / sizeof(T) && a.size() > 0;
+}
+}  // namespace
+
+TEST(SlotHandles, HandleNameAndIndexFormsAgreeAndMisuseIsASlotError) {
+  auto const s = build_schedule(typed_stack::spec(), {.policy = policy<remat<slot_names<"y">>>::spec()});
+  host_backend b;
+  executor exec(b, s);
+  using fwd_ctx = executor<host_backend>::forward_context_type;
+  using bwd_ctx = executor<host_backend>::backward_context_type;
+  std::vector<seen_slots> fwd_seen(3), rec_seen(3), bwd_seen(3);
+  auto fwd = [&](fwd_ctx const& c) {
+    auto& r = (c.recompute ? rec_seen : fwd_seen)[c.layer];
+    auto const x = c.slot(typed_x);
+    auto const y = c.slot(typed_y);
+    static_assert(std::is_same_v<decltype(x), std::span<float> const>);
+    r.same_span = same(x, c.slot(0)) && same(y, c.slot(1)) && same(c.slot<"x", float>(), c.slot(0)) &&
+                  same(c.slot<"y", std::uint32_t>(), c.slot(1)) && same(c.slot<"y">(), c.slot(1)) && x.size() == 16 &&
+                  y.size() == 8;
+    r.produces = c.produces(typed_y) && c.produces<"y">() && c.produces(typed_x) == !c.recompute &&
+                 c.produces<"x">() == c.produces(0);
+    try {
+      (void)c.slot(other_x);
+    } catch (slot_error const& e) {
+      r.wrong_type = e.what();
+    }
+    try {
+      (void)c.slot<"z", float>();
+    } catch (slot_error const& e) {
+      r.wrong_name = e.what();
+    }
+  };
+  auto bwd = [&](bwd_ctx const& c) {
+    auto& r = bwd_seen[c.layer];
+    auto const x = c.slot(typed_x);
+    static_assert(std::is_same_v<decltype(x), std::span<float const> const>);  // read-only in backward
+    r.same_span = same(x, c.slot(0)) && same(c.slot(typed_y), c.slot(1)) && same(c.slot<"x", float>(), c.slot(0)) &&
+                  same(c.slot<"y">(), c.slot(1));
+    try {
+      (void)c.slot(other_x);
+    } catch (slot_error const& e) {
+      r.wrong_type = e.what();
+    }
+    try {
+      (void)c.slot<"input">();
+    } catch (slot_error const& e) {
+      r.wrong_name = e.what();
+    }
+  };
+  exec.step(fwd, bwd);
+  exec.step(fwd, bwd);  // the per-thread cache of the name form, warm
+  for (std::uint32_t l = 0; l < 3; ++l) {
+    auto const L = std::to_string(l);
+    for (auto const* r : {&fwd_seen[l], &rec_seen[l], &bwd_seen[l]}) {
+      EXPECT_TRUE(r->same_span) << "layer " << l;
+      EXPECT_TRUE(contains(r->wrong_type, "a slot handle of layer type 'other' was used in layer " + L +
+                                              ", of type 'typed'"))
+          << r->wrong_type;
+    }
+    EXPECT_TRUE(fwd_seen[l].produces) << l;
+    EXPECT_TRUE(rec_seen[l].produces) << l;
+    EXPECT_TRUE(contains(fwd_seen[l].wrong_name, "layer " + L + " (typed) has no slot 'z'; its slots are: x, y"))
+        << fwd_seen[l].wrong_name;
+    EXPECT_TRUE(contains(bwd_seen[l].wrong_name, "layer " + L + " (typed) has no slot 'input'; its slots are: x, y"))
+        << bwd_seen[l].wrong_name;
+  }
+}
+
+TEST(SlotHandles, AWrongHandleFailsTheStepWithASlotError) {
+  auto const s = build_schedule(typed_stack::spec(), strategy{});
+  host_backend b;
+  executor exec(b, s);
+  auto noop = [](auto const&) {};
+  try {
+    exec.step([](auto const& c) { (void)c.slot(other_x); }, noop);
+    FAIL() << "expected a slot_error";
+  } catch (slot_error const& e) {
+    EXPECT_TRUE(contains(e.what(), "'other'")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "'typed'")) << e.what();
+  }
+  // An index out of range is a slot_error too, in every build.
+  try {
+    exec.step(noop, [](auto const& c) { (void)c.slot(std::uint16_t{2}); });
+    FAIL() << "expected a slot_error";
+  } catch (slot_error const& e) {
+    EXPECT_TRUE(contains(e.what(), "slot index 2 is out of range")) << e.what();
+  }
+  std::vector<float> sums;
+  EXPECT_NO_THROW(exec.step([](auto const& c) { std::ranges::fill(c.slot(typed_x), 1.5f); },
+                            [&](auto const& c) {
+                              float t = 0;
+                              for (float v : c.slot(typed_x)) t += v;
+                              sums.push_back(t);
+                            }));
+  EXPECT_EQ(sums, (std::vector<float>{24, 24, 24}));
+}
+
+// ---- timelines through the executor ------------------------------------------------------------
+
+namespace {
+//! Each op of `s` appears once in `t`, with a non-negative interval.
+void expect_every_op_once(timeline const& t, schedule_view s) {
+  ASSERT_EQ(t.ops.size(), s.ops.size());
+  std::vector<int> seen(s.ops.size(), 0);
+  for (auto const& sp : t.ops) {
+    ASSERT_LT(sp.op, s.ops.size());
+    ++seen[sp.op];
+    EXPECT_EQ(sp.stream, s.ops[sp.op].stream) << "op " << sp.op;
+    EXPECT_LE(sp.begin_us, sp.end_us) << "op " << sp.op;
+  }
+  EXPECT_EQ(seen, std::vector<int>(s.ops.size(), 1));
+}
+}  // namespace
+
+TEST(Timeline, ExecutorOptionsTimelineIsFilledOnTheHostBackend) {
+  auto const s = chain_schedule();
+  host_backend b;
+  timeline t;
+  executor exec(b, s, {.timeline = &t});
+  EXPECT_EQ(exec.options().timeline, &t);
+  workload::chain w(s);
+  auto fwd = [&](auto const& c) { w.forward(c); };
+  auto bwd = [&](auto const& c) { w.backward(c); };
+  auto noop = [](auto const&) {};
+  hooks const h{.before_forward = noop, .after_backward = noop};
+  exec.step(fwd, bwd, h);
+  expect_every_op_once(t, s);
+  // Switched to another timeline: the first keeps the step it had.
+  std::vector<std::uint64_t> got;
+  w.update(got);
+  auto const first = t.ops.size();
+  timeline t2;
+  exec.record_timeline(&t2);
+  exec.enqueue(fwd, bwd, h);
+  exec.wait();
+  expect_every_op_once(t2, s);
+  EXPECT_EQ(t.ops.size(), first);
+  exec.record_timeline(nullptr);
+  t2.clear();
+  exec.step(fwd, bwd, h);
+  EXPECT_TRUE(t2.ops.empty());
+}
+
+TEST(Timeline, ExecutorOptionsTimelineIsFilledOnTheSimBackend) {
+  auto const s = chain_schedule();
+  auto const costs = uniform_costs(s.layer_count(), layer_cost{.forward_us = 100, .backward_us = 200, .gather_us = 10, .reduce_us = 30},
+                                   link_spec::symmetric(100e6, 5e-6));
+  sim_backend b(costs);
+  timeline t;
+  auto o = sim_executor_options();
+  o.timeline = &t;
+  executor exec(b, s, o);
+  auto none = [](auto const&) {};
+  exec.step(none, none);
+  expect_every_op_once(t, s);
+  double last = 0;
+  for (auto const& sp : t.ops) last = std::max(last, sp.end_us);
+  EXPECT_DOUBLE_EQ(b.step_us(), last);
+  EXPECT_GE(b.step_us(), costs.compute_us());
+  // The same as simulate(), which takes the same path.
+  auto const r = simulate(s, costs);
+  ASSERT_EQ(r.trace.ops.size(), t.ops.size());
+  for (std::size_t i = 0; i < t.ops.size(); ++i) {
+    EXPECT_EQ(r.trace.ops[i].op, t.ops[i].op);
+    EXPECT_DOUBLE_EQ(r.trace.ops[i].begin_us, t.ops[i].begin_us);
+    EXPECT_DOUBLE_EQ(r.trace.ops[i].end_us, t.ops[i].end_us);
+  }
+  EXPECT_EQ(r.trace.waits.size(), t.waits.size());
+}
+
+// ---- the sim backend checks its cost table against the schedule --------------------------------
+
+TEST(SimBackend, CostTableOfTheWrongLayerCountIsRejectedAtExecutorConstruction) {
+  auto const s = chain_schedule();  // 5 layers
+  for (std::uint32_t layers : {4u, 6u, 0u}) {
+    auto const costs = uniform_costs(layers, layer_cost{.forward_us = 1, .backward_us = 2});
+    sim_backend b(costs);
+    try {
+      executor exec(b, s, sim_executor_options());
+      FAIL() << "an executor accepted a cost table of " << layers << " layers for a 5-layer schedule";
+    } catch (cost_model_error const& e) {
+      EXPECT_TRUE(contains(e.what(), "the schedule has 5 layers but the cost table has " + std::to_string(layers)))
+          << e.what();
+    }
+  }
+  auto const right = uniform_costs(5, layer_cost{.forward_us = 1, .backward_us = 2});
+  sim_backend b(right);
+  executor exec(b, s, sim_executor_options());
+  auto none = [](auto const&) {};
+  EXPECT_NO_THROW(exec.step(none, none));
+  EXPECT_GE(b.step_us(), right.compute_us());
 }

@@ -12,10 +12,12 @@ using moe = tide::layer<"moe", tide::slot<"layer_input", 28 * MiB>, tide::slot<"
                         tide::slot<"q_latent", 6 * MiB>, tide::slot<"kv_latent", 2 * MiB>, tide::slot<"qkv", 96 * MiB>,
                         tide::slot<"attn_out", 64 * MiB>, tide::slot<"router", 1 * MiB>, tide::slot<"experts", 224 * MiB>>;
 using deepseek_like = tide::stack<tide::repeat<dense, 3>, tide::repeat<moe, 58>>;
-using policy = tide::policy<tide::offload<tide::slots<"qkv", "attn_out", "experts">, tide::layers<0, 60>>,
-                            tide::remat<tide::slots<"attn_norm", "mlp_act">>>;
-constexpr auto schedule = tide::make_schedule<deepseek_like, policy, tide::buffers<tide::staging_ring<3>>,
-                                              tide::pipeline<true, 2, 32 * MiB, 2>, tide::collectives<false, true>>();
+using policy = tide::policy<tide::offload<tide::slot_names<"qkv", "attn_out", "experts">, tide::layer_range<0, 60>>,
+                            tide::remat<tide::slot_names<"attn_norm", "mlp_act">>>;
+using strategy = tide::strategy_of<policy, tide::buffers<tide::staging_buffers<3>>,
+                                   tide::pipeline<tide::prefetch_distance<2>, tide::chunk_bytes<32 * MiB>>,
+                                   tide::collectives<tide::after_backward>>;
+constexpr auto schedule = tide::make_schedule<deepseek_like, strategy>();
 static_assert(schedule.layer_count() == 61);
 static_assert(schedule.peak_device_bytes() < 61 * (28 + 28 + 6 + 2 + 96 + 64 + 224) * MiB);
 #endif

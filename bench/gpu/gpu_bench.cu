@@ -37,7 +37,8 @@ struct copy_buffers {
 };
 
 // Both variants time enqueue + completion of one copy with the host clock, so they are measured
-// the same way; tide's includes its NVTX range and end-of-step synchronization of four streams.
+// the same way; tide's includes its NVTX range, the end-of-step join and the synchronization of
+// four streams.
 void raw_copy(benchmark::State& state, bool to_host) {
   auto const n = static_cast<std::size_t>(state.range(0));
   copy_buffers b(n);
@@ -75,7 +76,8 @@ void tide_copy(benchmark::State& state, bool to_host) {
       be.copy(op.stream, 0, op, a.host, a.device, n);
     else
       be.copy(op.stream, 0, op, a.device, a.host, n);
-    be.end_step();
+    be.end_step();   // everything enqueued (does not block)
+    be.wait_step();  // the copy has completed
     state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - t0).count());
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
@@ -113,7 +115,6 @@ void step_time(benchmark::State& state, std::size_t policy, bool prefetch_priori
   tide::cuda_backend_options bo;
   bo.prefetch_priority = prefetch_priority;
   tide::cuda_backend be(bo);
-  be.name_ranges(s);
   tide::executor_options eo;
   eo.debug_checks = false;
   eo.check_schedule = false;

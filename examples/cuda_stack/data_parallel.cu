@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,7 +33,9 @@ int main() {
     TIDE_NCCL_CHECK(ncclCommInitAll(comms.data(), ranks, devices.data()));
 
     cuda_stack::dims const d{6, 256, 256};
-    auto const policy = cuda_stack::policy_cases(d)[3];  // offload with latency hiding
+    // Offload with latency hiding, with room for a reduce hook after each layer's backward.
+    auto strategy = cuda_stack::policy_cases(d)[3].strategy;
+    strategy.collectives = {.after_backward = true};
     std::vector<std::vector<float>> grads(devices.size());
     std::vector<std::string> errors(devices.size());
     // Every rank allocates its arenas before any starts an all-reduce: NCCL kernels waiting for
@@ -45,7 +48,7 @@ int main() {
         try {
           TIDE_CUDA_CHECK(cudaSetDevice(devices[r]));
           cuda_stack::model const m(d, static_cast<std::uint32_t>(r + 1));  // each rank its own data
-          auto const s = cuda_stack::build(d, policy, {false, true});
+          auto const s = cuda_stack::build(d, strategy);
           tide::nccl_hooks hooks(comms[r], d.layers);
           for (std::uint32_t l = 0; l < d.layers; ++l) hooks.all_reduce(l, m.weight_grad(l), m.weight_elements());
           cuda_stack::run_options o;
@@ -56,7 +59,8 @@ int main() {
             arrived = true;
             ready.arrive_and_wait();
           };
-          grads[r] = cuda_stack::run(m, s, o, hooks).grads;
+          // By reference: the hooks keep the step's state (and are told when it finishes).
+          grads[r] = cuda_stack::run(m, s, o, tide::hooks{.after_backward = std::ref(hooks)}).grads;
           grads[r].resize(std::size_t{d.layers} * m.weight_elements());  // the all-reduced part
         } catch (std::exception const& e) {
           errors[r] = e.what();

@@ -3,10 +3,10 @@
 // a device budget that keep-all exceeds, and finally replayed from a CUDA graph. Prints the same
 // table as the host demo (examples/mlp), `--json` too; gradients are compared bitwise between
 // policies on the GPU. Without a GPU it says so and exits 77 (Meson: skipped).
+#include "example.hpp"
 #include "model.hpp"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -20,30 +20,16 @@ struct options {
 
 options parse(int argc, char** argv) {
   options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string const a = argv[i];
-    auto next = [&]() -> char const* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "cuda_stack: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--json") o.json = true;
-    else if (a == "--layers") o.net.layers = static_cast<std::uint32_t>(std::atoi(next()));
-    else if (a == "--width") o.net.width = static_cast<std::uint32_t>(std::atoi(next()));
-    else if (a == "--batch") o.net.batch = static_cast<std::uint32_t>(std::atoi(next()));
-    else if (a == "--steps") o.steps = std::atoi(next());
-    else {
-      std::fprintf(stderr, "usage: cuda_stack [--json] [--layers N] [--width N] [--batch N] [--steps N]\n");
-      std::exit(a == "--help" ? 0 : 2);
-    }
-  }
+  example::cli cli("cuda_stack");
+  cli.flag("--json", o.json, "print the results as JSON")
+      .option("--layers", o.net.layers, "N", "layers (at least 3)")
+      .option("--width", o.net.width, "N", "features per token")
+      .option("--batch", o.net.batch, "N", "tokens")
+      .option("--steps", o.steps, "N", "steps per policy (at least 2; the first is a warm-up)");
+  cli.parse(argc, argv);
   // Three layers at least: the latency-hiding cases prefetch two layers ahead.
-  if (o.net.layers < 3 || o.net.width == 0 || o.net.batch == 0 || o.steps < 2) {
-    std::fprintf(stderr, "cuda_stack: need --layers >= 3, --steps >= 2 and a positive width and batch\n");
-    std::exit(2);
-  }
+  if (o.net.layers < 3 || o.net.width == 0 || o.net.batch == 0 || o.steps < 2)
+    cli.fail("need --layers >= 3, --steps >= 2 and a positive width and batch");
   return o;
 }
 
@@ -62,12 +48,6 @@ row measure(std::string name, cuda_stack::model const& m, tide::schedule const& 
     r.error = e.what();
   }
   return r;
-}
-
-std::string json_escape(std::string const& s) {
-  std::string e;
-  for (char c : s) e += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-  return e;
 }
 
 }  // namespace
@@ -113,47 +93,59 @@ int main(int argc, char** argv) {
       if (r.error.empty() && !cuda_stack::bitwise_equal(r.result.grads, rows[0].result.grads)) same = false;
 
     if (opt.json) {
-      std::printf("{\"layers\":%u,\"width\":%u,\"batch\":%u,\"steps\":%d,\"device_budget\":%zu,"
-                  "\"gradients_bitwise_equal\":%s,\"runs\":[",
-                  opt.net.layers, opt.net.width, opt.net.batch, opt.steps, budget.backend.device_budget,
-                  same ? "true" : "false");
-      for (std::size_t i = 0; i < rows.size(); ++i) {
-        auto const& r = rows[i];
-        std::printf("%s{\"policy\":\"%s\",", i ? "," : "", r.name.c_str());
+      std::vector<example::json_object> runs;
+      for (auto const& r : rows) {
+        auto& j = runs.emplace_back();
+        j.field("policy", r.name);
         if (!r.error.empty()) {
-          std::printf("\"error\":\"%s\"}", json_escape(r.error).c_str());
+          j.field("error", r.error);
           continue;
         }
         auto const& s = r.result.summary;
-        std::printf("\"step_ms\":%.3f,\"predicted_device_bytes\":%zu,\"measured_device_bytes\":%zu,"
-                    "\"host_bytes\":%zu,\"exposed_transfer_ms\":%.3f,\"overlap\":%.3f,\"checksum\":\"%016llx\"}",
-                    r.result.step_ms, r.device_bytes, s.measured_device_bytes, r.host_bytes,
-                    s.exposed_transfer_us / 1000, s.overlap_fraction,
-                    static_cast<unsigned long long>(cuda_stack::checksum(r.result.grads)));
+        j.field("step_ms", r.result.step_ms, 3)
+            .field("predicted_device_bytes", r.device_bytes)
+            .field("measured_device_bytes", s.measured_device_bytes)
+            .field("host_bytes", r.host_bytes)
+            .field("exposed_transfer_ms", s.exposed_transfer_us / 1000, 3)
+            .field("overlap", s.overlap_fraction, 3)
+            .field("checksum", example::hex(cuda_stack::checksum(r.result.grads)));
       }
-      std::printf("]}\n");
+      example::json_object out;
+      out.field("layers", opt.net.layers)
+          .field("width", opt.net.width)
+          .field("batch", opt.net.batch)
+          .field("steps", opt.steps)
+          .field("device_budget", budget.backend.device_budget)
+          .field("gradients_bitwise_equal", same)
+          .raw("runs", example::json_array(runs));
+      std::printf("%s\n", out.str().c_str());
     } else {
       cudaDeviceProp p{};
       TIDE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
       std::printf("tide cuda_stack demo on %s: %u layers, width %u, batch %u, %d steps\n\n", p.name,
                   opt.net.layers, opt.net.width, opt.net.batch, opt.steps);
-      std::printf("%-40s %9s %12s %12s %11s %11s %8s  %s\n", "policy", "step ms", "pred device", "meas device",
-                  "host", "exposed ms", "overlap", "grad checksum");
+      example::table t({{"policy", -40},
+                        {"step ms", 9},
+                        {"pred device", 12},
+                        {"meas device", 12},
+                        {"host", 11},
+                        {"exposed ms", 11},
+                        {"overlap", 8},
+                        {"grad checksum", -13, 2}});
       for (auto const& r : rows) {
         if (!r.error.empty()) {
-          std::printf("%-40s %s\n", r.name.c_str(), r.error.c_str());
+          t.note(r.name, r.error);
           continue;
         }
         auto const& s = r.result.summary;
-        bool const traced = !r.result.trace.ops.empty();
-        std::printf("%-40s %9.3f %12s %12s %11s %11s %7s  %016llx\n", r.name.c_str(), r.result.step_ms,
-                    tide::format_bytes(static_cast<double>(r.device_bytes)).c_str(),
-                    traced ? tide::format_bytes(static_cast<double>(s.measured_device_bytes)).c_str() : "-",
-                    tide::format_bytes(static_cast<double>(r.host_bytes)).c_str(),
-                    traced ? std::to_string(s.exposed_transfer_us / 1000).substr(0, 6).c_str() : "-",
-                    traced ? (std::to_string(static_cast<int>(s.overlap_fraction * 100 + 0.5)) + "%").c_str() : "-",
-                    static_cast<unsigned long long>(cuda_stack::checksum(r.result.grads)));
+        bool const traced = !r.result.trace.ops.empty();  // a graph replay records no timeline
+        t.row({r.name, example::fixed(r.result.step_ms, 3), tide::format_bytes(static_cast<double>(r.device_bytes)),
+               traced ? tide::format_bytes(static_cast<double>(s.measured_device_bytes)) : "-",
+               tide::format_bytes(static_cast<double>(r.host_bytes)),
+               traced ? example::fixed(s.exposed_transfer_us / 1000, 3) : "-",
+               traced ? example::percent(s.overlap_fraction) : "-", example::hex(cuda_stack::checksum(r.result.grads))});
       }
+      t.print();
       std::printf("\ndevice budget %s: keep-all %s; offload %s\n",
                   tide::format_bytes(static_cast<double>(budget.backend.device_budget)).c_str(),
                   over.error.empty() ? "fits" : "does not fit (out_of_memory)", fits.error.empty() ? "fits" : "fails");

@@ -28,6 +28,8 @@
 
 #include "kernels.hpp"
 
+TIDE_DESIGNATED_INIT_BEGIN  // strategies name only the fields they set
+
 namespace cuda_stack {
 
 //! Exit code that makes Meson count a test as skipped.
@@ -49,12 +51,19 @@ struct dims {
   std::size_t slot_bytes() const noexcept { return elements() * sizeof(float); }
 };
 
-enum slot_index : std::uint16_t { input = 0, pre = 1, act = 2 };
+//! The layer type; its slots are sized at run time from the dims (`make_stack`).
+using block = tide::layer<"block", tide::slot<"input">, tide::slot<"pre">, tide::slot<"act">>;
 
+//! The slots as typed handles, resolved at compile time.
+inline constexpr auto input = tide::slot_handle_of<block, "input", float>;
+inline constexpr auto pre = tide::slot_handle_of<block, "pre", float>;
+inline constexpr auto act = tide::slot_handle_of<block, "act", float>;
+
+//! `d.layers` blocks, each slot `d.batch` x `d.width` floats.
 inline tide::stack_spec make_stack(dims const& d) {
   tide::stack_spec s;
-  s.append({"block", {{"input", d.slot_bytes()}, {"pre", d.slot_bytes()}, {"act", d.slot_bytes()}}}, d.layers);
-  return s;
+  s.append(block::spec(), d.layers);
+  return tide::bind_sizes(s, {{"input", d.slot_bytes()}, {"pre", d.slot_bytes()}, {"act", d.slot_bytes()}});
 }
 
 //! A device buffer of floats.
@@ -99,9 +108,9 @@ class model {
       throw tide::slot_error("cuda_stack: the layer input cannot be rematerialized (nothing before it is saved)");
     auto const s = c.stream;
     auto const n = d_.elements();
-    auto* in = slot(c, input);
-    auto* pre_act = slot(c, pre);
-    auto* activ = slot(c, act);
+    auto* in = c.slot(input).data();
+    auto* pre_act = c.slot(pre).data();
+    auto* activ = c.slot(act).data();
     if (!c.recompute)
       TIDE_CUDA_CHECK(cudaMemcpyAsync(in, c.layer == 0 ? x0_.get() : running_.get(), d_.slot_bytes(),
                                       cudaMemcpyDeviceToDevice, s));
@@ -115,9 +124,9 @@ class model {
   void backward(tide::backward_context<cudaStream_t> const& c) const {
     auto const s = c.stream;
     auto const n = d_.elements();
-    auto const* in = slot(c, input);
-    auto const* pre_act = slot(c, pre);
-    auto const* activ = slot(c, act);
+    auto const* in = c.slot(input).data();
+    auto const* pre_act = c.slot(pre).data();
+    auto const* activ = c.slot(act).data();
     int const b = static_cast<int>(d_.batch), w = static_cast<int>(d_.width);
     if (c.layer + 1 == d_.layers)
       TIDE_CUDA_CHECK(cudaMemcpyAsync(grad_.get(), running_.get(), d_.slot_bytes(), cudaMemcpyDeviceToDevice, s));
@@ -144,12 +153,6 @@ class model {
 
  private:
   float* weight(std::uint32_t layer) const noexcept { return w_.get() + std::size_t{layer} * d_.width * d_.width; }
-  static float* slot(tide::forward_context<cudaStream_t> const& c, std::uint16_t k) {
-    return reinterpret_cast<float*>(c.slot(k).data());
-  }
-  static float const* slot(tide::backward_context<cudaStream_t> const& c, std::uint16_t k) {
-    return reinterpret_cast<float const*>(c.slot(k).data());
-  }
 
   dims d_;
   device_floats w_, dw_, x0_, running_, grad_, tmp_;
@@ -157,34 +160,36 @@ class model {
 
 // ---- policies and runs, shared by the example, the tests and the benchmarks ----------------
 
+//! A named strategy: a row of the example's table.
 struct policy_case {
   std::string name;
-  tide::policy_spec policy;
-  tide::pipeline_spec pipeline;
-  tide::buffer_spec buffers;
+  tide::strategy strategy;
 };
 
 //! keep-all, remat, offload with copies on the compute stream, offload with latency hiding, and
-//! latency hiding with each copy in four chunks.
+//! latency hiding with each copy in four chunks; no collectives (set `strategy.collectives`).
 inline std::vector<policy_case> policy_cases(dims const& d) {
   using tide::placement;
-  tide::policy_spec const remat{tide::rule_spec{placement::remat, {"pre", "act"}, 0, tide::all_layers, 0}};
-  tide::policy_spec const offload{tide::rule_spec{placement::offload, {"input", "pre", "act"}, 0, tide::all_layers, 0}};
-  tide::buffer_spec buffers;
-  buffers.staging_buffers = 3;
+  tide::policy_spec const remat{tide::rule_spec{.where = placement::remat, .slots = {"pre", "act"}}};
+  tide::policy_spec const offload{tide::rule_spec{.where = placement::offload, .slots = {"input", "pre", "act"}}};
+  tide::buffer_spec const buffers{.staging_buffers = 3};
   std::size_t const chunk = tide::align_up((d.slot_bytes() + 3) / 4, 4096);
   return {
-      {"keep-all", {}, {}, buffers},
-      {"remat", remat, {}, buffers},
-      {"offload (copies on compute stream)", offload, {false, 0, 0, 1}, buffers},
-      {"offload (latency hiding)", offload, {true, 2, 0, 2}, buffers},
-      {"offload (latency hiding, chunked)", offload, {true, 2, chunk, 2}, buffers},
+      {"keep-all", {.buffers = buffers}},
+      {"remat", {.policy = remat, .buffers = buffers}},
+      {"offload (copies on compute stream)",
+       {.policy = offload,
+        .buffers = buffers,
+        .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}}},
+      {"offload (latency hiding)", {.policy = offload, .buffers = buffers, .pipeline = {.prefetch_distance = 2}}},
+      {"offload (latency hiding, chunked)",
+       {.policy = offload, .buffers = buffers, .pipeline = {.prefetch_distance = 2, .chunk_bytes = chunk}}},
   };
 }
 
-inline tide::schedule build(dims const& d, policy_case const& p, tide::collective_spec coll = {}) {
-  return tide::build_schedule(make_stack(d), p.policy, p.buffers, p.pipeline, coll);
-}
+//! The schedule of the stack of `d` under `how`.
+inline tide::schedule build(dims const& d, tide::strategy const& how) { return tide::build_schedule(make_stack(d), how); }
+inline tide::schedule build(dims const& d, policy_case const& p) { return build(d, p.strategy); }
 
 struct run_options {
   int steps = 3;              //!< the first is a warm-up, excluded from the step time
@@ -207,14 +212,14 @@ struct run_result {
 };
 
 //! Runs `o.steps` steps of `m` under schedule `s` on a fresh backend; returns the gradients.
-template <class Collective = tide::no_hook>
-run_result run(model const& m, tide::schedule const& s, run_options const& o, Collective&& collective = {}) {
+//! `hooks`: the step's collective hooks, `tide::hooks{.after_backward = std::ref(nccl)}`.
+template <class Hooks = tide::hooks<>>
+run_result run(model const& m, tide::schedule const& s, run_options const& o, Hooks&& hooks = {}) {
   using clock = std::chrono::steady_clock;
   run_result r;
   m.clear_gradients();
   tide::cuda_backend be(o.backend);
   if (o.watcher) be.watch(o.watcher);
-  be.name_ranges(s);
   auto exec_opt = o.exec;
   if (o.graph) exec_opt.debug_checks = false;  // their host tasks would replay stale counters
   tide::executor ex(be, s, exec_opt);
@@ -222,7 +227,7 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Co
   auto fwd = [&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); };
   auto bwd = [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); };
   tide::cuda_graph g;
-  if (o.graph) g.capture(ex, fwd, bwd, tide::no_hook{}, collective);
+  if (o.graph) g.capture(ex, fwd, bwd, hooks);
   // The traced last step (timed events around every op) is left out of the average too, unless
   // it is the only step after the warm-up.
   bool const traced = o.trace && !o.graph;
@@ -230,13 +235,13 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Co
   int timed = 0;
   for (int i = 0; i < o.steps; ++i) {
     bool const last = i + 1 == o.steps;
-    if (traced && last) be.record_timeline(&r.trace);
+    if (traced && last) ex.record_timeline(&r.trace);
     auto const t0 = clock::now();
     if (o.graph) {
       g.replay();
       be.synchronize();
     } else {
-      ex.step(fwd, bwd, tide::no_hook{}, collective);
+      ex.step(fwd, bwd, hooks);
     }
     auto const ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
     if ((i > 0 || o.steps == 1) && !(traced && last && o.steps > 2)) {
@@ -244,7 +249,7 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Co
       ++timed;
     }
   }
-  be.record_timeline(nullptr);
+  ex.record_timeline(nullptr);
   r.step_ms = timed > 0 ? total_ms / timed : 0;
   if (o.trace && !o.graph) r.summary = tide::summarize(r.trace, s);
   r.grads = m.gradients();
@@ -264,3 +269,5 @@ inline bool bitwise_equal(std::vector<float> const& a, std::vector<float> const&
 }
 
 }  // namespace cuda_stack
+
+TIDE_DESIGNATED_INIT_END

@@ -25,11 +25,22 @@ struct config {
   std::uint64_t seed = 42;  //!< the data; weights always start from the same values
 };
 
+//! The layer type: its slots, sized at run time from the config (`make_stack`).
+using layer = tide::layer<"mlp", tide::slot<"input">, tide::slot<"pre_act">, tide::slot<"act">, tide::slot<"inv_rms">>;
+
+//! The slots as typed handles, resolved at compile time (a misspelled name does not compile).
+inline constexpr auto input_slot = tide::slot_handle_of<layer, "input", float>;
+inline constexpr auto pre_act_slot = tide::slot_handle_of<layer, "pre_act", float>;
+inline constexpr auto act_slot = tide::slot_handle_of<layer, "act", float>;
+inline constexpr auto inv_rms_slot = tide::slot_handle_of<layer, "inv_rms", float>;
+
+//! `c.layers` layers of type `layer`, each slot sized for `c.batch` rows of `c.width` floats
+//! (`inv_rms`: one float per row).
 inline tide::stack_spec make_stack(config const& c) {
   std::size_t const act = std::size_t{c.batch} * c.width * sizeof(float);
   tide::stack_spec s;
-  s.append({"mlp", {{"input", act}, {"pre_act", act}, {"act", act}, {"inv_rms", c.batch * sizeof(float)}}}, c.layers);
-  return s;
+  s.append(layer::spec(), c.layers);
+  return tide::bind_sizes(s, {{"input", act}, {"pre_act", act}, {"act", act}, {"inv_rms", c.batch * sizeof(float)}});
 }
 
 //! Deterministic pseudo-random numbers (SplitMix64), so every run sees the same data.
@@ -75,13 +86,12 @@ class network {
   template <class Ctx>
   void forward(Ctx const& ctx) {
     auto const l = ctx.layer;
-    auto x = ctx.template slot_as<float>("input");
-    auto z = ctx.template slot_as<float>("pre_act");
-    auto a = ctx.template slot_as<float>("act");
-    auto r = ctx.template slot_as<float>("inv_rms");
+    auto x = ctx.slot(input_slot);
+    auto z = ctx.slot(pre_act_slot);
+    auto a = ctx.slot(act_slot);
+    auto r = ctx.slot(inv_rms_slot);
     if (!ctx.recompute) std::memcpy(x.data(), l == 0 ? input_.data() : h_.data(), x.size_bytes());
-    bool const want_z = ctx.produces(ctx.slot_index("pre_act")), want_a = ctx.produces(ctx.slot_index("act")),
-               want_r = ctx.produces(ctx.slot_index("inv_rms"));
+    bool const want_z = ctx.produces(pre_act_slot), want_a = ctx.produces(act_slot), want_r = ctx.produces(inv_rms_slot);
     if (!(want_z || want_a || want_r)) return;
     auto const B = c_.batch, H = c_.width;
     std::vector<float>& zs = scratch_z_;
@@ -113,10 +123,10 @@ class network {
   void backward(Ctx const& ctx) {
     auto const l = ctx.layer;
     auto const B = c_.batch, H = c_.width;
-    auto x = ctx.template slot_as<float>("input");
-    auto z = ctx.template slot_as<float>("pre_act");
-    auto a = ctx.template slot_as<float>("act");
-    auto r = ctx.template slot_as<float>("inv_rms");
+    auto x = ctx.slot(input_slot);  // read-only: the backward context's spans are const
+    auto z = ctx.slot(pre_act_slot);
+    auto a = ctx.slot(act_slot);
+    auto r = ctx.slot(inv_rms_slot);
     if (l + 1 == c_.layers) {
       float sum = 0;
       auto const n = static_cast<float>(h_.size());

@@ -8,37 +8,39 @@
 // With --fail-rank, rank R's backward throws in step S: R reports its own error, the other
 // ranks a collective_error naming R, nobody hangs, and the next step succeeds everywhere.
 #include "../mlp/mlp.hpp"
+#include "example.hpp"
 
 #include <tide/collectives/mpi.hpp>
 #include <tide/tide.hpp>
 
 #include <cstdio>
-#include <cstdlib>
-#include <string>
+#include <stdexcept>
 
 int main(int argc, char** argv) {
   tide::mpi::environment env(argc, argv);
   tide::mpi::communicator comm;
   int steps = 4, fail_rank = -1, fail_step = -1;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string a = argv[i];
-    if (a == "--steps") steps = std::atoi(argv[i + 1]);
-    else if (a == "--fail-rank") fail_rank = std::atoi(argv[i + 1]);
-    else if (a == "--fail-step") fail_step = std::atoi(argv[i + 1]);
-  }
+  example::cli cli("mpi_data_parallel");
+  cli.option("--steps", steps, "N", "training steps (at least 2)")
+      .option("--fail-rank", fail_rank, "R", "the rank whose backward throws in step --fail-step")
+      .option("--fail-step", fail_step, "S", "the step in which rank --fail-rank fails");
+  cli.parse(argc, argv);
+  if (steps < 2) cli.fail("need --steps >= 2");
 
   mlp::config cfg{8, 64, 16, 0.05f, 1000 + static_cast<std::uint64_t>(comm.rank())};
+  // Offload the inputs and activations, prefetch two layers ahead, and make room for a reduce
+  // hook after each layer's backward.
   auto const s = tide::build_schedule(
-      mlp::make_stack(cfg), tide::policy_spec{tide::rule_spec{tide::placement::offload, {"input", "act"}, 0, tide::all_layers, 0}},
-      {}, {true, 2, 0, 2}, {false, true});
+      mlp::make_stack(cfg), {.policy = {tide::rule_spec{.where = tide::placement::offload, .slots = {"input", "act"}}},
+                             .pipeline = {.prefetch_distance = 2},
+                             .collectives = {.after_backward = true}});
   tide::host_backend backend;
   tide::timeline tl;
-  backend.record_timeline(&tl);
-  tide::executor exec(backend, s);
+  tide::executor exec(backend, s, {.timeline = &tl});
   mlp::network net(cfg);
 
+  // The after-backward hook: called for op_kind::reduce only, on the communication stream.
   auto reduce = [&](auto const& ctx) {
-    if (ctx.kind != tide::op_kind::collective) return;
     comm.allreduce(net.weight_grad(ctx.layer), ctx.step_failed, ctx.layer);
     comm.allreduce(net.bias_grad(ctx.layer), ctx.step_failed, ctx.layer);
   };
@@ -51,7 +53,7 @@ int main(int argc, char** argv) {
       net.backward(ctx);
     };
     try {
-      exec.step([&](auto const& ctx) { net.forward(ctx); }, bwd, tide::no_hook{}, reduce);
+      exec.step([&](auto const& ctx) { net.forward(ctx); }, bwd, tide::hooks{.after_backward = reduce});
       net.update();
       if (step == 0) first = net.loss();
       last = net.loss();

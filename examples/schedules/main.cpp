@@ -19,17 +19,17 @@ using model = tide::stack<tide::repeat<dense, 2>, tide::repeat<moe, 4>>;
 
 using keep_all = tide::keep_all;
 // Offload what is large and produced early; keep the small kv projections on device.
-using offload_selected = tide::policy<tide::offload<tide::slots<"q_proj", "attn_out", "mlp_up", "experts">>>;
+using offload_selected = tide::policy<tide::offload<tide::slot_names<"q_proj", "attn_out", "mlp_up", "experts">>>;
 // Recompute the MLP and expert activations from the saved layer input.
-using remat_selected = tide::policy<tide::remat<tide::slots<"mlp_up", "experts">>>;
+using remat_selected = tide::policy<tide::remat<tide::slot_names<"mlp_up", "experts">>>;
 
-using pipelined = tide::pipeline</*latency hiding*/ true, /*prefetch distance*/ 2, /*chunk*/ 128 * KiB,
-                                 /*offloads in flight*/ 2>;
-using ring3 = tide::buffers<tide::staging_ring<3>>;
+// Latency hiding (the default), each layer prefetched two layers ahead, copies in 128 KiB chunks.
+using pipelined = tide::pipeline<tide::prefetch_distance<2>, tide::chunk_bytes<128 * KiB>>;
+using ring3 = tide::buffers<tide::staging_buffers<3>>;
 
-constexpr auto keep = tide::make_schedule<model, keep_all>();
-constexpr auto offload = tide::make_schedule<model, offload_selected, ring3, pipelined>();
-constexpr auto remat = tide::make_schedule<model, remat_selected>();
+constexpr auto keep = tide::make_schedule<model, tide::strategy_of<keep_all>>();
+constexpr auto offload = tide::make_schedule<model, tide::strategy_of<offload_selected, ring3, pipelined>>();
+constexpr auto remat = tide::make_schedule<model, tide::strategy_of<remat_selected>>();
 
 // Schedules are constant expressions: a budget can be enforced at compile time.
 constexpr std::size_t budget = 2560 * KiB;

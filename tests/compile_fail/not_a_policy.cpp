@@ -1,4 +1,5 @@
-// expect: the second argument must be a tide::policy
+// expect: each argument must be a tide::policy<...>, tide::buffers<...>, tide::pipeline<...> or tide::collectives<...>
 #include <tide/tide.hpp>
+// A rule where a policy belongs: tide::strategy_of<tide::policy<tide::offload<>>> was meant.
 using l = tide::layer<"l", tide::slot<"a", 64>>;
-constexpr auto s = tide::make_schedule<tide::stack<l>, tide::offload<>>();
+constexpr auto s = tide::make_schedule<tide::stack<l>, tide::strategy_of<tide::offload<>>>();

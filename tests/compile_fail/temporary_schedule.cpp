@@ -1,5 +1,5 @@
 // expect: use of deleted function
 #include <tide/tide.hpp>
 void f(tide::host_backend& b, tide::stack_spec const& st) {
-  tide::executor e(b, tide::build_schedule(st, {}));  // the schedule would die at the semicolon
+  tide::executor e(b, tide::build_schedule(st, tide::strategy{}));  // the schedule would die at the semicolon
 }

@@ -3,7 +3,8 @@
 #include <cstdio>
 
 using blk = tide::layer<"blk", tide::slot<"x", 4096>>;
-constexpr auto s = tide::make_schedule<tide::stack<tide::repeat<blk, 4>>, tide::policy<tide::offload<>>>();
+constexpr auto s =
+    tide::make_schedule<tide::stack<tide::repeat<blk, 4>>, tide::strategy_of<tide::policy<tide::offload<>>>>();
 static_assert(s.peak_device_bytes() < 4 * 4096);
 
 int main() {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,7 +43,7 @@ TEST(CudaBackend, GradientsAreBitwiseEqualBetweenPolicies) {
   cuda_stack::model const m(small);
   auto const cases = cuda_stack::policy_cases(small);
   cuda_stack::run_options o;
-  o.exec.debug_checks = true;  // reload checks run as host functions (release builds too)
+  o.exec.debug_checks = true;  // prefetch checks run as host functions (release builds too)
   auto const keep = cuda_stack::run(m, cuda_stack::build(small, cases[0]), o);
   ASSERT_FALSE(keep.grads.empty());
   bool nonzero = false;
@@ -54,16 +55,16 @@ TEST(CudaBackend, GradientsAreBitwiseEqualBetweenPolicies) {
   }
   // Chunk sizes that do not divide the slot, and phase regions not shared.
   auto odd = cases[4];
-  odd.pipeline.chunk_bytes = 4096 + 256;
-  odd.buffers.share_phase_regions = false;
+  odd.strategy.pipeline.chunk_bytes = 4096 + 256;
+  odd.strategy.buffers.share_phase_regions = false;
   EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, cuda_stack::build(small, odd), o).grads, keep.grads));
   // Mixed: remat some layers, offload others, just-in-time prefetch, one staging buffer.
-  cuda_stack::policy_case mixed{"mixed",
-                                {tide::rule_spec{tide::placement::remat, {"act"}, 0, 2, 0},
-                                 tide::rule_spec{tide::placement::offload, {"input", "pre"}, 1, tide::all_layers, 0}},
-                                {true, 0, 0, 1},
-                                {}};
-  mixed.buffers.staging_buffers = 1;
+  cuda_stack::policy_case const mixed{
+      "mixed",
+      {.policy = {tide::rule_spec{.where = tide::placement::remat, .slots = {"act"}, .last_layer = 2},
+                  tide::rule_spec{.where = tide::placement::offload, .slots = {"input", "pre"}, .first_layer = 1}},
+       .buffers = {.staging_buffers = 1},
+       .pipeline = {.prefetch_distance = 0, .max_offloads_in_flight = 1}}};
   EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, cuda_stack::build(small, mixed), o).grads, keep.grads));
 }
 
@@ -150,7 +151,7 @@ TEST(CudaBackend, OutOfMemoryUnderABudget) {
     FAIL() << "expected tide::out_of_memory";
   } catch (tide::out_of_memory const& e) {
     EXPECT_EQ(e.requested, s.peak_device_bytes());
-    EXPECT_EQ(e.capacity, bo.device_budget);
+    EXPECT_EQ(e.budget, bo.device_budget);
     EXPECT_TRUE(contains(e.what(), "device arena")) << e.what();
   }
   tide::cuda_backend_options host;
@@ -206,15 +207,18 @@ TEST(CudaBackend, NcclAllReduceAfterBackward) {
   {
     cuda_stack::model const m(small);
     auto const c = cuda_stack::policy_cases(small)[3];
-    auto const s = cuda_stack::build(small, c, {false, true});
+    auto with_reduce = c.strategy;
+    with_reduce.collectives = {.after_backward = true};
+    auto const s = cuda_stack::build(small, with_reduce);
     tide::nccl_hooks hooks(comm, small.layers);
     for (std::uint32_t l = 0; l < small.layers; ++l) hooks.all_reduce(l, m.weight_grad(l), m.weight_elements());
     auto const plain = cuda_stack::run(m, cuda_stack::build(small, c), {});
-    auto const reduced = cuda_stack::run(m, s, {}, hooks);  // one rank: the sum is the identity
+    tide::hooks const reduce{.after_backward = std::ref(hooks)};  // stateful: by reference
+    auto const reduced = cuda_stack::run(m, s, {}, reduce);  // one rank: the sum is the identity
     EXPECT_TRUE(bitwise_equal(reduced.grads, plain.grads));
     cuda_stack::run_options graph;
     graph.graph = true;
-    EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, s, graph, hooks).grads, plain.grads));
+    EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, s, graph, reduce).grads, plain.grads));
     EXPECT_THROW(hooks.all_reduce(small.layers, m.weight_grad(0), 1), tide::collective_error);
   }
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
@@ -248,13 +252,15 @@ TEST(CudaBackend, SideStreamsStartAfterWorkQueuedBeforeTheStep) {
   ASSERT_EQ(cudaMemset(d, 0, 2 * sizeof(int)), cudaSuccess);
   {
     tide::cuda_backend be;
-    auto const s = cuda_stack::build(small, cuda_stack::policy_cases(small)[0], {true, false});
+    auto with_gather = cuda_stack::policy_cases(small)[0].strategy;
+    with_gather.collectives = {.before_forward = true};
+    auto const s = cuda_stack::build(small, with_gather);
     tide::executor ex(be, s);
     spin_then_set<<<1, 1, 0, be.stream(tide::stream_role::compute)>>>(d, 50'000'000);  // ~50 ms
     auto none = [](auto const&) {};
-    ex.step(none, none, [&](tide::collective_context<cudaStream_t> const& c) {
-      if (c.layer == 0) copy_int<<<1, 1, 0, c.stream>>>(d, d + 1);
-    });
+    ex.step(none, none, tide::hooks{.before_forward = [&](tide::collective_context<cudaStream_t> const& c) {
+              if (c.layer == 0) copy_int<<<1, 1, 0, c.stream>>>(d, d + 1);
+            }});
   }
   int seen = 0;
   ASSERT_EQ(cudaMemcpy(&seen, d + 1, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -338,11 +344,10 @@ TEST(CudaBackend, UnsuitableComputeStreamsAreRejected) {
 }
 
 TEST(CudaBackend, ScheduleAlignmentReachesTheArenas) {
-  tide::buffer_spec b;
-  b.device_alignment = std::size_t{1} << 16;
-  b.host_alignment = std::size_t{1} << 16;
-  auto const c = cuda_stack::policy_cases(small)[3];
-  auto const s = tide::build_schedule(cuda_stack::make_stack(small), c.policy, b, c.pipeline);
+  tide::buffer_spec const b{.device_alignment = std::size_t{1} << 16, .host_alignment = std::size_t{1} << 16};
+  auto how = cuda_stack::policy_cases(small)[3].strategy;
+  how.buffers = b;
+  auto const s = tide::build_schedule(cuda_stack::make_stack(small), how);
   tide::cuda_backend be;
   try {
     tide::executor ex(be, s);
@@ -384,7 +389,7 @@ TEST(CudaBackend, NcclHooksAgreeOnAFailedStep) {
     hooks.all_reduce(1, buf, 16);
     cudaStream_t st = nullptr;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
-    hooks({1, st, tide::op_kind::collective, /*step_failed=*/true});
+    hooks({1, st, tide::op_kind::reduce, /*step_failed=*/true});
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     try {
       hooks.finish_step();
@@ -392,7 +397,7 @@ TEST(CudaBackend, NcclHooksAgreeOnAFailedStep) {
     } catch (tide::collective_error const& e) {
       EXPECT_TRUE(contains(e.what(), "rank 0 failed during this step")) << e.what();
     }
-    hooks({1, st, tide::op_kind::collective, false});
+    hooks({1, st, tide::op_kind::reduce, false});
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     EXPECT_NO_THROW(hooks.finish_step());
     EXPECT_TRUE(hooks.check_progress());

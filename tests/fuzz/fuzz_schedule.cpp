@@ -1,4 +1,4 @@
-// libFuzzer target: bytes -> (stack, policy, buffers, pipeline, collectives) -> build_schedule.
+// libFuzzer target: bytes -> (stack, strategy: policy, buffers, pipeline, collectives) -> build_schedule.
 //
 // A composition the builder rejects with tide::schedule_error is fine. Anything else is a
 // finding: another exception, a crash or sanitizer report in the builder, a built schedule that
@@ -93,16 +93,13 @@ constexpr std::string_view type_pool[] = {"t0", "t1", "t2", "t3"};
 
 struct composition {
   tide::stack_spec stack;
-  tide::policy_spec policy;
-  tide::buffer_spec buffers;
-  tide::pipeline_spec pipeline;
-  tide::collective_spec collectives;
+  tide::strategy how;  //!< policy, buffers, pipeline, collectives
 };
 
 //! The byte stream, front to back:
 //!   types-1 (%4); per type: slots-1 (%6), per slot: name (%7; duplicates allowed), size();
 //!   layers (%13; 0 means the empty stack), per layer: its type (%types);
-//!   rules (bit 7: allow unused rules; the rest %7); per rule: action (%3), names (%4) each (%8, incl. an unknown one), first index(),
+//!   rules (bit 7: allow unused rules; the rest %7); per rule: where (%3), names (%4) each (%8, incl. an unknown one), first index(),
 //!     last: one byte (even: all_layers, else index()), min_bytes (one byte: even: 0, else size());
 //!   staging index(), device alignment(), host alignment(), guard size(), share (&1);
 //!   latency hiding (bit 0 clear: on; set: the naive pipeline), prefetch index(),
@@ -122,29 +119,32 @@ composition decode(reader& r) {
   auto const layers = r.u8() % 13;
   for (int l = 0; l < layers; ++l) c.stack.append(types[r.u8() % types.size()]);
   auto const rules_byte = r.u8();
-  c.policy.allow_unused_rules = (rules_byte & 0x80) != 0;
+  auto& policy = c.how.policy;
+  policy.allow_unused_rules = (rules_byte & 0x80) != 0;
   auto const rules = (rules_byte & 0x7F) % 7;
   for (int i = 0; i < rules; ++i) {
     tide::rule_spec rs;
-    rs.action = static_cast<tide::placement>(r.u8() % 3);
+    rs.where = static_cast<tide::placement>(r.u8() % 3);
     auto const names = r.u8() % 4;
     for (int k = 0; k < names; ++k) rs.slots.push_back(slot_pool[r.u8() % 8]);
     rs.first_layer = r.index();
     rs.last_layer = r.u8() % 2 == 0 ? tide::all_layers : r.index();
     rs.min_bytes = r.u8() % 2 == 0 ? 0 : r.size();
-    c.policy.rules.push_back(rs);
+    policy.rules.push_back(rs);
   }
-  c.buffers.staging_buffers = r.index();
-  c.buffers.device_alignment = r.alignment();
-  c.buffers.host_alignment = r.alignment();
-  c.buffers.guard_bytes = r.u8() % 2 == 0 ? 0 : r.size();
-  c.buffers.share_phase_regions = r.u8() & 1;
-  c.pipeline.latency_hiding = !(r.u8() & 1);
-  c.pipeline.prefetch_distance = r.index();
-  c.pipeline.chunk_bytes = r.u8() % 2 == 0 ? 0 : r.size();
-  c.pipeline.max_offloads_in_flight = r.index();
+  auto& buffers = c.how.buffers;
+  buffers.staging_buffers = r.index();
+  buffers.device_alignment = r.alignment();
+  buffers.host_alignment = r.alignment();
+  buffers.guard_bytes = r.u8() % 2 == 0 ? 0 : r.size();
+  buffers.share_phase_regions = r.u8() & 1;
+  auto& pipeline = c.how.pipeline;
+  pipeline.latency_hiding = !(r.u8() & 1);
+  pipeline.prefetch_distance = r.index();
+  pipeline.chunk_bytes = r.u8() % 2 == 0 ? 0 : r.size();
+  pipeline.max_offloads_in_flight = r.index();
   auto const coll = r.u8();
-  c.collectives = {(coll & 1) != 0, (coll & 2) != 0};
+  c.how.collectives = {.before_forward = (coll & 1) != 0, .after_backward = (coll & 2) != 0};
   return c;
 }
 
@@ -188,7 +188,7 @@ bool too_many_copies(composition const& c, std::size_t limit) {
   std::size_t n = 0;
   for (auto t : c.stack.layer_types)
     for (auto const& sl : c.stack.types[t].slots) {
-      n += c.pipeline.chunk_bytes == 0 ? 1 : std::min(sl.bytes / c.pipeline.chunk_bytes, limit) + 1;
+      n += c.how.pipeline.chunk_bytes == 0 ? 1 : std::min(sl.bytes / c.how.pipeline.chunk_bytes, limit) + 1;
       if (n > limit) return true;
     }
   return false;
@@ -261,7 +261,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   if (too_many_copies(c, 20'000)) return 0;
   tide::schedule s;
   try {
-    s = tide::build_schedule(c.stack, c.policy, c.buffers, c.pipeline, c.collectives);
+    s = tide::build_schedule(c.stack, c.how);
   } catch (tide::schedule_error const& e) {
     if (verbose) std::fprintf(stderr, "rejected: %s\n", e.what());
     return 0;  // a rejected composition: fine
@@ -283,9 +283,9 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   if (sim.summary.predicted_device_bytes != s.peak_device_bytes()) finding("sim summary peak differs", s);
 
   // The host backend with real data, debug checks and the checker on: bitwise keep-all's digests.
-  tide::schedule const keep = tide::build_schedule(c.stack, {});
+  tide::schedule const keep = tide::build_schedule(c.stack, tide::strategy{});
   if (!small(keep)) return 0;
-  tide::executor_options const checked{true, true};
+  tide::executor_options const checked{.debug_checks = true, .check_schedule = true};
   auto const want = workload::run(host(), keep, 2, checked);
   try {
     if (workload::run(host(), s, 2, checked) != want) finding("host digests differ from keep-all", s);
@@ -309,8 +309,8 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   }
   if (verbose) std::fprintf(stderr, "edited program accepted:\n%s\n", tide::describe(m).c_str());
   // First without debug checks (the program alone), then with them (guards, poisoning of dead
-  // regions, reload checks must agree with what the checker proved).
-  if (workload::run(host(), m, 2, {false, false}) != want)
+  // regions, prefetch checks must agree with what the checker proved).
+  if (workload::run(host(), m, 2, {.debug_checks = false, .check_schedule = false}) != want)
     finding("the checker accepts an edited program whose digests differ", m);
   try {
     if (workload::run(host(), m, 2, checked) != want)

@@ -24,7 +24,7 @@ def index(n):
 
 def encode(types, layers, rules=(), staging=2, dalign=0, halign=1, guard=0, share=True, hiding=True,
            prefetch=1, chunk=0, inflight=2, before=False, after=False, allow_unused=True):
-    """types: [[(slot name, bytes)]]; layers: type index per layer; rules: (action, [names], first,
+    """types: [[(slot name, bytes)]]; layers: type index per layer; rules: (where, [names], first,
     last or None, min_bytes); dalign/halign: entries of the alignment table."""
     out = bytearray([len(types) - 1])
     for t in types:
@@ -35,8 +35,8 @@ def encode(types, layers, rules=(), staging=2, dalign=0, halign=1, guard=0, shar
     out.append(len(layers))
     out += bytes(layers)
     out.append(len(rules) | (0x80 if allow_unused else 0))
-    for action, names, first, last, min_bytes in rules:
-        out += bytes([action, len(names)] + [SLOTS.index(n) for n in names])
+    for where, names, first, last, min_bytes in rules:
+        out += bytes([where, len(names)] + [SLOTS.index(n) for n in names])
         out += index(first)
         out += b"\x00" if last is None else b"\x01" + index(last)
         out += b"\x00" if min_bytes == 0 else b"\x01" + size(min_bytes)

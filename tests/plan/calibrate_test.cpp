@@ -7,8 +7,9 @@
 #include <tide/backends/sim/sim_backend.hpp>
 #include <tide/plan/calibrate.hpp>
 #include <tide/plan/hardware.hpp>
+#include <tide/plan/compare.hpp>
 #include <tide/plan/planner.hpp>
-#include <tide/plan/strategy.hpp>
+#include <tide/plan/simulate.hpp>
 #include <tide/plan/transformer.hpp>
 #include <tide/tide.hpp>
 
@@ -83,18 +84,19 @@ TEST(Calibrate, RecoversKnownCostsOfASyntheticWorkload) {
         why += "bandwidth " + std::to_string(l->bytes_per_second / 1e6) + " MB/s, want 200\n";
 
     // The sim, fed the calibrated table, predicts a latency-hiding offload step of the same run.
-    auto s = build_schedule(st, policy_spec{rule_spec{placement::offload, {"b"}, 0, all_layers, 0}}, {}, {true, 1, 0, 2});
+    auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"b"}}},
+                                 .pipeline = {.prefetch_distance = 1}});
     auto const predicted = simulate_step_us(s, c);
     executor<host_backend> ex(backend, s);
     timeline t;
     std::vector<double> measured;
     ex.step(w, w);
     for (int i = 0; i < 5; ++i) {
-      backend.record_timeline(&t);
+      ex.record_timeline(&t);
       ex.step(w, w);
       measured.push_back(summarize(t, s).step_us);
     }
-    backend.record_timeline(nullptr);
+    ex.record_timeline(nullptr);
     auto const m = detail::median(measured);
     if (std::abs(predicted - m) > 0.15 * m)
       why += "predicted " + std::to_string(predicted) + " us, measured " + std::to_string(m) + "\n";
@@ -124,7 +126,7 @@ TEST(Strategy, TableShowsTheTrade) {
   auto st = transformer_stack(m);
   auto costs = transformer_costs(m, hardware::h100_sxm());
   strategy_options opt;
-  opt.device_budget = build_schedule(st, {}).peak_device_bytes() / 3;
+  opt.device_budget = build_schedule(st, strategy{}).peak_device_bytes() / 3;
   auto rows = compare_strategies(st, costs, opt);
   ASSERT_EQ(rows.size(), 6u) << format_strategy_table(rows);
   auto const& keep = rows[0];
@@ -150,20 +152,19 @@ TEST(Strategy, TableShowsTheTrade) {
 
 TEST(Strategy, PresetPlansFitOnTheHostBackendScaledDown) {
   for (auto m : {models::deepseek_v3(32, 1, 1), models::llama3_405b(64, 1, 8)}) {
-    m.layers = 8;  // scaled down: the preset's dimensions, fewer layers and tokens
+    m.layer_count = 8;  // scaled down: the preset's dimensions, fewer layers and tokens
     auto st = transformer_stack(m);
     auto costs = transformer_costs(m, hardware::h100_sxm());
     plan_options opt;
-    opt.device_budget = build_schedule(st, {}).peak_device_bytes() / 3;
+    opt.device_budget = build_schedule(st, strategy{}).peak_device_bytes() / 3;
     auto p = make_plan(st, costs, opt);
     ASSERT_TRUE(p.fits) << m.name;
     auto s = p.build(st);
     host_backend_options ho;
-    ho.device_capacity = opt.device_budget;  // the arena throws above the budget
+    ho.device_budget = opt.device_budget;  // the arena throws above the budget
     host_backend backend(ho);
-    executor<host_backend> ex(backend, s);
     timeline t;
-    backend.record_timeline(&t);
+    executor<host_backend> ex(backend, s, {.timeline = &t});
     auto fwd = [](forward_context<stream_role> const& c) {
       for (std::uint16_t k = 0; k < c.slot_count(); ++k)
         if (c.produces(k)) std::memset(c.slot(k).data(), static_cast<int>(c.layer + k), c.slot(k).size());

@@ -217,7 +217,7 @@ TEST(checkpointing, EvaluatorRejectsInvalidSchedules) {
   bad({A::turn(0), A::backward(0)}, 2);                            // the turn needs state n-1
   EXPECT_NO_THROW(evaluate_chain(1, 1, 0, c, std::vector<A>{A::turn(0), A::backward(0)}));
   EXPECT_THROW(chain_machine(3, 0, 0, c), schedule_error);
-  EXPECT_THROW(chain_machine(3, 1, 0, chain_costs{{1, 1}, {1, 1}, 0, 0, false}), schedule_error);  // 2 costs for 3 steps
+  EXPECT_THROW(chain_machine(3, 1, 0, chain_costs{{1, 1}, {1, 1}, 0, 0, false}), cost_model_error);  // 2 costs for 3 steps
 }
 
 // ---- exhaustive search of the two-tier model ------------------------------------------------
@@ -583,9 +583,9 @@ TEST(checkpointing, TwoTierPlanRejectsBadInput) {
   two_tier_options o;
   o.max_obligations = 0;
   EXPECT_THROW(two_tier_plan(8, 2, 2, c, o), schedule_error);
-  EXPECT_THROW(two_tier_plan(8, 2, 2, chain_costs{{1, 2}, {1, 2}, 1, 1, false}), schedule_error);  // 2 costs, 8 steps
-  EXPECT_THROW(two_tier_plan(8, 2, 2, chain_costs::constant(1, -2, 1, 1)), schedule_error);
-  EXPECT_THROW(two_tier_plan(8, 2, 2, chain_costs::constant(1, 2, std::nan(""), 1)), schedule_error);
+  EXPECT_THROW(two_tier_plan(8, 2, 2, chain_costs{{1, 2}, {1, 2}, 1, 1, false}), cost_model_error);  // 2 costs, 8 steps
+  EXPECT_THROW(two_tier_plan(8, 2, 2, chain_costs::constant(1, -2, 1, 1)), cost_model_error);
+  EXPECT_THROW(two_tier_plan(8, 2, 2, chain_costs::constant(1, 2, std::nan(""), 1)), cost_model_error);
 }
 
 TEST(checkpointing, TwoTierLargeChain) {

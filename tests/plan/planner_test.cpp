@@ -5,6 +5,8 @@
 #include <tide/backends/sim/sim_backend.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/planner.hpp>
+#include <tide/plan/policy_codegen.hpp>
+#include <tide/plan/simulate.hpp>
 #include <tide/plan/transformer.hpp>
 #include <tide/tide.hpp>
 
@@ -46,18 +48,18 @@ instance random_instance(std::mt19937& rng) {
   }
   in.costs.link = link_spec::symmetric(1024 * (50 + 400 * u(rng)) * 1e6 / 1e3 / 1e3 * 1e3, 1e-6 * 5 * u(rng),
                                        u(rng) < 0.7);
-  auto keep = build_schedule(in.stack, {});
-  auto remat = build_schedule(in.stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}});
+  auto keep = build_schedule(in.stack, strategy{});
+  auto remat = build_schedule(in.stack, {.policy = {rule_spec{.where = placement::remat}}});
   auto const lo = remat.peak_device_bytes(), hi = keep.peak_device_bytes();
   in.budget = lo + static_cast<std::size_t>(static_cast<double>(hi - lo) * (0.2 + 0.7 * u(rng)));
   return in;
 }
 
-// The reference: every assignment with every pipeline candidate, simulated, no pruning.
+// The reference: every assignment with every candidate strategy, simulated, no pruning.
 double exhaustive_step_us(instance const& in) {
   std::size_t n = 0;
   for (std::uint32_t l = 0; l < in.stack.layer_count(); ++l) n += in.stack.layer(l).slots.size();
-  auto const pipes = default_pipeline_choices(in.stack);
+  auto const candidates = default_candidates(in.stack);
   std::vector<placement> d(n);
   double best = std::numeric_limits<double>::infinity();
   std::size_t total = 1;
@@ -66,8 +68,9 @@ double exhaustive_step_us(instance const& in) {
     auto c = code;
     for (std::size_t i = 0; i < n; ++i, c /= 3) d[i] = static_cast<placement>(c % 3);
     auto pol = policy_from_decisions(in.stack, d);
-    for (auto const& pc : pipes) {
-      auto s = build_schedule(in.stack, pol, pc.buffers, pc.pipeline);
+    for (auto how : candidates) {
+      how.policy = pol;
+      auto s = build_schedule(in.stack, how);
       if (s.peak_device_bytes() > in.budget) continue;
       best = std::min(best, simulate_step_us(s, in.costs));
     }
@@ -110,15 +113,15 @@ capped_instance random_stack(std::mt19937& rng, int layers, int slots) {
     in.costs.layers.push_back(c);
   }
   in.costs.link = link_spec::symmetric(1024e3 * (50 + 400 * u(rng)), 5e-6 * u(rng), u(rng) < 0.7);
-  auto const lo = build_schedule(in.stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}}).peak_device_bytes();
-  auto const hi = build_schedule(in.stack, {}).peak_device_bytes();
+  auto const lo = build_schedule(in.stack, {.policy = {rule_spec{.where = placement::remat}}}).peak_device_bytes();
+  auto const hi = build_schedule(in.stack, strategy{}).peak_device_bytes();
   in.budget = lo + static_cast<std::size_t>(static_cast<double>(hi - lo) * (0.1 + 0.8 * u(rng)));
   return in;
 }
 
 // The host bytes of offloading every slot.
 std::size_t all_offloaded_host_bytes(stack_spec const& st) {
-  return build_schedule(st, policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}).peak_host_bytes();
+  return build_schedule(st, {.policy = {rule_spec{.where = placement::offload}}}).peak_host_bytes();
 }
 
 }  // namespace
@@ -133,7 +136,7 @@ TEST(Planner, PolicyFromDecisionsRoundTrips) {
     for (auto& p : d) p = static_cast<placement>(rng() % 3);
     if (trial % 5 == 0) std::fill(d.begin(), d.end(), placement::offload);
     auto pol = policy_from_decisions(st, d);
-    auto s = build_schedule(st, pol);
+    auto s = build_schedule(st, {.policy = pol});
     ASSERT_EQ(s.slots.size(), n);
     for (std::size_t i = 0; i < n; ++i) EXPECT_EQ(s.slots[i].where, d[i]) << "trial " << trial << " slot " << i;
   }
@@ -205,22 +208,34 @@ TEST(Planner, KeepAllWhenItFitsAndCppTypesText) {
   plan_options opt;
   auto p = make_plan(st, costs, opt);
   EXPECT_TRUE(p.fits);
-  EXPECT_TRUE(p.policy.rules.empty());
+  EXPECT_TRUE(p.strategy.policy.rules.empty());
   EXPECT_DOUBLE_EQ(p.step_us, 1800);
   // Tight budget: b is offloaded where its copy hides (8192 bytes in 50 us < 100 us forward).
-  opt.device_budget = build_schedule(st, {}).peak_device_bytes() / 2;
+  opt.device_budget = build_schedule(st, strategy{}).peak_device_bytes() / 2;
   opt.method = plan_method::heuristic;
   p = make_plan(st, costs, opt);
   ASSERT_TRUE(p.fits);
   EXPECT_LE(p.device_bytes, opt.device_budget);
-  auto text = to_cpp_types(p);
-  EXPECT_NE(text.find("using planned_policy = tide::policy<"), std::string::npos) << text;
-  EXPECT_NE(text.find("tide::pipeline<"), std::string::npos) << text;
-  EXPECT_NE(text.find("tide::staging_ring<"), std::string::npos) << text;
-  for (auto const& r : p.policy.rules)
-    EXPECT_NE(text.find("tide::" + std::string(to_string(r.action)) + "<tide::slots<\"" + std::string(r.slots[0])),
+  ASSERT_FALSE(p.strategy.policy.rules.empty());
+  auto text = to_cpp_types(p.strategy);
+  EXPECT_EQ(text.rfind("using planned = tide::strategy_of<\n    tide::policy<", 0), 0u) << text;
+  EXPECT_EQ(text.substr(text.size() - 3), ">;\n") << text;
+  // Knobs at their defaults are left out; the others are spelled.
+  auto const& pl = p.strategy.pipeline;
+  EXPECT_EQ(text.find("tide::pipeline<") != std::string::npos, pl != pipeline_spec{}) << text;
+  if (pl.prefetch_distance != pipeline_spec{}.prefetch_distance) {
+    EXPECT_NE(text.find("tide::prefetch_distance<" + std::to_string(pl.prefetch_distance) + ">"), std::string::npos) << text;
+  }
+  auto const staging = p.strategy.buffers.staging_buffers;
+  EXPECT_EQ(text.find("tide::staging_buffers<" + std::to_string(staging) + ">") != std::string::npos,
+            staging != buffer_spec{}.staging_buffers)
+      << text;
+  EXPECT_EQ(text.find("tide::collectives<"), std::string::npos) << text;  // none planned for
+  for (auto const& r : p.strategy.policy.rules)
+    EXPECT_NE(text.find("tide::" + std::string(to_string(r.where)) + "<tide::slot_names<\"" + std::string(r.slots[0])),
               std::string::npos)
         << text;
+  EXPECT_EQ(to_cpp_types(p.strategy, "mine").rfind("using mine = tide::strategy_of<", 0), 0u);
 }
 
 TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
@@ -233,7 +248,7 @@ TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
                         cfg{models::deepseek_v3(4096, 2, 1), hardware::gb200()}}) {
     auto st = transformer_stack(c.model);
     auto costs = transformer_costs(c.model, c.hw);
-    auto keep = build_schedule(st, {}).peak_device_bytes();
+    auto keep = build_schedule(st, strategy{}).peak_device_bytes();
     plan_options opt;
     opt.device_budget = keep / 3;
     auto t0 = std::chrono::steady_clock::now();
@@ -242,7 +257,7 @@ TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
     ASSERT_TRUE(p.fits) << c.model.name << " on " << c.hw.name;
     EXPECT_LE(p.device_bytes, opt.device_budget);
     auto s = p.build(st);
-    auto r = simulate(s, costs, {.device_capacity = opt.device_budget});
+    auto r = simulate(s, costs, {.device_budget = opt.device_budget});
     EXPECT_DOUBLE_EQ(r.summary.step_us, p.step_us);
     EXPECT_LE(r.summary.measured_device_bytes, opt.device_budget);
     EXPECT_GE(p.step_us, costs.compute_us() * (1 - 1e-9));

@@ -1,9 +1,11 @@
 // The sim backend: exact virtual times on a 3-layer program checked by hand, link sharing,
-// recompute costs per rematted slot, determinism, capacity errors, cost tables checked against
+// recompute costs per rematted slot, determinism, budget errors, cost tables checked against
 // the schedule whatever the call order, sync latency, and monotonicity (more work is never faster).
 #include <gtest/gtest.h>
 
+#include <tide/backends/sim/cost_table.hpp>
 #include <tide/backends/sim/sim_backend.hpp>
+#include <tide/plan/simulate.hpp>
 #include <tide/tide.hpp>
 
 #include <cmath>
@@ -17,7 +19,7 @@ namespace {
 
 using blk = layer<"blk", slot<"a", 1000>, slot<"b", 3000>>;
 using three = stack<repeat<blk, 3>>;
-using offload_b = policy<offload<slots<"b">>>;
+using offload_b = policy<offload<slot_names<"b">>>;
 
 struct span_want {
   op_kind kind;
@@ -50,7 +52,7 @@ using k = op_kind;
 }  // namespace
 
 TEST(Sim, ThreeLayerOffloadTimelineByHand) {
-  auto s = build_schedule(three::spec(), offload_b::spec(), {}, {true, 1, 0, 2});
+  auto s = build_schedule(three::spec(), {.policy = offload_b::spec(), .pipeline = {.prefetch_distance = 1}});
   auto costs = hand_costs();
   auto r = simulate(s, costs);
   // Program (see core_test): f0 o0 f1 o1 f2(<-o0) o2 p2(<-o2, first backward-area use) p1
@@ -92,7 +94,8 @@ TEST(Sim, ThreeLayerOffloadTimelineByHand) {
 }
 
 TEST(Sim, NaivePipelineSerializesCopiesOnCompute) {
-  auto s = build_schedule(three::spec(), offload_b::spec(), {}, {false, 0, 0, 2});
+  auto s = build_schedule(three::spec(),
+                          {.policy = offload_b::spec(), .pipeline = {.latency_hiding = false, .prefetch_distance = 0}});
   auto costs = hand_costs();
   auto r = simulate(s, costs);
   // 3 x (100 + 200) compute + 6 copies x 100, all on one stream.
@@ -105,7 +108,8 @@ TEST(Sim, ChunksPayLatencyPerChunk) {
   auto costs = hand_costs();
   costs.link = link_spec::symmetric(30e6, 10e-6);
   // 3000 bytes in chunks of 1024: 3 chunks, each 10 us latency plus bytes / 30 per us.
-  auto s = build_schedule(three::spec(), offload_b::spec(), {}, {true, 1, 1024, 2});
+  auto s = build_schedule(three::spec(),
+                          {.policy = offload_b::spec(), .pipeline = {.prefetch_distance = 1, .chunk_bytes = 1024}});
   auto r = simulate(s, costs);
   double d2h_total = 0;
   for (auto const& sp : r.trace.ops)
@@ -114,11 +118,12 @@ TEST(Sim, ChunksPayLatencyPerChunk) {
 }
 
 TEST(Sim, RecomputeCostsOnlyRematSlots) {
-  auto costs = uniform_costs(3, layer_cost{100, 200, 90, {30, 70}});
-  auto s = build_schedule(three::spec(), policy<remat<slots<"b">>>::spec());
+  auto costs = uniform_costs(
+      3, layer_cost{.forward_us = 100, .backward_us = 200, .recompute_us = 90, .slot_recompute_us = {30, 70}});
+  auto s = build_schedule(three::spec(), {.policy = policy<remat<slot_names<"b">>>::spec()});
   auto r = simulate(s, costs);
   EXPECT_DOUBLE_EQ(r.summary.step_us, 900 + 3 * 70);  // each layer recomputes b only
-  auto all = build_schedule(three::spec(), policy<remat<>>::spec());
+  auto all = build_schedule(three::spec(), {.policy = policy<remat<>>::spec()});
   EXPECT_DOUBLE_EQ(simulate_step_us(all, costs), 900 + 3 * 90);  // 30 + 70 capped at the full 90
   costs.layers[1].slot_recompute_us.clear();
   EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), 900 + 70 + 90 + 70);  // no per-slot costs: the full 90
@@ -126,13 +131,13 @@ TEST(Sim, RecomputeCostsOnlyRematSlots) {
 
 TEST(Sim, SharedLinkSerializesDirections) {
   auto costs = hand_costs();
-  auto s = build_schedule(three::spec(), offload_b::spec());
+  auto s = build_schedule(three::spec(), {.policy = offload_b::spec()});
   for (bool duplex : {true, false}) {
     costs.link.full_duplex = duplex;
     sim_backend b(costs);
     timeline t;
-    b.record_timeline(&t);
-    b.setup({.ops = 4});
+    b.record_timeline(&t);  // the backend driven by hand, without an executor
+    b.setup(backend_setup::of(s));
     b.begin_step();
     op off{k::offload, d2h};
     op pre{k::prefetch, h2d};
@@ -145,8 +150,9 @@ TEST(Sim, SharedLinkSerializesDirections) {
 }
 
 TEST(Sim, CollectivesRunOnTheCommStream) {
-  auto costs = uniform_costs(3, layer_cost{100, 200, -1, {}, 50, 400});
-  auto s = build_schedule(three::spec(), keep_all::spec(), {}, {}, {true, true});
+  auto costs = uniform_costs(3, layer_cost{.forward_us = 100, .backward_us = 200, .gather_us = 50, .reduce_us = 400});
+  auto s = build_schedule(three::spec(), {.policy = keep_all::spec(),
+                                          .collectives = {.before_forward = true, .after_backward = true}});
   auto r = simulate(s, costs);
   // Gathers run ahead (one layer early) and hide; the last gradient collective (after b0 ends at
   // 50 + 300 + 600 = 950... ) is exposed: step ends after it.
@@ -167,9 +173,10 @@ TEST(Sim, IsDeterministic) {
   for (std::uint32_t l = 0; l < 25; ++l)
     costs.layers.push_back({.forward_us = 100.0 + l, .backward_us = 210.0 + 3 * l});
   costs.link = link_spec::symmetric(50e6, 2e-6, false);
-  auto s = build_schedule(st, policy_spec{rule_spec{placement::offload, {"up", "e"}, 0, 20, 0},
-                                          rule_spec{placement::remat, {"q"}, 0, all_layers, 0}},
-                          {3}, {true, 2, 3000, 2});
+  auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"up", "e"}, .last_layer = 20},
+                                          rule_spec{.where = placement::remat, .slots = {"q"}}},
+                              .buffers = {.staging_buffers = 3},
+                              .pipeline = {.prefetch_distance = 2, .chunk_bytes = 3000}});
   auto a = simulate(s, costs);
   for (int i = 0; i < 3; ++i) {
     auto b = simulate(s, costs);
@@ -183,7 +190,6 @@ TEST(Sim, IsDeterministic) {
   }
   // The executor runs it step after step with the same result.
   sim_backend be(costs);
-  be.bind(s);
   executor<sim_backend> ex(be, s, sim_executor_options());
   auto none = [](auto const&) {};
   ex.step(none, none);
@@ -192,11 +198,11 @@ TEST(Sim, IsDeterministic) {
   EXPECT_GE(a.summary.step_us, costs.compute_us());
 }
 
-TEST(Sim, CapacityAndMismatchErrorsNameTheProblem) {
-  auto s = build_schedule(three::spec(), keep_all::spec());
+TEST(Sim, BudgetAndMismatchErrorsNameTheProblem) {
+  auto s = build_schedule(three::spec(), {.policy = keep_all::spec()});
   auto costs = hand_costs();
   try {
-    simulate(s, costs, {.device_capacity = 1000});
+    simulate(s, costs, {.device_budget = 1000});
     FAIL() << "expected out_of_memory";
   } catch (out_of_memory const& e) {
     EXPECT_EQ(e.requested, s.peak_device_bytes());
@@ -205,67 +211,60 @@ TEST(Sim, CapacityAndMismatchErrorsNameTheProblem) {
   auto two = uniform_costs(2, layer_cost{.forward_us = 1, .backward_us = 2});
   try {
     simulate(s, two);
-    FAIL() << "expected schedule_error";
-  } catch (schedule_error const& e) {
+    FAIL() << "expected cost_model_error";
+  } catch (cost_model_error const& e) {
     EXPECT_NE(std::string(e.what()).find("cost table has 2"), std::string::npos) << e.what();
   }
 }
 
 TEST(Sim, CostTableShorterThanTheScheduleIsAnErrorWhateverTheCallOrder) {
-  auto const s = build_schedule(three::spec(), offload_b::spec(), {}, {true, 1, 0, 2});  // 3 layers
-  auto const two_layers = build_schedule(stack<repeat<blk, 2>>::spec(), offload_b::spec());
+  auto const s = build_schedule(three::spec(), {.policy = offload_b::spec(), .pipeline = {.prefetch_distance = 1}});  // 3 layers
+  auto const two_layers = build_schedule(stack<repeat<blk, 2>>::spec(), {.policy = offload_b::spec()});
   auto const two = uniform_costs(2, layer_cost{.forward_us = 1, .backward_us = 2});
-  auto names_both = [](schedule_error const& e) {
+  auto names_both = [](cost_model_error const& e) {
     std::string const w = e.what();
     EXPECT_NE(w.find("the schedule has 3 layers"), std::string::npos) << w;
     EXPECT_NE(w.find("the cost table has 2"), std::string::npos) << w;
   };
-  // Never bound: the executor binds the backend to its schedule.
+  // A fresh backend: the executor hands it the schedule, which it checks.
   {
     sim_backend b(two);
     try {
       executor<sim_backend> ex(b, s, sim_executor_options());
       FAIL() << "an executor accepted a schedule longer than the cost table";
-    } catch (schedule_error const& e) {
+    } catch (cost_model_error const& e) {
       names_both(e);
     }
   }
-  // Bound to a schedule that matches, then an executor for one that does not.
+  // A backend already serving a schedule that matches, then an executor for one that does not;
+  // the first executor still steps.
   {
     sim_backend b(two);
-    b.bind(two_layers);
-    try {
-      executor<sim_backend> ex(b, s, sim_executor_options());
-      FAIL() << "an executor accepted a schedule longer than the cost table";
-    } catch (schedule_error const& e) {
-      names_both(e);
-    }
     executor<sim_backend> ok(b, two_layers, sim_executor_options());
     auto none = [](auto const&) {};
     ok.step(none, none);
-    EXPECT_GT(b.step_us(), 0);
-  }
-  // Bound first to the schedule that does not match.
-  {
-    sim_backend b(two);
+    auto const first = b.step_us();
+    EXPECT_GT(first, 0);
     try {
-      b.bind(s);
-      FAIL() << "bind accepted a schedule longer than the cost table";
-    } catch (schedule_error const& e) {
+      executor<sim_backend> ex(b, s, sim_executor_options());
+      FAIL() << "an executor accepted a schedule longer than the cost table";
+    } catch (cost_model_error const& e) {
       names_both(e);
     }
+    ok.step(none, none);
+    EXPECT_DOUBLE_EQ(b.step_us(), first);
   }
-  // Driven by hand, without an executor or bind: run checks the layer against the table.
+  // Driven by hand, without an executor: run checks the layer against the table.
   {
     sim_backend b(two);
-    b.setup({.ops = 1});
+    b.setup(backend_setup::of(two_layers));
     b.begin_step();
     op o{k::backward, compute};
     o.layer = 2;
     try {
       b.run(compute, 7, o, {});
       FAIL() << "run read beyond the cost table";
-    } catch (schedule_error const& e) {
+    } catch (cost_model_error const& e) {
       EXPECT_NE(std::string(e.what()).find("op #7 (backward of layer 2) is beyond the cost table, which has 2 layers"),
                 std::string::npos)
           << e.what();
@@ -278,8 +277,11 @@ TEST(Sim, SyncLatencyIsPaidByEveryWaiterOfARecordedEvent) {
   costs.sync_latency_us = 5;
   sim_backend b(costs);
   timeline t;
-  b.record_timeline(&t);
-  b.setup({.ops = 3, .events = 2});
+  b.record_timeline(&t);  // the backend driven by hand, without an executor
+  auto const s = build_schedule(three::spec(), strategy{});  // as many layers as the cost table
+  auto setup = backend_setup::of(s);
+  setup.events = 2;  // the events recorded and waited on below
+  b.setup(setup);
   b.begin_step();
   b.run(compute, 0, op{k::forward, compute}, {});  // 0 -> 100
   b.record(compute, 0);
@@ -327,18 +329,21 @@ random_case make_case(std::mt19937_64& rng) {
       std::vector<std::string_view> slots;
       if (uni(0, 1)) slots.push_back(slot_names[uni(0, types[0].slots.size() - 1)]);
       auto const first = static_cast<std::uint32_t>(uni(0, layers - 1));
-      p.rules.push_back(rule_spec{uni(0, 1) ? placement::offload : placement::remat, slots, first,
-                                  static_cast<std::uint32_t>(uni(first + 1, layers)), 0});
+      p.rules.push_back(rule_spec{.where = uni(0, 1) ? placement::offload : placement::remat,
+                                  .slots = slots,
+                                  .first_layer = first,
+                                  .last_layer = static_cast<std::uint32_t>(uni(first + 1, layers))});
     }
     buffer_spec b;
     b.staging_buffers = static_cast<std::uint32_t>(uni(1, 3));
-    pipeline_spec pl{uni(0, 3) > 0, static_cast<std::uint32_t>(uni(0, layers - 1)),
-                     uni(0, 1) ? std::size_t{0} : static_cast<std::size_t>(uni(1000, 100000)),
-                     static_cast<std::uint32_t>(uni(1, 3))};
+    pipeline_spec pl{.latency_hiding = uni(0, 3) > 0,
+                     .prefetch_distance = static_cast<std::uint32_t>(uni(0, layers - 1)),
+                     .chunk_bytes = uni(0, 1) ? std::size_t{0} : static_cast<std::size_t>(uni(1000, 100000)),
+                     .max_offloads_in_flight = static_cast<std::uint32_t>(uni(1, 3))};
     if (!pl.latency_hiding) pl.prefetch_distance = 0, b.staging_buffers = 1;
-    collective_spec col{uni(0, 3) == 0, uni(0, 3) == 0};
+    collective_spec col{.before_forward = uni(0, 3) == 0, .after_backward = uni(0, 3) == 0};
     try {
-      c.s = build_schedule(c.stack, p, b, pl, col);
+      c.s = build_schedule(c.stack, {.policy = p, .buffers = b, .pipeline = pl, .collectives = col});
       break;
     } catch (schedule_error const&) {  // a composition the builder rejects: draw again
       if (attempt > 20) throw;
@@ -355,7 +360,7 @@ random_case make_case(std::mt19937_64& rng) {
     if (uni(0, 1))
       for (std::size_t k = 0; k < c.stack.layer(l).slots.size(); ++k) lc.slot_recompute_us.push_back(us(0, 30));
     lc.gather_us = c.s.collectives.before_forward ? us(0, 20) : 0;
-    lc.collective_us = c.s.collectives.after_backward ? us(0, 20) : 0;
+    lc.reduce_us = c.s.collectives.after_backward ? us(0, 20) : 0;
     c.costs.layers.push_back(lc);
   }
   // Links from slow to very fast against compute (copies of 0.01 to 2000 us), with latencies
@@ -403,7 +408,7 @@ TEST(Sim, MoreWorkIsNeverFaster) {
           what += "slot recompute";
           break;
         case 4: lc.gather_us += d, what += "gather"; break;
-        case 5: lc.collective_us += d, what += "collective"; break;
+        case 5: lc.reduce_us += d, what += "reduce"; break;
       }
       expect_not_faster(more, c.s, what + " +" + std::to_string(d) + " us");
     }

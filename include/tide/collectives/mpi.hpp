@@ -103,11 +103,12 @@ class communicator {
     }
   }
 
-  //! The collective hook for a data-parallel step: all-reduces what `grads(layer)` returns.
+  //! The after-backward hook of a data-parallel step (`tide::hooks{.after_backward = ...}`):
+  //! all-reduces what `grads(layer)` returns.
   template <class Grads>
   auto gradient_hook(Grads grads) const {
     return [this, grads](auto const& ctx) {
-      if (ctx.kind == op_kind::collective) allreduce(grads(ctx.layer), ctx.step_failed, ctx.layer);
+      if (ctx.kind == op_kind::reduce) allreduce(grads(ctx.layer), ctx.step_failed, ctx.layer);
     };
   }
 

@@ -1,7 +1,7 @@
 #pragma once
 //! \file The NCCL adapter for the executor's collective hooks: per layer, the NCCL calls to run
 //! before its forward (`op_kind::gather`, e.g. all-gather of sharded weights) and after its
-//! backward (`op_kind::collective`, e.g. all-reduce or reduce-scatter of its gradients). The
+//! backward (`op_kind::reduce`, e.g. all-reduce or reduce-scatter of its gradients). The
 //! calls are enqueued on the hook's stream, the backend's communication stream, which the
 //! schedule orders after the layer's backward (and before the next forward that needs a gather)
 //! with events. Calls registered for one hook run as one NCCL group.
@@ -24,10 +24,15 @@
 namespace tide {
 
 //! An NCCL call failed; `result` is NCCL's code (`code`, the CUDA one, is cudaSuccess).
-struct nccl_error : cuda_error {
+struct nccl_error : collective_error {
   ncclResult_t result;
+  std::string call;   //!< the call as written, e.g. `ncclAllReduce(...)`
+  std::string where;  //!< file:line of the call, or the adapter that made it
   nccl_error(ncclResult_t r, std::string const& call_text, std::string const& location)
-      : cuda_error(result_name(r), ncclGetErrorString(r), call_text, location), result(r) {}
+      : collective_error(cuda_error::message(result_name(r), ncclGetErrorString(r), call_text, location, false)),
+        result(r),
+        call(call_text),
+        where(location) {}
 
  private:
   static char const* result_name(ncclResult_t r) noexcept {
@@ -54,7 +59,7 @@ inline void check_nccl(ncclResult_t r, char const* call, char const* file, int l
 
 }  // namespace tide
 
-//! Checks an NCCL call; throws `tide::nccl_error` (a `tide::cuda_error`) naming the call, the
+//! Checks an NCCL call; throws `tide::nccl_error` (a `tide::collective_error`) naming the call, the
 //! error and file:line.
 #define TIDE_NCCL_CHECK(...) ::tide::detail::check_nccl((__VA_ARGS__), #__VA_ARGS__, __FILE__, __LINE__)
 
@@ -70,8 +75,9 @@ struct nccl_call {
   ncclRedOp_t op = ncclSum;  //!< ignored by all-gather
 };
 
-//! The hooks: pass the same object as both the gather and the collective hook of
-//! `executor::step`; it dispatches on `ctx.kind`.
+//! The hooks: pass the same object as both hooks, by reference,
+//! `tide::hooks{.before_forward = std::ref(h), .after_backward = std::ref(h)}` (or only the one the
+//! schedule makes room for); it dispatches on `ctx.kind` (`gather` or `reduce`).
 //!
 //! Failure agreement: each hook's group also all-reduces (max) one int saying whether this rank's
 //! step failed, so a rank whose lambda threw still makes the same NCCL calls as its peers (no
@@ -86,11 +92,11 @@ struct nccl_call {
 //! is waited out with the same polling.
 class nccl_hooks {
  public:
-  //! `comm` must outlive the hooks; `layers` is the stack's layer count. Allocates the failure
+  //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure
   //! flags (device and pinned host) on the current device, which must be the communicator's.
-  nccl_hooks(ncclComm_t comm, std::uint32_t layers) : comm_(comm), before_(layers), after_(layers) {
+  nccl_hooks(ncclComm_t comm, std::uint32_t layer_count) : comm_(comm), before_(layer_count), after_(layer_count) {
     TIDE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
-    auto const n = 2 * std::size_t{layers} + 1;
+    auto const n = 2 * std::size_t{layer_count} + 1;
     TIDE_CUDA_CHECK(cudaMalloc(&device_flags_, n * sizeof(int)));
     if (auto const e = cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable); e != cudaSuccess) {
       static_cast<void>(cudaFree(device_flags_));

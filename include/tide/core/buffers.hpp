@@ -1,10 +1,13 @@
 #pragma once
-//! \file Buffer types: how storage is provided. A device arena holds kept activations and the
+//! \file Buffers: how storage is provided. A device arena holds kept activations and the
 //! transient regions; a ring of staging buffers receives prefetches; a pinned host arena holds
-//! offloaded data.
+//! offloaded data. `buffer_spec` is the value; `tide::buffers<knobs...>` spells it as a type.
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+
+#include <tide/core/vocabulary.hpp>
 
 namespace tide {
 
@@ -17,42 +20,44 @@ struct buffer_spec {
   //! (staging ring, recompute scratch) share addresses; backward's first use waits for forward's
   //! last copy. Saves memory, may expose the tail of the last offload.
   bool share_phase_regions = true;
+  friend constexpr bool operator==(buffer_spec const&, buffer_spec const&) = default;
 };
 
-//! A ring of `N` device staging buffers, each sized for one layer's offloaded slots.
+//! `buffer_spec::staging_buffers`: a ring of `N` device buffers, each sized for the largest
+//! layer that uses it.
 template <std::uint32_t N>
-struct staging_ring {
-  static constexpr std::uint32_t buffers = N;
+struct staging_buffers : detail::field_knob<buffer_spec, &buffer_spec::staging_buffers, N, "staging_buffers"> {};
+//! `buffer_spec::device_alignment`.
+template <std::size_t Bytes>
+struct device_alignment : detail::field_knob<buffer_spec, &buffer_spec::device_alignment, Bytes, "device_alignment"> {
+  static_assert(Bytes > 0 && (Bytes & (Bytes - 1)) == 0, "tide::device_alignment<Bytes>: the alignment must be a power of two");
 };
-
-//! The device arena: region alignment, guard bytes after each slot, and phase sharing.
-template <std::size_t Alignment = 256, std::size_t GuardBytes = 0, bool SharePhases = true>
-struct device_arena {
-  static_assert(Alignment > 0 && (Alignment & (Alignment - 1)) == 0,
-                "tide::device_arena<Alignment>: the alignment must be a power of two");
-  static constexpr std::size_t alignment = Alignment;
-  static constexpr std::size_t guard_bytes = GuardBytes;
-  static constexpr bool share_phase_regions = SharePhases;
+//! `buffer_spec::host_alignment`.
+template <std::size_t Bytes>
+struct host_alignment : detail::field_knob<buffer_spec, &buffer_spec::host_alignment, Bytes, "host_alignment"> {
+  static_assert(Bytes > 0 && (Bytes & (Bytes - 1)) == 0, "tide::host_alignment<Bytes>: the alignment must be a power of two");
 };
+//! `buffer_spec::guard_bytes`.
+template <std::size_t Bytes>
+struct guard_bytes : detail::field_knob<buffer_spec, &buffer_spec::guard_bytes, Bytes, "guard_bytes"> {};
+//! `buffer_spec::share_phase_regions`.
+template <bool On>
+struct share_phase_regions : detail::field_knob<buffer_spec, &buffer_spec::share_phase_regions, On, "share_phase_regions"> {};
 
-//! The pinned host arena that receives offloaded slots.
-template <std::size_t Alignment = 64>
-struct pinned_arena {
-  static_assert(Alignment > 0 && (Alignment & (Alignment - 1)) == 0,
-                "tide::pinned_arena<Alignment>: the alignment must be a power of two");
-  static constexpr std::size_t alignment = Alignment;
-};
-
-template <class Staging = staging_ring<2>, class Device = device_arena<>, class Host = pinned_arena<>>
+//! Buffers from knobs in any order; an absent knob keeps `buffer_spec`'s default:
+//! `tide::buffers<tide::staging_buffers<3>, tide::guard_bytes<64>>`.
+template <class... Knobs>
 struct buffers {
+  static_assert((detail::knob_for<Knobs, buffer_spec> && ...),
+                "tide::buffers<...>: each argument must be a buffer knob: tide::staging_buffers<N>, "
+                "tide::device_alignment<N>, tide::host_alignment<N>, tide::guard_bytes<N> or "
+                "tide::share_phase_regions<bool>");
+  static_assert(detail::distinct_knobs<Knobs...>(), "tide::buffers<...>: a knob is given twice: give each knob once");
   using tide_buffers_tag = void;
-  static constexpr buffer_spec spec() {
-    return {Staging::buffers, Device::alignment, Host::alignment, Device::guard_bytes,
-            Device::share_phase_regions};
-  }
+  static constexpr buffer_spec spec() { return detail::apply_knobs<buffer_spec, Knobs...>(); }
 };
 
 //! Buffers with 64 guard bytes after every slot, for debug runs.
-using debug_buffers = buffers<staging_ring<2>, device_arena<256, 64>>;
+using debug_buffers = buffers<guard_bytes<64>>;
 
 }  // namespace tide

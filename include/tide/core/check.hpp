@@ -30,7 +30,7 @@
 //! - no race: two ops that touch overlapping bytes (one of them writing) are ordered by stream
 //!   order or an event chain, so no region is reused while an op that reads or writes it may run;
 //! - data flow: every read (a backward, a recompute, a copy) sees the bytes written for that very
-//!   (layer, slot), ordered before it, and not overwritten in between: reloads complete before
+//!   (layer, slot), ordered before it, and not overwritten in between: prefetches complete before
 //!   their consumer, offloads complete before their source region is reused.
 //!
 //! Race and data flow are one sweep in issue order (happens-before implies issue order) over the
@@ -110,12 +110,7 @@ inline std::string slot_label(schedule_view const& s, std::uint32_t layer, std::
 //! Only for ops whose layer and slot are proven in range.
 inline std::string op_name(schedule_view const& s, std::uint32_t i) {
   auto const& o = s.ops[i];
-  std::string r = "op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) + " layer " + std::to_string(o.layer);
-  if (o.slot != no_slot) {
-    r += " slot '" + std::string(s.slots_of(o.layer)[o.slot].name) + "'";
-    if (o.chunks > 1) r += " chunk " + std::to_string(o.chunk) + "/" + std::to_string(o.chunks);
-  }
-  return r + " on " + std::string(to_string(o.stream)) + ")";
+  return "op #" + std::to_string(i) + " (" + op_label(s, o) + " on " + std::string(to_string(o.stream)) + ")";
 }
 
 inline std::string space_name(bool host) { return host ? "host" : "device"; }
@@ -209,7 +204,7 @@ inline checked_program check_program(schedule_view const& s) {
     auto const& o = s.ops[i];
     auto const st = static_cast<std::size_t>(o.stream);
     if (o.layer >= L) check_fail("structure: op #" + str(i) + " names layer " + str(o.layer) + " beyond the " + str(L) + "-layer stack");
-    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::collective))
+    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::reduce))
       check_fail("structure: op #" + str(i) + " has no valid kind");
     if (o.slot != no_slot && o.slot >= s.layers[o.layer].slot_count)
       check_fail("structure: op #" + str(i) + " names slot " + str(o.slot) + " which layer " + str(o.layer) + " does not have");
@@ -279,7 +274,7 @@ inline checked_program check_program(schedule_view const& s) {
   auto const& bwd = by_kind[static_cast<std::size_t>(op_kind::backward)];
   auto const& rec = by_kind[static_cast<std::size_t>(op_kind::recompute)];
   auto const& gat = by_kind[static_cast<std::size_t>(op_kind::gather)];
-  auto const& col = by_kind[static_cast<std::size_t>(op_kind::collective)];
+  auto const& col = by_kind[static_cast<std::size_t>(op_kind::reduce)];
   auto ordered = [&](std::uint32_t a, std::uint32_t b, std::string const& what) {
     if (!p.before(a, b))
       check_fail("ordering: " + op_name(s, b) + " is not ordered after " + op_name(s, a) + " (" + what + ")");
@@ -310,20 +305,20 @@ inline checked_program check_program(schedule_view const& s) {
       check_fail("completeness: " + op_name(s, gat[l]) + " gathers though the schedule's collectives do not");
     if (gat[l] != absent) ordered(gat[l], fwd[l], "a layer's forward follows its gather");
     if (s.collectives.after_backward && col[l] == absent)
-      check_fail("completeness: " + layer + " has no collective op though the schedule's collectives reduce after backward");
+      check_fail("completeness: " + layer + " has no reduce op though the schedule's collectives reduce after backward");
     if (!s.collectives.after_backward && col[l] != absent)
-      check_fail("completeness: " + op_name(s, col[l]) + " runs a collective though the schedule's collectives do not");
-    if (col[l] != absent) ordered(bwd[l], col[l], "a collective follows its layer's backward");
+      check_fail("completeness: " + op_name(s, col[l]) + " reduces though the schedule's collectives do not");
+    if (col[l] != absent) ordered(bwd[l], col[l], "a layer's reduce follows its backward");
   }
 
   // Completeness of copies: every offloaded slot goes out and comes back, each chunk once.
   struct copy_key {
     std::uint32_t slot;  // global binding index
-    bool reload;
+    bool prefetch;
     std::uint32_t chunk;
     std::uint32_t op;
     bool operator<(copy_key const& o) const noexcept {
-      return std::tie(slot, reload, chunk, op) < std::tie(o.slot, o.reload, o.chunk, o.op);
+      return std::tie(slot, prefetch, chunk, op) < std::tie(o.slot, o.prefetch, o.chunk, o.op);
     }
   };
   std::vector<copy_key> copies;
@@ -335,15 +330,15 @@ inline checked_program check_program(schedule_view const& s) {
     for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
       auto const g = s.layers[l].first_slot + k;
       if (s.slots[g].where != placement::offload) continue;  // copies of other slots were rejected above
-      for (bool reload : {false, true}) {
-        auto const kind = reload ? "prefetch" : "offload";
+      for (bool prefetch : {false, true}) {
+        auto const kind = prefetch ? "prefetch" : "offload";
         auto const [first, last] =
-            std::equal_range(copies.begin(), copies.end(), copy_key{g, reload, 0, 0}, [](auto const& a, auto const& b) {
-              return std::tie(a.slot, a.reload) < std::tie(b.slot, b.reload);
+            std::equal_range(copies.begin(), copies.end(), copy_key{g, prefetch, 0, 0}, [](auto const& a, auto const& b) {
+              return std::tie(a.slot, a.prefetch) < std::tie(b.slot, b.prefetch);
             });
         if (first == last)
           check_fail("completeness: " + slot_label(s, l, k) + " is offloaded but " +
-                     (reload ? "never prefetched: no prefetch op reloads it before its backward"
+                     (prefetch ? "never prefetched: no prefetch op brings it back before its backward"
                              : "never offloaded: no offload op copies it to the host"));
         auto const chunks = s.ops[first->op].chunks;
         for (auto it = first; it != last; ++it) {
@@ -367,7 +362,7 @@ inline checked_program check_program(schedule_view const& s) {
   std::uint64_t total = 0;
   for (auto const& o : s.ops)
     total += is_copy(o.kind)                                                ? 2
-             : o.kind == op_kind::gather || o.kind == op_kind::collective ? 0
+             : o.kind == op_kind::gather || o.kind == op_kind::reduce ? 0
                                                                           : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u);
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
@@ -413,7 +408,7 @@ inline checked_program check_program(schedule_view const& s) {
         add(false, true, o.device_offset, o.bytes, slot, chunk_start);
         break;
       case op_kind::gather:
-      case op_kind::collective: break;
+      case op_kind::reduce: break;
     }
   }
   p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));

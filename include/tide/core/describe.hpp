@@ -1,11 +1,12 @@
 #pragma once
-//! \file `tide::describe(schedule)`: a readable account of what is kept, offloaded or recomputed
+//! \file `tide::describe`: a strategy's rules and parts; and a schedule's readable account of what is kept, offloaded or recomputed
 //! per layer, the arena layout and peaks, and the op order on each stream.
 
 #include <cstdio>
 #include <string>
 
 #include <tide/core/schedule.hpp>
+#include <tide/core/strategy.hpp>
 
 namespace tide {
 
@@ -19,6 +20,45 @@ inline std::string format_bytes(double b) {
   return buf;
 }
 
+namespace detail {
+inline std::string describe_pipeline(pipeline_spec const& p) {
+  return "latency hiding " + std::string(p.latency_hiding ? "on" : "off") + ", prefetch distance " +
+         std::to_string(p.prefetch_distance) + ", chunk " +
+         (p.chunk_bytes ? format_bytes(static_cast<double>(p.chunk_bytes)) : std::string("whole slot")) +
+         ", offloads in flight " + std::to_string(p.max_offloads_in_flight);
+}
+inline std::string describe_buffers(buffer_spec const& b) {
+  return std::to_string(b.staging_buffers) + " staging buffers, device alignment " + std::to_string(b.device_alignment) +
+         ", host alignment " + std::to_string(b.host_alignment) + ", guard bytes " + std::to_string(b.guard_bytes) +
+         (b.share_phase_regions ? ", phases share regions" : ", phases apart");
+}
+inline std::string describe_collectives(collective_spec const& c) {
+  if (!c.before_forward && !c.after_backward) return "none";
+  return std::string(c.before_forward ? "gather before forward" : "") + (c.before_forward && c.after_backward ? ", " : "") +
+         (c.after_backward ? "reduce after backward" : "");
+}
+}  // namespace detail
+
+//! A strategy as text: its rules in order (first match wins, the default is keep), then its
+//! buffers, pipeline and collectives.
+inline std::string describe(strategy const& st) {
+  std::string r = "strategy:\n  policy:";
+  if (st.policy.rules.empty()) r += " keep everything";
+  for (auto const& rule : st.policy.rules) {
+    r.append("\n    ").append(to_string(rule.where)).append(" ");
+    if (rule.slots.empty()) r += "any slot";
+    for (std::size_t i = 0; i < rule.slots.size(); ++i) r.append(i ? ", " : "").append(rule.slots[i]);
+    if (rule.first_layer != 0 || rule.last_layer != all_layers)
+      r += " of layers [" + std::to_string(rule.first_layer) + ", " +
+           (rule.last_layer == all_layers ? std::string("end") : std::to_string(rule.last_layer)) + ")";
+    if (rule.min_bytes) r += " of at least " + format_bytes(static_cast<double>(rule.min_bytes));
+  }
+  if (st.policy.allow_unused_rules) r += "\n    (unused rules allowed)";
+  r += "\n  buffers: " + detail::describe_buffers(st.buffers) + "\n  pipeline: " + detail::describe_pipeline(st.pipeline) +
+       "\n  collectives: " + detail::describe_collectives(st.collectives) + "\n";
+  return r;
+}
+
 struct describe_options {
   bool layers = true;
   bool ops = true;
@@ -29,10 +69,8 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
   auto const& a = s.arena;
   r += "schedule: " + std::to_string(s.layer_count()) + " layers, " + std::to_string(s.ops.size()) + " ops, " +
        std::to_string(s.event_count) + " events\n";
-  r += "  pipeline: latency hiding " + std::string(s.pipeline.latency_hiding ? "on" : "off") + ", prefetch distance " +
-       std::to_string(s.pipeline.prefetch_distance) + ", chunk " +
-       (s.pipeline.chunk_bytes ? format_bytes(static_cast<double>(s.pipeline.chunk_bytes)) : std::string("whole slot")) +
-       ", offloads in flight " + std::to_string(s.pipeline.max_offloads_in_flight) + "\n";
+  r += "  pipeline: " + detail::describe_pipeline(s.pipeline) + "\n  collectives: " +
+       detail::describe_collectives(s.collectives) + "\n";
   r += "  peak device " + format_bytes(static_cast<double>(a.device_bytes)) + " (kept " +
        format_bytes(static_cast<double>(a.kept_bytes)) + ", offload sources " + std::to_string(a.offload_buffers) + " x = " +
        format_bytes(static_cast<double>(a.offload_ring_bytes)) + ", staging " + std::to_string(a.staging_buffers) +
@@ -59,17 +97,10 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
       for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
         auto const& o = s.ops[i];
         if (static_cast<std::size_t>(o.stream) != st) continue;
-        line += " #" + std::to_string(i) + ":" + std::string(to_string(o.kind)) + "(L" + std::to_string(o.layer);
-        if (o.slot != no_slot) {
-          line += "." + std::string(s.slots_of(o.layer)[o.slot].name);
-          if (o.chunks > 1) line += "[" + std::to_string(o.chunk) + "/" + std::to_string(o.chunks) + "]";
-        }
-        line += ")";
-        if (o.wait_count) {
-          line += "<-";
-          bool first = true;
-          for (auto w : s.waits_of(o)) line += (first ? "#" : ",#") + std::to_string(w), first = false;
-        }
+        line.append(" #").append(std::to_string(i)).append(" ").append(op_label(s, o));
+        bool first = true;
+        for (auto w : s.waits_of(o)) line.append(first ? " (after #" : ",#").append(std::to_string(w)), first = false;
+        line += first ? ";" : ");";
       }
       if (!line.empty()) r += "  " + std::string(to_string(static_cast<stream_role>(st))) + ":" + line + "\n";
     }

@@ -12,21 +12,27 @@ struct error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-//! A stack, policy, buffer or pipeline composition that cannot form a valid schedule,
-//! or an op program that fails the checker.
+//! A stack and strategy that cannot form a valid schedule, or an op program that fails the
+//! checker.
 struct schedule_error : error {
   using error::error;
 };
 
-//! An arena request exceeds the capacity the backend was given.
+//! A cost table, calibration request or machine model that is invalid or does not describe the
+//! schedule it is used with.
+struct cost_model_error : error {
+  using error::error;
+};
+
+//! An arena request exceeds the budget the backend was given (the bytes it may hold at once).
 struct out_of_memory : error {
   std::size_t requested;
-  std::size_t capacity;
+  std::size_t budget;
   out_of_memory(std::string const& what, std::size_t req, std::size_t cap)
       : error(what + ": needs " + std::to_string(req) + " bytes, budget is " + std::to_string(cap) +
               " bytes"),
         requested(req),
-        capacity(cap) {}
+        budget(cap) {}
 };
 
 //! A user lambda asked for a slot that the layer does not save, or misused one it does.
@@ -34,12 +40,12 @@ struct slot_error : error {
   using error::error;
 };
 
-//! A debug check caught a write past a slot, or a read of a slot whose reload had not completed.
+//! A debug check caught a write past a slot, or a read of a slot whose prefetch had not completed.
 struct debug_check_error : error {
   using error::error;
 };
 
-//! A collective adapter (MPI, NCCL) failed.
+//! A collective adapter failed (MPI; NCCL's `nccl_error` derives from it).
 struct collective_error : error {
   using error::error;
 };

@@ -2,11 +2,12 @@
 //! \file The op program: what each stream runs, in host issue order, with cross-stream waits.
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
 #include <span>
 #include <string_view>
 
-#include <tide/core/config.hpp>
+#include <tide/core/vocabulary.hpp>
 
 namespace tide {
 
@@ -16,8 +17,8 @@ enum class op_kind : std::uint8_t {
   backward,    //!< the user's backward lambda of a layer (compute stream)
   offload,     //!< device-to-host copy of (a chunk of) a slot
   prefetch,    //!< host-to-device copy of (a chunk of) a slot into a staging buffer
-  gather,      //!< collective hook before a layer's forward (communication stream)
-  collective,  //!< collective hook after a layer's backward (communication stream)
+  gather,      //!< the before-forward collective hook of a layer (communication stream)
+  reduce,      //!< the after-backward collective hook of a layer (communication stream)
 };
 
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -28,7 +29,7 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::offload: return "offload";
     case op_kind::prefetch: return "prefetch";
     case op_kind::gather: return "gather";
-    case op_kind::collective: return "collective";
+    case op_kind::reduce: return "reduce";
   }
   return "?";
 }
@@ -57,39 +58,26 @@ struct op {
   friend constexpr bool operator==(op const&, op const&) = default;
 };
 
-//! Where one slot of one layer lives.
-struct slot_binding {
-  std::string_view name;
-  placement where = placement::keep;
-  std::size_t bytes = 0;
-  std::size_t forward_offset = 0;   //!< device offset the forward lambda writes
-  std::size_t backward_offset = 0;  //!< device offset recompute/backward read
-  std::size_t host_offset = 0;      //!< pinned host offset (offload only)
-  friend constexpr bool operator==(slot_binding const&, slot_binding const&) = default;
-};
-
-struct layer_binding {
-  std::string_view type_name;
-  std::uint32_t first_slot = 0;  //!< index into the schedule's slot bindings
-  std::uint32_t slot_count = 0;
-  std::size_t offloaded_bytes = 0;  //!< region bytes of its offloaded slots
-  std::size_t remat_bytes = 0;      //!< region bytes of its remat slots
-  friend constexpr bool operator==(layer_binding const&, layer_binding const&) = default;
-};
-
-//! The static buffer assignment.
-struct arena_layout {
-  std::size_t device_bytes = 0;      //!< the whole device arena: the predicted device peak
-  std::size_t host_bytes = 0;        //!< the whole pinned host arena: the predicted host peak
-  std::size_t kept_bytes = 0;        //!< kept slots, at offset 0
-  std::size_t forward_area = 0;      //!< offset of offload sources then forward remat scratch
-  std::size_t backward_area = 0;     //!< offset of the staging ring then recompute scratch
-  std::size_t offload_ring_bytes = 0; //!< all offload source buffers (each sized for its layers)
-  std::size_t staging_ring_bytes = 0; //!< all staging buffers (each sized for its layers)
-  std::uint32_t offload_buffers = 0;  //!< offload source buffers in the ring
-  std::uint32_t staging_buffers = 0;  //!< staging buffers in the ring
-  std::size_t remat_scratch_bytes = 0;
-  friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;
-};
+//! The one name an op has everywhere (checker messages, `describe`, traces, NVTX ranges):
+//! "forward L3", "offload L3 q_proj", "prefetch L3 q_proj 2/4" (chunks counted from 1, shown when
+//! a slot is split). Written into `buf` (truncated to fit, always terminated), so the NVTX path
+//! allocates nothing; `slot_name` may be empty, then the slot's index is used.
+inline void write_op_label(std::span<char> buf, op const& o, std::string_view slot_name) noexcept {
+  if (buf.empty()) return;
+  auto const kind = to_string(o.kind);
+  int const k = static_cast<int>(kind.size());
+  int n = std::snprintf(buf.data(), buf.size(), "%.*s L%u", k, kind.data(), static_cast<unsigned>(o.layer));
+  auto rest = [&] { return n < 0 || static_cast<std::size_t>(n) >= buf.size() ? std::span<char>{} : buf.subspan(static_cast<std::size_t>(n)); };
+  if (o.slot == no_slot) return;
+  if (auto r = rest(); !r.empty()) {
+    int const m = slot_name.empty()
+                      ? std::snprintf(r.data(), r.size(), " slot %u", static_cast<unsigned>(o.slot))
+                      : std::snprintf(r.data(), r.size(), " %.*s", static_cast<int>(slot_name.size()), slot_name.data());
+    n = m < 0 ? -1 : n + m;
+  }
+  if (o.chunks <= 1) return;
+  if (auto r = rest(); !r.empty())
+    std::snprintf(r.data(), r.size(), " %u/%u", static_cast<unsigned>(o.chunk + 1), static_cast<unsigned>(o.chunks));
+}
 
 }  // namespace tide

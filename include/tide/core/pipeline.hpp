@@ -1,8 +1,14 @@
 #pragma once
-//! \file Pipeline types: how copies are placed and overlapped.
+//! \file Pipelines (how copies are placed and overlapped) and collectives (which hooks the
+//! schedule makes room for). The values `pipeline_spec` and `collective_spec` are what the core
+//! works on; `tide::pipeline<knobs...>` and `tide::collectives<knobs...>` spell them as types,
+//! each knob named and in any order.
 
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
+
+#include <tide/core/vocabulary.hpp>
 
 namespace tide {
 
@@ -16,33 +22,67 @@ struct pipeline_spec {
   std::size_t chunk_bytes = 0;
   //! Layers whose offload may be in flight at once; each needs one device source buffer.
   std::uint32_t max_offloads_in_flight = 2;
+  friend constexpr bool operator==(pipeline_spec const&, pipeline_spec const&) = default;
 };
 
 //! Collective hooks the schedule makes room for, on the communication stream.
 struct collective_spec {
-  bool before_forward = false;  //!< e.g. gather a layer's weights; issued one layer ahead
-  bool after_backward = false;  //!< e.g. all-reduce a layer's gradients
+  bool before_forward = false;  //!< a gather hook before each layer's forward (e.g. its weights), one layer ahead
+  bool after_backward = false;  //!< a reduce hook after each layer's backward (e.g. its gradients)
+  friend constexpr bool operator==(collective_spec const&, collective_spec const&) = default;
 };
 
-template <bool LatencyHiding = true, std::uint32_t PrefetchDistance = 1, std::size_t ChunkBytes = 0,
-          std::uint32_t MaxOffloadsInFlight = 2>
+// ---------------------------------------------------------------------------------------------
+// Pipeline knobs
+
+//! `pipeline_spec::latency_hiding`.
+template <bool On>
+struct latency_hiding : detail::field_knob<pipeline_spec, &pipeline_spec::latency_hiding, On, "latency_hiding"> {};
+//! `pipeline_spec::prefetch_distance`.
+template <std::uint32_t Layers>
+struct prefetch_distance : detail::field_knob<pipeline_spec, &pipeline_spec::prefetch_distance, Layers, "prefetch_distance"> {};
+//! `pipeline_spec::chunk_bytes`.
+template <std::size_t Bytes>
+struct chunk_bytes : detail::field_knob<pipeline_spec, &pipeline_spec::chunk_bytes, Bytes, "chunk_bytes"> {};
+//! `pipeline_spec::max_offloads_in_flight`.
+template <std::uint32_t N>
+struct max_offloads_in_flight : detail::field_knob<pipeline_spec, &pipeline_spec::max_offloads_in_flight, N, "max_offloads_in_flight"> {
+  static_assert(N >= 1, "tide::max_offloads_in_flight<N>: N must be at least 1 (each in-flight offload needs a "
+                        "device source buffer)");
+};
+
+//! A pipeline from knobs in any order; an absent knob keeps `pipeline_spec`'s default:
+//! `tide::pipeline<tide::prefetch_distance<2>, tide::chunk_bytes<(1 << 20)>>`.
+template <class... Knobs>
 struct pipeline {
-  static_assert(MaxOffloadsInFlight >= 1,
-                "tide::pipeline: MaxOffloadsInFlight must be at least 1 (each in-flight offload needs a source buffer)");
+  static_assert((detail::knob_for<Knobs, pipeline_spec> && ...),
+                "tide::pipeline<...>: each argument must be a pipeline knob: tide::latency_hiding<bool>, "
+                "tide::prefetch_distance<N>, tide::chunk_bytes<N> or tide::max_offloads_in_flight<N>");
+  static_assert(detail::distinct_knobs<Knobs...>(), "tide::pipeline<...>: a knob is given twice: give each knob once");
   using tide_pipeline_tag = void;
-  static constexpr pipeline_spec spec() {
-    return {LatencyHiding, PrefetchDistance, ChunkBytes, MaxOffloadsInFlight};
-  }
+  static constexpr pipeline_spec spec() { return detail::apply_knobs<pipeline_spec, Knobs...>(); }
 };
 
-//! Copies on the compute stream: the baseline that latency hiding is measured against.
-using naive_pipeline = pipeline<false, 0>;
+//! Copies on the compute stream, just in time: the baseline that latency hiding is measured against.
+using naive_pipeline = pipeline<latency_hiding<false>, prefetch_distance<0>>;
 
-template <bool BeforeForward, bool AfterBackward>
+// ---------------------------------------------------------------------------------------------
+// Collective knobs
+
+//! `collective_spec::before_forward`: make room for a gather hook before each layer's forward.
+struct before_forward : detail::field_knob<collective_spec, &collective_spec::before_forward, true, "before_forward"> {};
+//! `collective_spec::after_backward`: make room for a reduce hook after each layer's backward.
+struct after_backward : detail::field_knob<collective_spec, &collective_spec::after_backward, true, "after_backward"> {};
+
+//! The collective hooks a schedule makes room for: `tide::collectives<tide::after_backward>`.
+template <class... Knobs>
 struct collectives {
+  static_assert((detail::knob_for<Knobs, collective_spec> && ...),
+                "tide::collectives<...>: each argument must be tide::before_forward or tide::after_backward");
+  static_assert(detail::distinct_knobs<Knobs...>(), "tide::collectives<...>: a knob is given twice: give each once");
   using tide_collectives_tag = void;
-  static constexpr collective_spec spec() { return {BeforeForward, AfterBackward}; }
+  static constexpr collective_spec spec() { return detail::apply_knobs<collective_spec, Knobs...>(); }
 };
-using no_collectives = collectives<false, false>;
+using no_collectives = collectives<>;
 
 }  // namespace tide

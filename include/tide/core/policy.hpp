@@ -7,15 +7,15 @@
 #include <string_view>
 #include <vector>
 
-#include <tide/core/config.hpp>
+#include <tide/core/vocabulary.hpp>
 #include <tide/core/stack.hpp>
 
 namespace tide {
 
-//! One rule: `action` applies to slots named in `slots` (empty: any slot) of layers in
-//! [first_layer, last_layer) whose size is at least `min_bytes`.
+//! One rule: the slots named in `slots` (empty: any slot) of layers in [first_layer, last_layer)
+//! whose size is at least `min_bytes` are placed `where`.
 struct rule_spec {
-  placement action = placement::keep;
+  placement where = placement::keep;
   std::vector<std::string_view> slots;
   std::uint32_t first_layer = 0;
   std::uint32_t last_layer = all_layers;
@@ -50,61 +50,88 @@ struct policy_spec {
   }
   constexpr placement decide(std::uint32_t layer, slot_spec const& s) const noexcept {
     auto const i = deciding_rule(layer, s);
-    return i == no_rule ? placement::keep : rules[i].action;
+    return i == no_rule ? placement::keep : rules[i].where;
   }
 };
 
 // ---------------------------------------------------------------------------------------------
-// Type-level sugar (CUTLASS dispatch-policy style: empty tags exposing static constexpr values)
+// Type-level sugar (CUTLASS dispatch-policy style: empty tags exposing static constexpr values).
+// A rule takes its selectors in any order: `tide::offload<tide::slot_names<"q_proj">,
+// tide::layer_range<0, 31>, tide::min_bytes<(1 << 20)>>`; an absent selector selects everything.
 
-//! Selects slots by name.
+//! Selects slots by name (`rule_spec::slots`).
 template <fixed_string... Names>
-struct slots {
-  using tide_slot_selector_tag = void;
-  static constexpr void fill(std::vector<std::string_view>& out) { (out.push_back(Names.view()), ...); }
+struct slot_names {
+  static_assert(sizeof...(Names) > 0, "tide::slot_names<...>: name at least one slot, or leave the selector out to "
+                                      "select every slot");
+  using tide_knob_of = rule_spec;
+  static constexpr std::string_view tide_knob_name = "slot_names";
+  static constexpr void apply(rule_spec& r) { (r.slots.push_back(Names.view()), ...); }
 };
-//! Selects every slot.
-struct any_slot {
-  using tide_slot_selector_tag = void;
-  static constexpr void fill(std::vector<std::string_view>&) {}
-};
-//! Selects layers [First, Last).
+//! Selects layers [First, Last) (`rule_spec::first_layer`, `last_layer`).
 template <std::uint32_t First, std::uint32_t Last = all_layers>
-struct layers {
-  static_assert(First < Last, "tide::layers<First, Last>: the range is [First, Last) and must not be empty");
-  using tide_layer_selector_tag = void;
-  static constexpr std::uint32_t first = First;
-  static constexpr std::uint32_t last = Last;
+struct layer_range {
+  static_assert(First < Last, "tide::layer_range<First, Last>: the range is [First, Last) and must not be empty");
+  using tide_knob_of = rule_spec;
+  static constexpr std::string_view tide_knob_name = "layer_range";
+  static constexpr void apply(rule_spec& r) noexcept {
+    r.first_layer = First;
+    r.last_layer = Last;
+  }
 };
+//! Selects slots of at least `Bytes` bytes (`rule_spec::min_bytes`).
+template <std::size_t Bytes>
+struct min_bytes : detail::field_knob<rule_spec, &rule_spec::min_bytes, Bytes, "min_bytes"> {};
 
-template <placement Action, class SlotSel = any_slot, class LayerSel = layers<0>, std::size_t MinBytes = 0>
+//! One rule: `Where` for what its selectors (any order, each at most once) select.
+template <placement Where, class... Selectors>
 struct rule {
-  static_assert(requires { typename SlotSel::tide_slot_selector_tag; },
-                "tide::rule: the second argument must be tide::slots<\"a\", \"b\"> or tide::any_slot");
-  static_assert(requires { typename LayerSel::tide_layer_selector_tag; },
-                "tide::rule: the third argument must be tide::layers<First, Last>");
+  static_assert((detail::knob_for<Selectors, rule_spec> && ...),
+                "tide::keep/offload/remat<...>: each argument must be a selector: tide::slot_names<\"a\", ...>, "
+                "tide::layer_range<First, Last> or tide::min_bytes<N>");
+  static_assert(detail::distinct_knobs<Selectors...>(),
+                "tide::keep/offload/remat<...>: a selector is given twice: give each selector once");
   using tide_rule_tag = void;
   static constexpr rule_spec spec() {
-    rule_spec r{Action, {}, LayerSel::first, LayerSel::last, MinBytes};
-    SlotSel::fill(r.slots);
+    rule_spec r;
+    r.where = Where;
+    (Selectors::apply(r), ...);
     return r;
   }
 };
 
-template <class SlotSel = any_slot, class LayerSel = layers<0>, std::size_t MinBytes = 0>
-using keep = rule<placement::keep, SlotSel, LayerSel, MinBytes>;
-template <class SlotSel = any_slot, class LayerSel = layers<0>, std::size_t MinBytes = 0>
-using offload = rule<placement::offload, SlotSel, LayerSel, MinBytes>;
-template <class SlotSel = any_slot, class LayerSel = layers<0>, std::size_t MinBytes = 0>
-using remat = rule<placement::remat, SlotSel, LayerSel, MinBytes>;
+template <class... Selectors>
+using keep = rule<placement::keep, Selectors...>;
+template <class... Selectors>
+using offload = rule<placement::offload, Selectors...>;
+template <class... Selectors>
+using remat = rule<placement::remat, Selectors...>;
+
+//! Lets a policy keep rules that decide nothing on some stack (`policy_spec::allow_unused_rules`):
+//! `tide::policy<tide::allow_unused_rules, tide::offload<...>>`.
+struct allow_unused_rules {
+  using tide_policy_option_tag = void;
+};
 
 //! An ordered list of rules; the first match wins, the default is keep.
 template <class... Rules>
 struct policy {
-  static_assert((requires { typename Rules::tide_rule_tag; } && ...),
-                "tide::policy<Rules...>: each argument must be a rule such as tide::offload<tide::slots<\"q_proj\">>");
+  static_assert(((requires { typename Rules::tide_rule_tag; } || requires { typename Rules::tide_policy_option_tag; }) && ...),
+                "tide::policy<Rules...>: each argument must be a rule such as tide::offload<tide::slot_names<\"q_proj\">>, "
+                "or tide::allow_unused_rules");
   using tide_policy_tag = void;
-  static constexpr policy_spec spec() { return policy_spec{Rules::spec()...}; }
+  static constexpr policy_spec spec() {
+    policy_spec p;
+    (add(p, static_cast<Rules*>(nullptr)), ...);
+    return p;
+  }
+
+ private:
+  template <class R>
+  static constexpr void add(policy_spec& p, R*) {
+    if constexpr (requires { typename R::tide_policy_option_tag; }) p.allow_unused_rules = true;
+    else p.rules.push_back(R::spec());
+  }
 };
 
 using keep_all = policy<>;

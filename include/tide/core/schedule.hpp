@@ -1,7 +1,7 @@
 #pragma once
-//! \file The schedule: the expansion of (stack, policy, buffers, pipeline, sizes) into an op
-//! program with a static buffer assignment and predicted peaks. `build_schedule` is constexpr;
-//! `static_schedule.hpp` freezes its result into a literal type for compile-time use.
+//! \file The schedule: an op program with a static buffer assignment and predicted peaks, as built
+//! from a stack and a strategy (build.hpp, constexpr) or frozen into a literal type
+//! (static_schedule.hpp). Executors and checkers take a `schedule_view` of either.
 
 #include <array>
 #include <cstddef>
@@ -11,14 +11,46 @@
 #include <vector>
 
 #include <tide/core/buffers.hpp>
-#include <tide/core/config.hpp>
-#include <tide/core/error.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/pipeline.hpp>
-#include <tide/core/policy.hpp>
-#include <tide/core/stack.hpp>
+#include <tide/core/vocabulary.hpp>
 
 namespace tide {
+
+//! Where one slot of one layer lives.
+struct slot_binding {
+  std::string_view name;
+  placement where = placement::keep;
+  std::size_t bytes = 0;
+  std::size_t forward_offset = 0;   //!< device offset the forward lambda writes
+  std::size_t backward_offset = 0;  //!< device offset recompute/backward read
+  std::size_t host_offset = 0;      //!< pinned host offset (offload only)
+  friend constexpr bool operator==(slot_binding const&, slot_binding const&) = default;
+};
+
+struct layer_binding {
+  std::string_view type_name;
+  std::uint32_t first_slot = 0;  //!< index into the schedule's slot bindings
+  std::uint32_t slot_count = 0;
+  std::size_t offloaded_bytes = 0;  //!< region bytes of its offloaded slots
+  std::size_t remat_bytes = 0;      //!< region bytes of its remat slots
+  friend constexpr bool operator==(layer_binding const&, layer_binding const&) = default;
+};
+
+//! The static buffer assignment.
+struct arena_layout {
+  std::size_t device_bytes = 0;      //!< the whole device arena: the predicted device peak
+  std::size_t host_bytes = 0;        //!< the whole pinned host arena: the predicted host peak
+  std::size_t kept_bytes = 0;        //!< kept slots, at offset 0
+  std::size_t forward_area = 0;      //!< offset of offload sources then forward remat scratch
+  std::size_t backward_area = 0;     //!< offset of the staging ring then recompute scratch
+  std::size_t offload_ring_bytes = 0; //!< all offload source buffers (each sized for its layers)
+  std::size_t staging_ring_bytes = 0; //!< all staging buffers (each sized for its layers)
+  std::uint32_t offload_buffers = 0;  //!< offload source buffers in the ring
+  std::uint32_t staging_buffers = 0;  //!< staging buffers in the ring
+  std::size_t remat_scratch_bytes = 0;
+  friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;
+};
 
 //! A non-owning view of any schedule (run-time or static); what executors and checkers take.
 struct schedule_view {
@@ -68,478 +100,14 @@ struct schedule {
   operator schedule_view() const&& = delete;
 };
 
-// ---------------------------------------------------------------------------------------------
-// Validation: the builder reports the first problem as an issue; `static_assert`s test its code
-// (make_schedule), run-time builds throw its message.
-
-enum class schedule_issue_code : std::uint8_t {
-  none,
-  empty_stack,
-  duplicate_slot,
-  zero_size_slot,
-  dynamic_size,
-  unknown_rule_slot,
-  empty_rule_range,
-  unused_rule,
-  zero_staging_buffers,
-  zero_offloads_in_flight,
-  bad_alignment,
-  too_many_slots,
-  too_many_chunks,
-  too_many_ops,
-  size_overflow,
-};
-
-struct schedule_issue {
-  schedule_issue_code code = schedule_issue_code::none;
-  std::string_view type_name;  //!< the layer type concerned (or "device"/"host" for alignments)
-  std::string_view slot_name;  //!< the slot concerned, if any
-  std::size_t value = 0;
-  std::size_t limit = 0;
-  std::string_view quantity;  //!< size_overflow: what was being computed
-  constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
-};
-
-//! Limits of the op program's 32-bit indices, with room for waits (a few per op).
-inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 24;
-inline constexpr std::size_t max_ops = std::size_t{1} << 28;
-
-namespace detail {
-constexpr schedule_issue issue(schedule_issue_code code, std::string_view type = {}, std::string_view slot = {},
-                               std::size_t value = 0, std::size_t limit = 0, std::string_view quantity = {}) {
-  return {code, type, slot, value, limit, quantity};
-}
-//! The problems that do not depend on placements: the stack's types, the rules' names and
-//! ranges, the arenas' alignments.
-constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b) {
-  using c = schedule_issue_code;
-  if (s.layer_count() == 0) return detail::issue(c::empty_stack);
-  for (auto const& t : s.types) {
-    if (t.slots.size() >= no_slot) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1);
-    for (std::size_t i = 0; i < t.slots.size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j)
-        if (t.slots[i].name == t.slots[j].name) return detail::issue(c::duplicate_slot, t.name, t.slots[i].name);
-      if (t.slots[i].bytes == dynamic_bytes) return detail::issue(c::dynamic_size, t.name, t.slots[i].name);
-      if (t.slots[i].bytes == 0) return detail::issue(c::zero_size_slot, t.name, t.slots[i].name);
-    }
-  }
-  for (std::size_t i = 0; i < p.rules.size(); ++i) {
-    auto const& r = p.rules[i];
-    for (auto n : r.slots)
-      if (!s.has_slot(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
-    if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
-  }
-  auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
-  if (!pow2(b.device_alignment)) return detail::issue(c::bad_alignment, "device", {}, b.device_alignment);
-  if (!pow2(b.host_alignment)) return detail::issue(c::bad_alignment, "host", {}, b.host_alignment);
-  return {};
-}
-constexpr schedule_issue overflow(std::string_view quantity, std::string_view type = {}, std::string_view slot = {}) {
-  return issue(schedule_issue_code::size_overflow, type, slot, 0, 0, quantity);
-}
-}  // namespace detail
-
-inline std::string to_message(schedule_issue const& i) {
-  using c = schedule_issue_code;
-  auto q = [](std::string_view v) {
-    std::string r;  // appended piecewise: "'" + std::string(v) trips GCC 12's -Wrestrict (PR 105651)
-    r.reserve(v.size() + 2);
-    r.append(1, '\'').append(v).append(1, '\'');
-    return r;
-  };
-  switch (i.code) {
-    case c::none: return "no issue";
-    case c::empty_stack: return "tide: the stack has no layers: add at least one layer";
-    case c::duplicate_slot:
-      return "tide: layer type " + q(i.type_name) + " names slot " + q(i.slot_name) +
-             " twice: give each slot of a layer a distinct name";
-    case c::zero_size_slot:
-      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) +
-             " has zero bytes: drop the slot or give it a size";
-    case c::dynamic_size:
-      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) +
-             " has a run-time size and none was given: pass it in tide::slot_sizes";
-    case c::unknown_rule_slot:
-      return "tide: policy rule " + std::to_string(i.value) + " names slot " + q(i.slot_name) +
-             " which no layer of the stack has: check the names in the rule's slot selector";
-    case c::empty_rule_range:
-      return "tide: a policy rule selects layers [" + std::to_string(i.value) + ", " + std::to_string(i.limit) +
-             "), an empty range: use first < last";
-    case c::unused_rule:
-      return "tide: policy rule " + std::to_string(i.value) + " (" + std::string(i.quantity) + " " +
-             (i.slot_name.empty() ? std::string("of any slot") : "of slot " + q(i.slot_name) + (i.type_name.empty() ? "" : ", ...")) +
-             ") decides no (layer, slot) of this " +
-             std::to_string(i.limit) + "-layer stack: it matches none (check its layer range, slot names and minimum size) "
-             "or earlier rules decide everything it matches; remove it, or set policy_spec::allow_unused_rules";
-    case c::zero_staging_buffers:
-      return "tide: the policy offloads slots but the buffers have zero staging buffers: use at least one "
-             "(tide::staging_ring<N>, N >= 1)";
-    case c::zero_offloads_in_flight:
-      return "tide: the policy offloads slots but the pipeline allows zero offloads in flight: use at least one";
-    case c::bad_alignment:
-      return "tide: the " + std::string(i.type_name) + " alignment " + std::to_string(i.value) +
-             " is not a power of two";
-    case c::too_many_chunks:
-      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) + " would be copied in " +
-             std::to_string(i.value) + " chunks, more than the supported " + std::to_string(i.limit) +
-             ": use a larger chunk size";
-    case c::too_many_slots:
-      return "tide: layer type " + q(i.type_name) + " has " + std::to_string(i.value) +
-             " slots, more than the supported " + std::to_string(i.limit);
-    case c::too_many_ops:
-      return "tide: the schedule would have " + std::to_string(i.value) + " ops, more than the supported " +
-             std::to_string(i.limit) + ": use a larger chunk size or fewer layers";
-    case c::size_overflow:
-      return "tide: the " + std::string(i.quantity) +
-             (i.slot_name.empty() ? std::string() : " of slot " + q(i.slot_name)) +
-             (i.type_name.empty() ? std::string() : " of layer type " + q(i.type_name)) +
-             " does not fit in std::size_t: check the slot sizes, guard bytes and alignments";
-  }
-  return "tide: invalid schedule";
-}
-
-// ---------------------------------------------------------------------------------------------
-// The builder
-
-namespace detail {
-
-//! Emits ops in issue order and keeps only the cross-stream waits that are not already implied
-//! (per-stream vector clocks), so the program carries the minimal set of events.
-struct program_writer {
-  schedule& out;
-  std::vector<std::array<std::int32_t, stream_count>> clocks;  // per op: latest op per stream that precedes it
-  std::array<std::array<std::int32_t, stream_count>, stream_count> tail{};  // per stream: its tail's clock
-  std::vector<std::uint32_t> pending;
-
-  constexpr explicit program_writer(schedule& s) : out(s) {
-    for (auto& t : tail) t.fill(-1);
-  }
-  constexpr void wait(std::int64_t op_index) {
-    if (op_index >= 0) pending.push_back(static_cast<std::uint32_t>(op_index));
-  }
-  constexpr std::uint32_t emit(op o) {
-    auto const s = static_cast<std::size_t>(o.stream);
-    auto& mine = tail[s];
-    o.wait_begin = static_cast<std::uint32_t>(out.waits.size());
-    // Latest first, so an earlier wait implied by a later one is dropped (an op has few waits:
-    // insertion sort).
-    for (std::size_t i = 1; i < pending.size(); ++i)
-      for (std::size_t j = i; j > 0 && pending[j] > pending[j - 1]; --j) std::swap(pending[j], pending[j - 1]);
-    for (auto w : pending) {
-      auto const ws = static_cast<std::size_t>(out.ops[w].stream);
-      if (mine[ws] >= static_cast<std::int32_t>(w)) continue;  // same stream, or already ordered
-      out.waits.push_back(w);
-      if (out.ops[w].event < 0) out.ops[w].event = static_cast<std::int32_t>(out.event_count++);
-      for (std::size_t t = 0; t < stream_count; ++t) mine[t] = std::max(mine[t], clocks[w][t]);
-    }
-    pending.clear();
-    o.wait_count = static_cast<std::uint32_t>(out.waits.size()) - o.wait_begin;
-    auto const idx = static_cast<std::uint32_t>(out.ops.size());
-    mine[s] = static_cast<std::int32_t>(idx);
-    out.ops.push_back(o);
-    clocks.push_back(mine);
-    return idx;
-  }
-};
-
-}  // namespace detail
-
-//! Builds the schedule from values into `s`, reusing its storage: a caller that builds many
-//! schedules (a planner, a sweep) allocates nothing once `s` has grown. Returns the first problem
-//! with the composition (then `s` is left empty) or an issue whose code is `none`. Every size and
-//! offset is computed with overflow checks.
-constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, policy_spec const& policy,
-                                                 buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
-                                                 collective_spec const& collectives = {}) {
-  using c = schedule_issue_code;
-  s.layers.clear();
-  s.slots.clear();
-  s.ops.clear();
-  s.waits.clear();
-  s.event_count = 0;
-  s.arena = {};
-  auto fail = [&](schedule_issue i) {
-    s.layers.clear();
-    s.slots.clear();
-    return i;
-  };
-  if (auto issue = detail::find_structure_issue(stack, policy, buffers)) return issue;
-
-  s.buffers = buffers;
-  s.pipeline = pipeline;
-  s.collectives = collectives;
-  auto const L = stack.layer_count();
-  auto const hiding = pipeline.latency_hiding;
-  auto const dalign = buffers.device_alignment;
-
-  // 1. Placement and per-layer region sizes.
-  std::vector<bool> rule_used(policy.rules.size(), false);
-  std::size_t kept = 0, scratch = 0, host = 0, copies = 0;
-  bool any_offload = false;
-  for (std::uint32_t l = 0; l < L; ++l) {
-    auto const& type = stack.layer(l);
-    layer_binding lb{type.name, static_cast<std::uint32_t>(s.slots.size()),
-                     static_cast<std::uint32_t>(type.slots.size())};
-    for (auto const& sl : type.slots) {
-      auto const rule = policy.deciding_rule(l, sl);
-      if (rule != policy_spec::no_rule) rule_used[rule] = true;
-      slot_binding b{sl.name, rule == policy_spec::no_rule ? placement::keep : policy.rules[rule].action, sl.bytes};
-      std::size_t region = 0;
-      if (!checked_add(sl.bytes, buffers.guard_bytes, region))
-        return fail(detail::overflow("size plus guard bytes", type.name, sl.name));
-      if (!checked_align_up(region, dalign, region))
-        return fail(detail::overflow("size plus guard bytes, aligned to the device alignment,", type.name, sl.name));
-      switch (b.where) {
-        case placement::keep:
-          b.forward_offset = b.backward_offset = kept;
-          if (!checked_add(kept, region, kept)) return fail(detail::overflow("total of kept slots", type.name, sl.name));
-          break;
-        case placement::offload: {
-          any_offload = true;
-          b.forward_offset = b.backward_offset = lb.offloaded_bytes;  // layer-local for now
-          if (!checked_add(lb.offloaded_bytes, region, lb.offloaded_bytes))
-            return fail(detail::overflow("total of one layer's offloaded slots", type.name, sl.name));
-          b.host_offset = host;
-          std::size_t host_region = 0;
-          if (!checked_align_up(sl.bytes, buffers.host_alignment, host_region) || !checked_add(host, host_region, host))
-            return fail(detail::overflow("pinned host arena", type.name, sl.name));
-          auto const chunks = pipeline.chunk_bytes == 0 ? 1 : ceil_div(sl.bytes, pipeline.chunk_bytes);
-          // Chunk and op indices are 32-bit: refuse chunk sizes that split a slot absurdly fine.
-          if (chunks > max_chunks_per_slot) return fail(detail::issue(c::too_many_chunks, type.name, sl.name, chunks, max_chunks_per_slot));
-          copies += chunks;
-          if (copies > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, copies, max_ops));
-          break;
-        }
-        case placement::remat:
-          b.forward_offset = b.backward_offset = lb.remat_bytes;
-          if (!checked_add(lb.remat_bytes, region, lb.remat_bytes))
-            return fail(detail::overflow("total of one layer's remat slots", type.name, sl.name));
-          break;
-      }
-      s.slots.push_back(b);
-    }
-    scratch = std::max(scratch, lb.remat_bytes);
-    s.layers.push_back(lb);
-  }
-  auto const n_ops = 5 * std::size_t{L} + 2 * copies;
-  if (n_ops > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops, max_ops));
-  if (!policy.allow_unused_rules)
-    for (std::size_t i = 0; i < rule_used.size(); ++i)
-      if (!rule_used[i]) {
-        auto const& r = policy.rules[i];
-        // type_name "+" marks a rule naming more slots than the one quoted.
-        return fail(detail::issue(c::unused_rule, r.slots.size() > 1 ? "+" : "",
-                                  r.slots.empty() ? std::string_view{} : r.slots[0], i, L, to_string(r.action)));
-      }
-  // Staging and in-flight parameters only matter once something is offloaded with latency
-  // hiding (without it copies are serialized on the compute stream).
-  if (hiding && any_offload) {
-    if (buffers.staging_buffers == 0) return fail(detail::issue(c::zero_staging_buffers));
-    if (pipeline.max_offloads_in_flight == 0) return fail(detail::issue(c::zero_offloads_in_flight));
-  }
-
-  // Offloaded layers in forward order (j); backward order is k = n_off - 1 - j.
-  std::vector<std::uint32_t> offloaded;
-  std::vector<std::uint32_t> ring_index(L, 0);
-  for (std::uint32_t l = 0; l < L; ++l)
-    if (s.layers[l].offloaded_bytes > 0) {
-      ring_index[l] = static_cast<std::uint32_t>(offloaded.size());
-      offloaded.push_back(l);
-    }
-  auto const n_off = static_cast<std::uint32_t>(offloaded.size());
-
-  // 2. Arena layout. Without latency hiding copies are serialized on the compute stream, so one
-  // source and one staging buffer are all that can be in use. Ring buffer b is sized for the
-  // largest layer that uses it, so every byte of the arena is used by some op.
-  auto& a = s.arena;
-  a.kept_bytes = kept;
-  a.remat_scratch_bytes = scratch;
-  a.offload_buffers = std::min<std::uint32_t>(n_off, hiding ? pipeline.max_offloads_in_flight : 1);
-  a.staging_buffers = std::min<std::uint32_t>(n_off, hiding ? buffers.staging_buffers : 1);
-  std::vector<std::size_t> offload_buf(a.offload_buffers + 1, 0), staging_buf(a.staging_buffers + 1, 0);
-  for (std::uint32_t j = 0; j < n_off; ++j) {
-    auto const bytes = s.layers[offloaded[j]].offloaded_bytes;
-    auto& o = offload_buf[j % a.offload_buffers + 1];
-    auto& st = staging_buf[(n_off - 1 - j) % a.staging_buffers + 1];
-    o = std::max(o, bytes);
-    st = std::max(st, bytes);
-  }
-  for (std::size_t i = 1; i < offload_buf.size(); ++i)  // prefix offsets
-    if (!checked_add(offload_buf[i], offload_buf[i - 1], offload_buf[i])) return fail(detail::overflow("offload source ring"));
-  for (std::size_t i = 1; i < staging_buf.size(); ++i)
-    if (!checked_add(staging_buf[i], staging_buf[i - 1], staging_buf[i])) return fail(detail::overflow("staging ring"));
-  a.offload_ring_bytes = offload_buf.back();
-  a.staging_ring_bytes = staging_buf.back();
-  std::size_t forward_size = 0, backward_size = 0;
-  if (!checked_add(a.offload_ring_bytes, scratch, forward_size) || !checked_add(a.staging_ring_bytes, scratch, backward_size))
-    return fail(detail::overflow("transient area (ring plus remat scratch)"));
-  a.forward_area = kept;
-  std::size_t phases = 0;
-  if (buffers.share_phase_regions) phases = std::max(forward_size, backward_size);
-  else if (!checked_add(forward_size, backward_size, phases)) return fail(detail::overflow("transient area of both phases"));
-  if (!checked_add(kept, phases, a.device_bytes)) return fail(detail::overflow("device arena"));
-  a.backward_area = buffers.share_phase_regions ? kept : kept + forward_size;  // <= device_bytes: cannot wrap
-  a.host_bytes = host;
-
-  // Resolve device offsets of transient slots (each below device_bytes: cannot wrap).
-  for (std::uint32_t l = 0; l < L; ++l) {
-    auto const& lb = s.layers[l];
-    for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
-      auto& b = s.slots[lb.first_slot + k];
-      if (b.where == placement::offload) {
-        auto const j = ring_index[l];
-        b.forward_offset += a.forward_area + offload_buf[j % a.offload_buffers];
-        b.backward_offset += a.backward_area + staging_buf[(n_off - 1 - j) % a.staging_buffers];
-      } else if (b.where == placement::remat) {
-        b.forward_offset += a.forward_area + a.offload_ring_bytes;
-        b.backward_offset += a.backward_area + a.staging_ring_bytes;
-      }
-    }
-  }
-
-  // 3. The op program.
-  detail::program_writer w(s);
-  s.ops.reserve(n_ops);
-  s.waits.reserve(2 * n_ops);
-  w.clocks.reserve(n_ops);
-  auto const compute = stream_role::compute;
-  auto const d2h = hiding ? stream_role::d2h : compute;
-  auto const h2d = hiding ? stream_role::h2d : compute;
-  auto const chunk_count = [&](std::size_t bytes) -> std::uint32_t {
-    if (pipeline.chunk_bytes == 0 || bytes <= pipeline.chunk_bytes) return 1;
-    return static_cast<std::uint32_t>(ceil_div(bytes, pipeline.chunk_bytes));
-  };
-  // Chunk `c` of `n` of slot `k` of layer `l`, between device offset `device` and its host copy.
-  auto const chunk_op = [&](op_kind kind, stream_role stream, slot_binding const& b, std::size_t device,
-                            std::uint32_t k, std::uint32_t l, std::uint32_t c, std::uint32_t n) {
-    auto const begin = pipeline.chunk_bytes * c;
-    op o{kind, stream, static_cast<std::uint16_t>(k), l, c, n};
-    o.device_offset = device + begin;
-    o.host_offset = b.host_offset + begin;
-    o.bytes = n == 1 ? b.bytes : std::min(pipeline.chunk_bytes, b.bytes - begin);
-    return o;
-  };
-  // Per (slot binding, chunk): the offload op, so the matching prefetch chunk waits on it.
-  std::vector<std::uint32_t> first_chunk_op(s.slots.size(), 0);
-  std::vector<std::int64_t> last_offload_of_layer(L, -1), forward_op(L, -1), backward_op(L, -1),
-      last_prefetch_of_layer(L, -1), gather_op(L, -1);
-
-  auto emit_gather = [&](std::uint32_t l) { gather_op[l] = w.emit({op_kind::gather, stream_role::comm, no_slot, l}); };
-  if (collectives.before_forward) emit_gather(0);
-  std::int64_t last_offload = -1;
-  for (std::uint32_t l = 0; l < L; ++l) {
-    // Gathers run one layer ahead and no further: the gather of layer l + 1 waits for the
-    // forward of layer l - 1, so two receive buffers suffice.
-    if (collectives.before_forward && l + 1 < L) {
-      if (l >= 1) w.wait(forward_op[l - 1]);
-      emit_gather(l + 1);
-    }
-    auto const& lb = s.layers[l];
-    w.wait(gather_op[l]);
-    if (lb.offloaded_bytes > 0 && ring_index[l] >= a.offload_buffers)
-      w.wait(last_offload_of_layer[offloaded[ring_index[l] - a.offload_buffers]]);
-    forward_op[l] = w.emit({op_kind::forward, compute, no_slot, l});
-    for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
-      auto const& b = s.slots[lb.first_slot + k];
-      if (b.where != placement::offload) continue;
-      auto const n = chunk_count(b.bytes);
-      for (std::uint32_t c = 0; c < n; ++c) {
-        auto const o = chunk_op(op_kind::offload, d2h, b, b.forward_offset, k, l, c, n);
-        w.wait(forward_op[l]);
-        auto const idx = w.emit(o);
-        if (c == 0) first_chunk_op[lb.first_slot + k] = idx;
-        last_offload_of_layer[l] = last_offload = idx;
-      }
-    }
-  }
-  auto const last_forward = forward_op[L - 1];
-
-  // Prefetch issue points: layer k (backward order) is issued before the backward work of layer
-  // min(l + distance, L - 1), but never before its staging buffer's previous reader was issued.
-  // A distance at or beyond the stack's end means "as early as the staging ring allows".
-  std::vector<std::int64_t> issue_at(L, -1);  // issue layer for each offloaded layer, by layer id
-  {
-    std::uint32_t const dist = hiding ? pipeline.prefetch_distance : 0;
-    for (std::uint32_t k = 0; k < n_off; ++k) {
-      auto const l = offloaded[n_off - 1 - k];
-      auto t = dist >= L - 1 - l ? L - 1 : l + dist;
-      if (k >= a.staging_buffers) t = std::min(t, offloaded[n_off - 1 - (k - a.staging_buffers)] - 1);
-      issue_at[l] = t;
-    }
-  }
-  bool first_backward_area_use_h2d = true, first_backward_area_use_compute = true;
-  auto emit_prefetches_of = [&](std::uint32_t l) {
-    auto const& lb = s.layers[l];
-    auto const k = n_off - 1 - ring_index[l];
-    for (std::uint32_t i = 0; i < lb.slot_count; ++i) {
-      auto const& b = s.slots[lb.first_slot + i];
-      if (b.where != placement::offload) continue;
-      auto const n = chunk_count(b.bytes);
-      for (std::uint32_t c = 0; c < n; ++c) {
-        auto const o = chunk_op(op_kind::prefetch, h2d, b, b.backward_offset, i, l, c, n);
-        w.wait(first_chunk_op[lb.first_slot + i] + c);  // the chunk's data has reached the host
-        if (k >= a.staging_buffers) w.wait(backward_op[offloaded[n_off - 1 - (k - a.staging_buffers)]]);
-        if (first_backward_area_use_h2d && buffers.share_phase_regions) {
-          w.wait(last_offload);
-          w.wait(last_forward);
-          first_backward_area_use_h2d = false;
-        }
-        last_prefetch_of_layer[l] = w.emit(o);
-      }
-    }
-  };
-
-  std::uint32_t next_prefetch = 0;  // issue points fall monotonically with k, so one cursor serves
-  for (std::uint32_t l = L; l-- > 0;) {
-    while (next_prefetch < n_off && issue_at[offloaded[n_off - 1 - next_prefetch]] == static_cast<std::int64_t>(l))
-      emit_prefetches_of(offloaded[n_off - 1 - next_prefetch++]);
-    auto const& lb = s.layers[l];
-    if (lb.remat_bytes > 0) {
-      w.wait(last_prefetch_of_layer[l]);
-      if (first_backward_area_use_compute && buffers.share_phase_regions) w.wait(last_offload);
-      first_backward_area_use_compute = false;
-      w.emit({op_kind::recompute, compute, no_slot, l});
-    }
-    w.wait(last_prefetch_of_layer[l]);
-    backward_op[l] = w.emit({op_kind::backward, compute, no_slot, l});
-    if (collectives.after_backward) {
-      w.wait(backward_op[l]);
-      w.emit({op_kind::collective, stream_role::comm, no_slot, l});
-    }
-  }
-  return {};
-}
-
-//! Builds the schedule from values into `s`, reusing its storage. Throws `schedule_error` naming
-//! what is wrong (then `s` is left empty).
-constexpr void build_schedule_into(schedule& s, stack_spec const& stack, policy_spec const& policy,
-                                   buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
-                                   collective_spec const& collectives = {}) {
-  if (auto issue = try_build_schedule_into(s, stack, policy, buffers, pipeline, collectives))
-    throw schedule_error(to_message(issue));
-}
-
-//! The first problem with a composition, or an issue whose code is `none` (builds it to find out).
-constexpr schedule_issue find_schedule_issue(stack_spec const& stack, policy_spec const& policy,
-                                             buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
-                                             collective_spec const& collectives = {}) {
-  schedule s;
-  return try_build_schedule_into(s, stack, policy, buffers, pipeline, collectives);
-}
-
-//! Builds the schedule from values. Throws `schedule_error` naming what is wrong.
-constexpr schedule build_schedule(stack_spec const& stack, policy_spec const& policy, buffer_spec const& buffers = {},
-                                  pipeline_spec const& pipeline = {}, collective_spec const& collectives = {}) {
-  schedule s;
-  build_schedule_into(s, stack, policy, buffers, pipeline, collectives);
-  return s;
-}
-
-//! Builds from a stack whose dynamic slot sizes are given in `sizes`.
-constexpr schedule build_schedule(stack_spec const& stack, slot_sizes const& sizes, policy_spec const& policy,
-                                  buffer_spec const& buffers = {}, pipeline_spec const& pipeline = {},
-                                  collective_spec const& collectives = {}) {
-  return build_schedule(bind_sizes(stack, sizes), policy, buffers, pipeline, collectives);
+//! `write_op_label` with the slot's name from the schedule: "prefetch L3 q_proj 2/4".
+inline std::string op_label(schedule_view const& s, op const& o) {
+  char buf[160];
+  std::string_view name;
+  if (o.slot != no_slot && o.layer < s.layers.size() && o.slot < s.layers[o.layer].slot_count)
+    name = s.slots_of(o.layer)[o.slot].name;
+  write_op_label(buf, o, name);
+  return buf;
 }
 
 }  // namespace tide

@@ -14,7 +14,7 @@
 #include <tuple>
 #include <vector>
 
-#include <tide/core/config.hpp>
+#include <tide/core/vocabulary.hpp>
 #include <tide/core/error.hpp>
 
 namespace tide {
@@ -63,6 +63,13 @@ struct stack_spec {
     return static_cast<std::uint32_t>(layer_types.size());
   }
   constexpr layer_spec const& layer(std::uint32_t i) const { return types[layer_types[i]]; }
+  //! The size of the largest slot of any layer type.
+  constexpr std::size_t largest_slot_bytes() const noexcept {
+    std::size_t r = 0;
+    for (auto const& t : types)
+      for (auto const& s : t.slots) r = s.bytes > r ? s.bytes : r;
+    return r;
+  }
   //! True when some layer type has a slot of this name.
   constexpr bool has_slot(std::string_view name) const noexcept {
     for (auto const& t : types)
@@ -143,6 +150,9 @@ struct layer {
   static_assert((detail::slot_type<Slots> && ...),
                 "tide::layer<Name, Slots...>: every argument after the name must be a tide::slot<\"name\", bytes>");
   using tide_layer_tag = void;
+  static constexpr std::string_view name = Name.view();
+  //! The slot names in declaration order (a slot's index is its position here).
+  static constexpr std::array<std::string_view, sizeof...(Slots)> slots{Slots::name...};
   static constexpr layer_spec spec() { return layer_spec{Name.view(), {Slots::value...}}; }
 };
 

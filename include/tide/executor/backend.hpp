@@ -4,7 +4,7 @@
 //! It is shaped after CUDA streams and events, so that the CUDA backend is a direct mapping:
 //! four streams addressed by role, events addressed by index (recorded after an op, waited on by
 //! another stream), user work enqueued on a stream, asynchronous copies, two arenas that stay at
-//! stable addresses across steps, and one synchronization per step. The host backend runs the
+//! stable addresses across steps, and one synchronization per step, apart from the enqueueing. The host backend runs the
 //! same calls on worker threads with real data; the sim backend in virtual time.
 
 #include <concepts>
@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <memory>
 
-#include <tide/core/config.hpp>
 #include <tide/core/op.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/core/vocabulary.hpp>
+#include <tide/trace/timeline.hpp>
 
 namespace tide {
 
@@ -35,8 +37,12 @@ struct arenas {
   std::shared_ptr<void const> lease = {};
 };
 
-//! What the executor asks a backend to set up once, before the first step.
+//! What the executor hands a backend once, before the first step: the schedule it will run
+//! (the sim costs recomputes per rematted slot and checks its cost table against it; the CUDA
+//! backend names its NVTX ranges from it; a backend may throw to reject it) and the sizes derived
+//! from it. The schedule outlives the backend's use of it: the executor holds it.
 struct backend_setup {
+  schedule_view schedule;
   std::size_t ops = 0;
   std::uint32_t events = 0;
   std::size_t device_bytes = 0;
@@ -44,30 +50,46 @@ struct backend_setup {
   std::size_t waits = 0;               //!< cross-stream waits in the program (timelines reserve for them)
   std::size_t device_alignment = 256;  //!< the schedule's: the device arena starts on this boundary
   std::size_t host_alignment = 64;     //!< the schedule's: the host arena starts on this boundary
+
+  //! The setup of `s`: its sizes, alignments and the view itself.
+  static constexpr backend_setup of(schedule_view s) noexcept {
+    return {.schedule = s,
+            .ops = s.ops.size(),
+            .events = s.event_count,
+            .device_bytes = s.arena.device_bytes,
+            .host_bytes = s.arena.host_bytes,
+            .waits = s.waits.size(),
+            .device_alignment = s.buffers.device_alignment,
+            .host_alignment = s.buffers.host_alignment};
+  }
 };
 
 //! A backend opts in with `using tide_backend_tag = void;` and provides:
 //! - `stream_type`: what user lambdas receive as the stream to enqueue on (`cudaStream_t` on CUDA);
 //! - `static constexpr bool device_memory_is_host_accessible` (debug guard and poison checks);
-//! - optionally `bind(schedule_view)`: the executor hands the backend its schedule before
-//!   `setup` when the backend has this member (the sim costs recomputes per rematted slot and
-//!   checks its cost table against the schedule); it may throw to reject the schedule;
-//! - `setup(backend_setup)`: create events, reserve queues, allocate arenas (throws
-//!   `out_of_memory` naming the request and the budget; the budget bounds the bytes held at
-//!   once, arenas still leased by live executors included);
+//! - `setup(backend_setup)`: take the schedule, create events, reserve queues, allocate arenas
+//!   (throws `out_of_memory` naming the request and the budget; the budget bounds the bytes held
+//!   at once, arenas still leased by live executors included);
+//! - `record_timeline(timeline*)`: record each op's interval and each blocking wait of the
+//!   following steps into the timeline (nullptr: stop); the executor passes
+//!   `executor_options::timeline` on construction;
 //! - `stream(role)`; `record(role, event)`; `wait(role, event)` (waits for the most recent record);
 //! - `run(role, op_index, op, task)`: user compute or a collective; the backend decides when
 //!   the task runs (inline on CUDA, on the stream's worker on host, not at all in the sim);
 //! - `copy(role, op_index, op, dst, src, bytes)`: an asynchronous copy on a stream;
 //! - `host_task(role, task)`: a host function in stream order (debug checks);
-//! - `begin_step()` and `end_step()`: the latter synchronizes every stream and rethrows backend errors.
+//! - `begin_step()`; `end_step()`: everything of the step is enqueued: must not block on the
+//!   step's work (CUDA joins the side streams into the compute stream, so that work enqueued
+//!   there after the step is ordered after it); `wait_step()`: blocks until the step's work has
+//!   completed and rethrows the backend's errors.
 template <class B>
 concept backend = requires(B& b, stream_role r, std::uint32_t i, op const& o, task t, void* dst, void const* src,
-                           std::size_t n, backend_setup const& setup) {
+                           std::size_t n, backend_setup const& setup, timeline* tl) {
   typename B::tide_backend_tag;
   typename B::stream_type;
   { B::device_memory_is_host_accessible } -> std::convertible_to<bool>;
   { b.setup(setup) } -> std::same_as<arenas>;
+  b.record_timeline(tl);
   { b.stream(r) } -> std::same_as<typename B::stream_type>;
   b.record(r, i);
   b.wait(r, i);
@@ -76,8 +98,8 @@ concept backend = requires(B& b, stream_role r, std::uint32_t i, op const& o, ta
   b.host_task(r, t);
   b.begin_step();
   b.end_step();
+  b.wait_step();
 };
-
 //! Fails with a message that says what to do when `B` is not a backend.
 template <class B>
 constexpr bool check_backend() {

@@ -1,6 +1,16 @@
 #pragma once
 //! \file What user lambdas receive: the layer, the stream to enqueue on, and the slots as spans.
+//!
+//! A slot is named three ways, each O(1) per call:
+//! - by a handle resolved at compile time from a static layer type, the usual way (no `.template`
+//!   in generic lambdas; a misspelled name does not compile, and the diagnostic shows the layer type
+//!   and its slots): `constexpr auto q = tide::slot_handle_of<dense, "q_proj", float>;` then
+//!   `ctx.slot(q)`, `ctx.produces(q)`;
+//! - by name, for a concrete context type: `ctx.slot<"q_proj", float>()`, `ctx.produces<"q_proj">()`
+//!   (resolved once per thread and layer type, then cached);
+//! - by index (`ctx.slot(k)`), with `ctx.slot_index(name)` for names known only at run time.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -10,10 +20,44 @@
 #include <tide/core/error.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/schedule.hpp>
+#include <tide/core/stack.hpp>
+#include <tide/core/vocabulary.hpp>
 
 namespace tide {
 
+//! Slot `index` of layer type `layer_type`, viewed as elements of `T`.
+template <class T = std::byte>
+struct slot_handle {
+  using element_type = T;
+  std::string_view layer_type;
+  std::uint16_t index = 0;
+};
+
 namespace detail {
+template <class Layer, fixed_string Name>
+struct slot_not_found {
+  // Dependent, so that it fires only when instantiated: the diagnostic shows the layer type (its
+  // name and slots) and the name asked for.
+  static_assert(sizeof(Layer) == 0, "tide::slot_handle_of<Layer, Name>: Layer has no slot of this name: the "
+                                    "instantiation shows Layer's slots and the name asked for");
+};
+template <class Layer, fixed_string Name>
+consteval std::uint16_t slot_index_of() {
+  static_assert(requires { typename Layer::tide_layer_tag; },
+                "tide::slot_handle_of<Layer, Name>: Layer must be a tide::layer<\"name\", tide::slot<...>...>");
+  constexpr std::size_t k = [] {
+    std::size_t i = 0;
+    while (i < Layer::slots.size() && Layer::slots[i] != Name.view()) ++i;
+    return i;
+  }();
+  if constexpr (k == Layer::slots.size()) {
+    [[maybe_unused]] slot_not_found<Layer, Name> report;
+    return 0;
+  } else {
+    return static_cast<std::uint16_t>(k);
+  }
+}
+
 inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_t layer, std::string_view type,
                                std::string_view name) {
   for (std::size_t k = 0; k < slots.size(); ++k)
@@ -23,7 +67,30 @@ inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_
   throw slot_error("tide: layer " + std::to_string(layer) + " (" + std::string(type) + ") has no slot '" +
                    std::string(name) + "'; its slots are: " + names);
 }
+
+//! The index of slot `Name` in the layer type of `bindings`: one cached entry per thread and
+//! name, keyed by the layer type's name, so a lambda that asks for the same slot of the same
+//! type again pays one comparison.
+template <fixed_string Name>
+std::uint16_t cached_slot_index(std::span<slot_binding const> bindings, std::uint32_t layer, std::string_view type) {
+  struct entry {
+    char const* type = nullptr;
+    std::size_t type_size = 0;
+    std::uint16_t index = 0;
+  };
+  thread_local entry cache;
+  if (cache.type == type.data() && cache.type_size == type.size() && cache.index < bindings.size() &&
+      bindings[cache.index].name == Name.view())
+    return cache.index;
+  auto const k = find_slot(bindings, layer, type, Name.view());
+  cache = {type.data(), type.size(), k};
+  return k;
+}
 }  // namespace detail
+
+//! The handle of slot `Name` of `Layer` (a `tide::layer<...>`), resolved at compile time.
+template <class Layer, fixed_string Name, class T = std::byte>
+inline constexpr slot_handle<T> slot_handle_of{Layer::name, detail::slot_index_of<Layer, Name>()};
 
 //! Shared by all contexts: which layer, which stream, the layer's slot bindings.
 template <class Stream>
@@ -39,6 +106,8 @@ struct layer_context {
   //! (always checked: one comparison, and an unchecked index would hand out another layer's bytes).
   std::string_view slot_name(std::uint16_t k) const { return binding(k).name; }
   placement where(std::uint16_t k) const { return binding(k).where; }
+  //! The index of a slot whose name is known only at run time (a linear search; throws
+  //! `slot_error` listing the layer's slots when there is none).
   std::uint16_t slot_index(std::string_view name) const { return detail::find_slot(bindings, layer, type_name, name); }
 
  protected:
@@ -48,14 +117,35 @@ struct layer_context {
                        " (" + std::string(type_name) + "), which has " + std::to_string(bindings.size()) + " slot(s)");
     return bindings[k];
   }
+  //! The handle's index, after checking that it was made for this layer's type.
+  template <class T>
+  std::uint16_t index_of(slot_handle<T> h) const {
+    // The handle's name and the schedule's are the same template parameter object when the
+    // stack was built from the layer type: one pointer comparison.
+    bool const same = (h.layer_type.data() == type_name.data() && h.layer_type.size() == type_name.size()) ||
+                      h.layer_type == type_name;
+    if (!same)
+      throw slot_error("tide: a slot handle of layer type '" + std::string(h.layer_type) + "' was used in layer " +
+                       std::to_string(layer) + ", of type '" + std::string(type_name) +
+                       "': take the handle from this layer's type (check ctx.type_name first)");
+    return h.index;
+  }
+  template <fixed_string Name>
+  std::uint16_t index_of() const {
+    return detail::cached_slot_index<Name>(bindings, layer, type_name);
+  }
   template <class T, class Byte>
-  std::span<T> typed(std::span<Byte> s, std::string_view name) const {
-    if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
-      throw slot_error("tide: slot '" + std::string(name) + "' of layer " + std::to_string(layer) + " (" +
-                       std::to_string(s.size()) + " bytes) cannot be viewed as elements of " +
-                       std::to_string(sizeof(T)) + " bytes aligned to " + std::to_string(alignof(T)) +
-                       ": check the slot size and the arena alignment");
-    return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+  std::span<T> typed(std::span<Byte> s, std::uint16_t k) const {
+    if constexpr (sizeof(T) == 1) {
+      return {reinterpret_cast<T*>(s.data()), s.size()};
+    } else {
+      if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
+        throw slot_error("tide: slot '" + std::string(binding(k).name) + "' of layer " + std::to_string(layer) + " (" +
+                         std::to_string(s.size()) + " bytes) cannot be viewed as elements of " +
+                         std::to_string(sizeof(T)) + " bytes aligned to " + std::to_string(alignof(T)) +
+                         ": check the slot size and the arena alignment");
+      return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+    }
   }
 };
 
@@ -70,19 +160,33 @@ struct forward_context : layer_context<Stream> {
     auto const& b = this->binding(k);  // checked even when not recomputing
     return !recompute || b.where == placement::remat;
   }
+  template <class T>
+  bool produces(slot_handle<T> h) const {
+    return produces(this->index_of(h));
+  }
+  template <fixed_string Name>
+  bool produces() const {
+    return produces(this->template index_of<Name>());
+  }
+
   std::span<std::byte> slot(std::uint16_t k) const {
     auto const& b = this->binding(k);
     return {this->device + (recompute ? b.backward_offset : b.forward_offset), b.bytes};
   }
-  std::span<std::byte> slot(std::string_view name) const { return slot(this->slot_index(name)); }
-  //! Slot `name` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
+  //! The slot as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
-  std::span<T> slot_as(std::string_view name) const {
-    return this->template typed<T>(slot(name), name);
+  std::span<T> slot(slot_handle<T> h) const {
+    auto const k = this->index_of(h);
+    return this->template typed<T>(slot(k), k);
+  }
+  template <fixed_string Name, class T = std::byte>
+  std::span<T> slot() const {
+    auto const k = this->template index_of<Name>();
+    return this->template typed<T>(slot(k), k);
   }
 };
 
-//! Given to the backward lambda: every slot of the layer, wherever it was kept, reloaded or
+//! Given to the backward lambda: every slot of the layer, wherever it was kept, prefetched or
 //! recomputed, read-only.
 template <class Stream>
 struct backward_context : layer_context<Stream> {
@@ -90,16 +194,21 @@ struct backward_context : layer_context<Stream> {
     auto const& b = this->binding(k);
     return {this->device + b.backward_offset, b.bytes};
   }
-  std::span<std::byte const> slot(std::string_view name) const { return slot(this->slot_index(name)); }
-  //! Slot `name` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
+  //! The slot as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
-  std::span<T const> slot_as(std::string_view name) const {
-    return this->template typed<T const>(slot(name), name);
+  std::span<T const> slot(slot_handle<T> h) const {
+    auto const k = this->index_of(h);
+    return this->template typed<T const>(slot(k), k);
+  }
+  template <fixed_string Name, class T = std::byte>
+  std::span<T const> slot() const {
+    auto const k = this->template index_of<Name>();
+    return this->template typed<T const>(slot(k), k);
   }
 };
 
 //! Given to collective hooks: `kind` is `op_kind::gather` (before a layer's forward) or
-//! `op_kind::collective` (after its backward).
+//! `op_kind::reduce` (after its backward).
 //!
 //! Collective hooks run even after another op of the step failed (`step_failed` is then true),
 //! so that a rank can tell its peers instead of leaving them blocked in a collective.
@@ -107,7 +216,7 @@ template <class Stream>
 struct collective_context {
   std::uint32_t layer = 0;
   Stream stream{};
-  op_kind kind = op_kind::collective;
+  op_kind kind = op_kind::reduce;
   bool step_failed = false;
 };
 

@@ -1,19 +1,21 @@
 #pragma once
 //! \file The generic executor: expands a schedule onto any backend and runs one training step
-//! per call, calling the user's forward, backward and collective lambdas.
+//! per call, calling the user's forward and backward lambdas and collective hooks.
 //!
 //! Per op, in issue order: the stream waits for the events the op depends on, the op is
 //! enqueued (user work through `backend.run`, copies through `backend.copy`), and its event is
-//! recorded if anything waits on it. The host thread never blocks inside a step; in-flight limits
-//! are expressed as stream waits. A step ends with one synchronization, after which the first
-//! error (a user exception, a debug check, a backend failure) is rethrown. Nothing is allocated
-//! per step.
+//! recorded if anything waits on it. The host thread never blocks while it enqueues; in-flight
+//! limits are expressed as stream waits. `enqueue` returns once everything is enqueued (on CUDA
+//! the compute stream then carries the step's completion); `wait` synchronizes once and rethrows
+//! the first error (a user exception, a debug check, a backend failure); `step` is both. Nothing
+//! is allocated per step.
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -25,12 +27,13 @@
 #include <tide/core/schedule.hpp>
 #include <tide/executor/backend.hpp>
 #include <tide/executor/context.hpp>
+#include <tide/trace/timeline.hpp>
 
 namespace tide {
 
 struct executor_options {
 #ifdef NDEBUG
-  bool debug_checks = false;  //!< guard bytes, poisoning, use-before-reload detection
+  bool debug_checks = false;  //!< guard bytes, poisoning, use-before-prefetch detection
   bool check_schedule = false;  //!< run tide::check_schedule on construction
 #else
   bool debug_checks = true;
@@ -38,13 +41,38 @@ struct executor_options {
 #endif
   std::byte guard_pattern{0xFD};
   std::byte poison_pattern{0xDB};
+  //! Where the backend records each step's op intervals and blocking waits (nullptr: nowhere);
+  //! `executor::record_timeline` changes it later.
+  tide::timeline* timeline = nullptr;
 };
 
-//! Marks an absent collective hook.
+//! An absent collective hook.
 struct no_hook {
   template <class Ctx>
   void operator()(Ctx const&) const noexcept {}
 };
+
+//! The collective hooks of a step, by name: `tide::hooks{.after_backward = reduce_grads}`. Each is
+//! called as `h(tide::collective_context<Stream> const&)` on the communication stream, where the
+//! schedule's `collective_spec` made room for it. A hook that keeps state across the step (an
+//! NCCL adapter) is passed as `std::ref(h)`; a hook with `finish_step()` is told once the step has
+//! synchronized (one object passed as both hooks, once).
+template <class BeforeForward = no_hook, class AfterBackward = no_hook>
+struct hooks {
+  BeforeForward before_forward{};
+  AfterBackward after_backward{};
+};
+
+namespace detail {
+template <class T>
+struct is_hooks : std::false_type {};
+template <class B, class A>
+struct is_hooks<hooks<B, A>> : std::true_type {};
+template <class T>
+struct is_reference_wrapper : std::false_type {};
+template <class T>
+struct is_reference_wrapper<std::reference_wrapper<T>> : std::true_type {};
+}  // namespace detail
 
 template <class Backend>
 class executor {
@@ -57,25 +85,27 @@ class executor {
   using backward_context_type = tide::backward_context<stream_type>;
   using collective_context_type = tide::collective_context<stream_type>;
 
-  //! Binds the backend to `s` when it has `bind`, then sets it up (events, arenas). `s` must
-  //! outlive the executor.
+  //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
+  //! `opt.timeline`. `s` must outlive the executor.
   executor(Backend& backend, schedule_view s, executor_options opt = {})
-      : backend_(backend), s_(s), opt_(opt), reloads_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {
+      : backend_(backend), s_(s), opt_(opt), prefetched_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {
     if (opt_.check_schedule) check_schedule(s_);
     for (std::uint32_t i = static_cast<std::uint32_t>(s_.ops.size()); i-- > 0;) {
       auto const& o = s_.ops[i];
       if (o.kind == op_kind::prefetch) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
     }
-    // The backend sees the schedule whatever the caller did (the sim checks its cost table here).
-    if constexpr (requires { backend_.bind(s_); }) backend_.bind(s_);
+    backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
-    arenas_ = backend_.setup({.ops = s_.ops.size(),
-                              .events = s_.event_count,
-                              .device_bytes = s_.arena.device_bytes,
-                              .host_bytes = s_.arena.host_bytes,
-                              .waits = s_.waits.size(),
-                              .device_alignment = s_.buffers.device_alignment,
-                              .host_alignment = s_.buffers.host_alignment});
+    arenas_ = backend_.setup(backend_setup::of(s_));
+  }
+  //! Waits for a step still enqueued (its errors cannot be thrown from here).
+  ~executor() {
+    if (pending_) {
+      try {
+        wait();
+      } catch (...) {
+      }
+    }
   }
   executor(executor const&) = delete;
   executor& operator=(executor const&) = delete;
@@ -86,56 +116,130 @@ class executor {
   std::uint64_t steps() const noexcept { return steps_; }
   executor_options const& options() const noexcept { return opt_; }
 
+  //! Records the following steps' op intervals and blocking waits into `t` (nullptr: stop).
+  void record_timeline(timeline* t) {
+    opt_.timeline = t;
+    backend_.record_timeline(t);
+  }
+
   //! Runs one step: forward of every layer, then backward in reverse, with copies, recomputes
-  //! and collectives as scheduled. Rethrows the first error after every stream has drained.
-  template <class Forward, class Backward, class Gather = no_hook, class Collective = no_hook>
-  void step(Forward&& forward, Backward&& backward, Gather&& gather = {}, Collective&& collective = {}) {
+  //! and collective hooks as scheduled; returns once it has completed, rethrowing its first
+  //! error. `step(f, b, h)` is `enqueue(f, b, h)` then `wait()`.
+  template <class Forward, class Backward, class Hooks = tide::hooks<>>
+  void step(Forward&& forward, Backward&& backward, Hooks&& hooks = {}) {
+    enqueue(forward, backward, hooks);
+    wait();
+  }
+
+  //! Enqueues one step and returns without waiting for it; `wait()` completes it. On CUDA the
+  //! step's work is ordered before whatever is enqueued on the compute stream afterwards. The
+  //! lambdas and hooks are used until `wait()` returns (the host backend calls them on its
+  //! workers), so they are taken by lvalue reference and must outlive it. A step still pending
+  //! is waited for first (its error is thrown here). An error while enqueueing drains what was
+  //! enqueued and is thrown here.
+  template <class Forward, class Backward, class Hooks = tide::hooks<> const>
+  void enqueue(Forward& forward, Backward& backward, Hooks& hooks = no_hooks_) {
     static_assert(std::is_invocable_v<Forward&, forward_context_type const&>,
-                  "tide::executor::step: the forward lambda must be callable as f(tide::forward_context<Stream> const&)");
+                  "tide::executor: the forward lambda must be callable as f(tide::forward_context<Stream> const&)");
     static_assert(std::is_invocable_v<Backward&, backward_context_type const&>,
-                  "tide::executor::step: the backward lambda must be callable as f(tide::backward_context<Stream> const&)");
-    static_assert(std::is_invocable_v<Gather&, collective_context_type const&>,
-                  "tide::executor::step: the gather hook must be callable as f(tide::collective_context<Stream> const&)");
-    static_assert(std::is_invocable_v<Collective&, collective_context_type const&>,
-                  "tide::executor::step: the collective hook must be callable as f(tide::collective_context<Stream> const&)");
+                  "tide::executor: the backward lambda must be callable as f(tide::backward_context<Stream> const&)");
+    static_assert(detail::is_hooks<std::remove_cv_t<Hooks>>::value,
+                  "tide::executor: the third argument must be tide::hooks{.before_forward = ..., .after_backward = ...}");
+    using gather_t = std::unwrap_reference_t<std::remove_cvref_t<decltype(hooks.before_forward)>>;
+    using reduce_t = std::unwrap_reference_t<std::remove_cvref_t<decltype(hooks.after_backward)>>;
+    static_assert(std::is_invocable_v<gather_t const&, collective_context_type const&> ||
+                      std::is_invocable_v<gather_t&, collective_context_type const&>,
+                  "tide::executor: hooks::before_forward must be callable as h(tide::collective_context<Stream> const&)");
+    static_assert(std::is_invocable_v<reduce_t const&, collective_context_type const&> ||
+                      std::is_invocable_v<reduce_t&, collective_context_type const&>,
+                  "tide::executor: hooks::after_backward must be callable as h(tide::collective_context<Stream> const&)");
+    if (pending_) wait();
     if (in_step_.exchange(true))
-      throw error("tide::executor::step: a step of this executor is already running (steps are neither reentrant "
-                  "nor concurrent)");
-    struct leave {
-      std::atomic<bool>& flag;
-      ~leave() { flag.store(false); }
-    } guard{in_step_};
+      throw error("tide::executor: a step of this executor is already running (steps are neither reentrant nor "
+                  "concurrent)");
+    step_flag guard{in_step_};
+    auto& gather = unwrap(hooks.before_forward);
+    auto& reduce = unwrap(hooks.after_backward);
     forward_ = erase<forward_context_type>(forward);
     backward_ = erase<backward_context_type>(backward);
     gather_ = erase<collective_context_type>(gather);
-    collective_ = erase<collective_context_type>(collective);
+    reduce_ = erase<collective_context_type>(reduce);
+    finish_ = finisher(gather, reduce);
+    finishing_hooks_on_error([&] { issue(); });
+    pending_ = true;
+    guard.armed = false;
+  }
+
+  //! Completes the step `enqueue` started: one synchronization, then the first error of the
+  //! step (a user exception, a debug check, a backend failure) is rethrown, then hooks with
+  //! `finish_step()` are told. Nothing to do when no step is pending.
+  void wait() {
+    if (!pending_) return;
+    pending_ = false;
+    step_flag guard{in_step_};
+    finishing_hooks_on_error([&] { complete(); });
+    finish_.call(finish_);
+  }
+
+  //! True between `enqueue` and `wait`.
+  bool pending() const noexcept { return pending_; }
+
+ private:
+  static constexpr tide::hooks<> no_hooks_{};
+
+  //! Runs `f`; when it throws, the hooks still close their step before the error goes on (this
+  //! step's own error comes first: they would only report the same failure, agreed with peers).
+  template <class F>
+  void finishing_hooks_on_error(F&& f) {
     try {
-      issue();
+      f();
     } catch (...) {
-      // This step's own error comes first; the hooks still close their step (and would only
-      // report the same failure, agreed with the peers).
       try {
-        finish_hooks(gather, collective);
+        finish_.call(finish_);
       } catch (...) {
       }
       throw;
     }
-    finish_hooks(gather, collective);
   }
 
- private:
-  //! A hook with `finish_step()` is told once the step has synchronized; it may throw (the NCCL
-  //! hooks throw there when a peer's step failed). One object passed as both hooks is told once.
-  template <class Gather, class Collective>
-  static void finish_hooks(Gather& gather, Collective& collective) {
-    if constexpr (requires { gather.finish_step(); }) gather.finish_step();
-    if constexpr (requires { collective.finish_step(); }) {
-      if constexpr (std::is_same_v<std::remove_cvref_t<Gather>, std::remove_cvref_t<Collective>>) {
-        if (static_cast<void const*>(std::addressof(gather)) == static_cast<void const*>(std::addressof(collective)))
-          return;
-      }
-      collective.finish_step();
+  //! Clears the "a step is running" flag on scope exit unless disarmed.
+  struct step_flag {
+    std::atomic<bool>& flag;
+    bool armed = true;
+    ~step_flag() {
+      if (armed) flag.store(false);
     }
+  };
+
+  template <class T>
+  static auto& unwrap(T& h) noexcept {
+    if constexpr (detail::is_reference_wrapper<std::remove_cv_t<T>>::value) return h.get();
+    else return h;
+  }
+
+  //! Tells hooks with `finish_step()` that the step has synchronized; they may throw (the NCCL
+  //! hooks throw there when a peer's step failed). One object passed as both hooks is told once.
+  struct finish_hooks {
+    void* gather = nullptr;
+    void* reduce = nullptr;
+    void (*call)(finish_hooks const&) = [](finish_hooks const&) {};
+  };
+  template <class Gather, class Reduce>
+  static finish_hooks finisher(Gather& gather, Reduce& reduce) {
+    finish_hooks f{const_cast<void*>(static_cast<void const*>(std::addressof(gather))),
+                   const_cast<void*>(static_cast<void const*>(std::addressof(reduce)))};
+    constexpr bool g = requires { gather.finish_step(); };
+    constexpr bool r = requires { reduce.finish_step(); };
+    if constexpr (g || r)
+      f.call = [](finish_hooks const& h) {
+        if constexpr (g) static_cast<Gather*>(h.gather)->finish_step();
+        if constexpr (r) {
+          if constexpr (std::is_same_v<std::remove_cv_t<Gather>, std::remove_cv_t<Reduce>>)
+            if (h.gather == h.reduce) return;
+          static_cast<Reduce*>(h.reduce)->finish_step();
+        }
+      };
+    return f;
   }
 
   template <class Ctx>
@@ -159,10 +263,10 @@ class executor {
   //! on the runtime's callback thread, where an exception would terminate); the message is
   //! formatted on the calling thread once the step has synchronized.
   struct debug_failure {
-    enum kind_t : std::uint8_t { none, guard, reload } kind = none;
+    enum kind_t : std::uint8_t { none, guard, prefetch } kind = none;
     std::uint32_t op = 0;
     std::uint32_t slot = 0;  //!< index into the schedule's slot bindings
-    std::size_t detail = 0;  //!< guard: the overwritten byte; reload: the first prefetch op
+    std::size_t detail = 0;  //!< guard: the overwritten byte; prefetch: the slot's first prefetch op
   };
   void fail_debug(debug_failure f) noexcept {
     std::lock_guard lock(error_mutex_);
@@ -180,7 +284,7 @@ class executor {
                               " was overwritten");
     throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + std::string(to_string(o.kind)) + " of layer " +
                             std::to_string(o.layer) + ") reads slot '" + std::string(b.name) +
-                            "' whose reload has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
+                            "' whose prefetch has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
                             std::to_string(s_.ops[f.detail].chunks) + " chunk(s)): the program lacks a wait on it");
   }
 
@@ -188,7 +292,7 @@ class executor {
     error_ = nullptr;
     debug_failure_ = {};
     failed_.store(false, std::memory_order_relaxed);
-    for (auto& r : reloads_) r.store(0, std::memory_order_relaxed);
+    for (auto& r : prefetched_) r.store(0, std::memory_order_relaxed);
     backend_.begin_step();
     std::exception_ptr issue_error;
     auto const n = static_cast<std::uint32_t>(s_.ops.size());
@@ -207,7 +311,7 @@ class executor {
       // The failing op's own hook counts as issued once the backend took it.
       for (std::uint32_t i = hook_enqueued_ == issued ? issued + 1 : issued; i < n; ++i) {
         auto const& o = s_.ops[i];
-        if (o.kind != op_kind::gather && o.kind != op_kind::collective) continue;
+        if (o.kind != op_kind::gather && o.kind != op_kind::reduce) continue;
         try {
           backend_.run(o.stream, i, o, task{&run_op, this, i});
         } catch (...) {
@@ -216,13 +320,32 @@ class executor {
       }
     }
     backend_.end_step();
+    if (issue_error) {
+      // Nothing may still run when the error reaches the caller.
+      try {
+        backend_.wait_step();
+      } catch (...) {
+      }
+      ++steps_;
+      std::rethrow_exception(issue_error);
+    }
+  }
+
+  void complete() {
+    std::exception_ptr backend_error;
+    try {
+      backend_.wait_step();
+    } catch (...) {
+      backend_error = std::current_exception();
+    }
     ++steps_;
-    if (issue_error) std::rethrow_exception(issue_error);
+    // The step's own first failure comes before what the backend reports about its aftermath.
     if (error_) {
       auto e = std::exchange(error_, nullptr);
       std::rethrow_exception(e);
     }
     if (debug_failure_.kind != debug_failure::none) throw_debug_failure();
+    if (backend_error) std::rethrow_exception(backend_error);
   }
 
   void issue_op(std::uint32_t i) {
@@ -236,7 +359,7 @@ class executor {
       case op_kind::recompute:
       case op_kind::backward:
       case op_kind::gather:
-      case op_kind::collective:
+      case op_kind::reduce:
         backend_.run(role, i, o, task{&run_op, this, i});
         hook_enqueued_ = i;
         break;
@@ -268,7 +391,7 @@ class executor {
     bool const failed = failed_.load(std::memory_order_relaxed);
     // Drain: skip user work after a failure, but still call collective hooks (told so), so a
     // distributed peer is informed rather than left waiting.
-    if (failed && o.kind != op_kind::gather && o.kind != op_kind::collective) return;
+    if (failed && o.kind != op_kind::gather && o.kind != op_kind::reduce) return;
     try {
       switch (o.kind) {
         case op_kind::forward:
@@ -284,9 +407,10 @@ class executor {
           break;
         }
         case op_kind::gather:
-        case op_kind::collective: {
+        case op_kind::reduce: {
           collective_context_type c{o.layer, backend_.stream(o.stream), o.kind, failed};
-          (o.kind == op_kind::gather ? gather_ : collective_).call((o.kind == op_kind::gather ? gather_ : collective_).obj, c);
+          auto const& hook = o.kind == op_kind::gather ? gather_ : reduce_;
+          hook.call(hook.obj, c);
           break;
         }
         default: break;
@@ -300,13 +424,13 @@ class executor {
   static constexpr bool host_visible = Backend::device_memory_is_host_accessible;
 
   void debug_before(stream_role role, op const& o, std::uint32_t i) {
-    if (o.kind == op_kind::backward || o.kind == op_kind::recompute) backend_.host_task(role, task{&check_reloads, this, i});
+    if (o.kind == op_kind::backward || o.kind == op_kind::recompute) backend_.host_task(role, task{&check_prefetched, this, i});
     if constexpr (host_visible)
       if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
         backend_.host_task(role, task{&write_guards, this, i});
   }
   void debug_after(stream_role role, op const& o, std::uint32_t i) {
-    if (o.kind == op_kind::prefetch) backend_.host_task(role, task{&count_reload, this, i});
+    if (o.kind == op_kind::prefetch) backend_.host_task(role, task{&count_prefetch, this, i});
     if constexpr (host_visible) {
       if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
         backend_.host_task(role, task{&check_guards, this, i});
@@ -342,12 +466,12 @@ class executor {
         }
     }
   }
-  static void count_reload(void* self, std::uint32_t i) noexcept {
+  static void count_prefetch(void* self, std::uint32_t i) noexcept {
     auto& e = *static_cast<executor*>(self);
     auto const& o = e.s_.ops[i];
-    e.reloads_[e.s_.layers[o.layer].first_slot + o.slot].fetch_add(1, std::memory_order_release);
+    e.prefetched_[e.s_.layers[o.layer].first_slot + o.slot].fetch_add(1, std::memory_order_release);
   }
-  static void check_reloads(void* self, std::uint32_t i) noexcept {
+  static void check_prefetched(void* self, std::uint32_t i) noexcept {
     auto& e = *static_cast<executor*>(self);
     auto const& o = e.s_.ops[i];
     auto const first = e.s_.layers[o.layer].first_slot;
@@ -356,15 +480,15 @@ class executor {
       if (slots[k].where != placement::offload) continue;
       auto const p = e.first_prefetch_[first + k];
       auto const chunks = e.s_.ops[p].chunks;
-      if (e.reloads_[first + k].load(std::memory_order_acquire) < chunks) {
-        e.fail_debug({debug_failure::reload, i, first + k, p});
+      if (e.prefetched_[first + k].load(std::memory_order_acquire) < chunks) {
+        e.fail_debug({debug_failure::prefetch, i, first + k, p});
         return;
       }
     }
   }
   static void poison(void* self, std::uint32_t i) noexcept {
     auto& e = *static_cast<executor*>(self);
-    // After a failure (a reload check among them) the program may no longer be ordered: poison
+    // After a failure (a prefetch check among them) the program may no longer be ordered: poison
     // nothing rather than race with a copy still running.
     if (e.failed_.load(std::memory_order_relaxed)) return;
     auto const& o = e.s_.ops[i];
@@ -384,12 +508,14 @@ class executor {
   schedule_view s_;
   executor_options opt_;
   tide::arenas arenas_;
-  std::vector<std::atomic<std::uint32_t>> reloads_;
+  std::vector<std::atomic<std::uint32_t>> prefetched_;
   std::vector<std::uint32_t> first_prefetch_;
   erased<forward_context_type> forward_;
   erased<backward_context_type> backward_;
   erased<collective_context_type> gather_;
-  erased<collective_context_type> collective_;
+  erased<collective_context_type> reduce_;
+  finish_hooks finish_;
+  bool pending_ = false;  // enqueued, not yet waited for
   std::mutex error_mutex_;
   std::exception_ptr error_;
   debug_failure debug_failure_;

@@ -2,8 +2,7 @@
 //! \file Calibration: measure a cost table from a real backend run. Per-layer forward, backward
 //! and recompute times come from timelines of keep-all and remat-all steps; the link comes from
 //! a line fitted (latency + bytes / bandwidth) to the copies of offload-all steps, whole and
-//! chunked so that sizes vary. The host backend is measured now; a backend with the same
-//! `record_timeline` hook (CUDA) is measured the same way.
+//! chunked so that sizes vary. Any backend works: timelines are part of the backend concept.
 
 #include <algorithm>
 #include <cstddef>
@@ -12,10 +11,14 @@
 
 #include <tide/backends/host/host_backend.hpp>
 #include <tide/core/error.hpp>
+#include <tide/core/build.hpp>
 #include <tide/core/schedule.hpp>
+#include <tide/core/strategy.hpp>
 #include <tide/executor/executor.hpp>
-#include <tide/plan/cost_model.hpp>
+#include <tide/backends/sim/cost_table.hpp>
 #include <tide/trace/timeline.hpp>
+
+TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
@@ -60,10 +63,10 @@ void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, 
   out.assign(repeats, {});
   ex.step(f, b);  // warm-up: arenas touched, threads running
   for (auto& t : out) {
-    backend.record_timeline(&t);
+    ex.record_timeline(&t);
     ex.step(f, b);
   }
-  backend.record_timeline(nullptr);
+  ex.record_timeline(nullptr);
 }
 
 }  // namespace detail
@@ -73,7 +76,7 @@ void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, 
 template <class Backend, class Forward, class Backward>
 cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forward, Backward&& backward,
                      calibration_options const& opt = {}) {
-  if (opt.repeats == 0) throw schedule_error("tide: calibration needs at least one repeat");
+  if (opt.repeats == 0) throw cost_model_error("tide: calibration needs at least one repeat");
   auto const L = stack.layer_count();
   cost_table c;
   c.layers.resize(L);
@@ -87,7 +90,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     for (std::uint32_t l = 0; l < L; ++l) set(c.layers[l], detail::median(samples[l]));
   };
 
-  auto keep = build_schedule(stack, {});
+  auto keep = build_schedule(stack, strategy{});
   detail::measured_steps(backend, keep, opt.repeats, forward, backward, runs);
   per_layer(keep, op_kind::forward, [](layer_cost& lc, double us) { lc.forward_us = us; });
   per_layer(keep, op_kind::backward, [](layer_cost& lc, double us) { lc.backward_us = us; });
@@ -101,20 +104,21 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
   }
 
   if (opt.measure_recompute) {
-    auto remat = build_schedule(stack, policy_spec{rule_spec{placement::remat, {}, 0, all_layers, 0}});
+    auto remat = build_schedule(stack, {.policy = {rule_spec{.where = placement::remat}}});
     detail::measured_steps(backend, remat, opt.repeats, forward, backward, runs);
     per_layer(remat, op_kind::recompute, [](layer_cost& lc, double us) { lc.recompute_us = us; });
   }
 
   if (opt.measure_link) {
-    std::size_t largest = 0;
-    for (auto const& t : stack.types)
-      for (auto const& sl : t.slots) largest = std::max(largest, sl.bytes);
+    auto const largest = stack.largest_slot_bytes();
     std::vector<std::pair<double, double>> d2h, h2d;
     // Copies on the compute stream, one at a time, whole and in thirds: sizes vary for the fit.
     for (std::size_t chunk : {std::size_t{0}, std::max<std::size_t>(largest / 3, 1)}) {
-      auto off = build_schedule(stack, policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}, {},
-                                {false, 0, chunk, 1});
+      auto off = build_schedule(stack, {.policy = {rule_spec{.where = placement::offload}},
+                                        .pipeline = {.latency_hiding = false,
+                                                     .prefetch_distance = 0,
+                                                     .chunk_bytes = chunk,
+                                                     .max_offloads_in_flight = 1}});
       detail::measured_steps(backend, off, opt.repeats, forward, backward, runs);
       for (auto const& t : runs)
         for (auto const& sp : t.ops) {
@@ -130,8 +134,8 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
   if (opt.measure_sync) {
     // Cross-stream waits: from the end of the op that records the event to the end of the
     // blocked wait, in a latency-hiding offload step (copies and compute on different streams).
-    auto hide = build_schedule(stack, policy_spec{rule_spec{placement::offload, {}, 0, all_layers, 0}}, {},
-                               {true, std::min<std::uint32_t>(1, L - 1), 0, 2});
+    auto hide = build_schedule(stack, {.policy = {rule_spec{.where = placement::offload}},
+                                       .pipeline = {.prefetch_distance = std::min<std::uint32_t>(1, L - 1)}});
     std::vector<double> recorded_by(hide.event_count, -1), gaps;
     detail::measured_steps(backend, hide, opt.repeats, forward, backward, runs);
     for (auto const& t : runs) {
@@ -148,3 +152,5 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
 }
 
 }  // namespace tide
+
+TIDE_DESIGNATED_INIT_END

@@ -268,17 +268,17 @@ struct chain_costs {
     return chain_costs{{f}, {b}, d2h, h2d, synchronous};
   }
 
-  //! Throws `schedule_error` unless the costs fit an n-step chain: one value or n per vector,
+  //! Throws `cost_model_error` unless the costs fit an n-step chain: one value or n per vector,
   //! every time finite and non-negative.
   void check(char const* who, std::int64_t n) const {
     auto fits = [n](std::vector<double> const& v) { return v.size() == 1 || std::ssize(v) == n; };
     if (!fits(forward_us) || !fits(backward_us))
-      throw schedule_error(std::string(who) + ": costs need 1 or n = " + std::to_string(n) + " forward and backward values, got " +
+      throw cost_model_error(std::string(who) + ": costs need 1 or n = " + std::to_string(n) + " forward and backward values, got " +
                            std::to_string(forward_us.size()) + " and " + std::to_string(backward_us.size()));
     auto bad = [](double x) { return !(x >= 0) || x == std::numeric_limits<double>::infinity(); };
     if (std::any_of(forward_us.begin(), forward_us.end(), bad) || std::any_of(backward_us.begin(), backward_us.end(), bad) ||
         bad(d2h_us) || bad(h2d_us))
-      throw schedule_error(std::string(who) + ": costs must be finite and non-negative");
+      throw cost_model_error(std::string(who) + ": costs must be finite and non-negative");
   }
 };
 
@@ -360,14 +360,7 @@ class chain_machine {
         auto& h = hst(a);
         need(d.state >= 0, a, "offload of an empty device slot");
         need(h.state < 0, a, "the host slot is not empty");
-        double const start = std::max({now_, costs_->synchronous_copies ? now_ : d2h_free_, d.ready, h.busy});
-        double const end = start + costs_->d2h_us;
-        if (costs_->synchronous_copies) now_ = end;
-        else d2h_free_ = end;
-        d.busy = std::max(d.busy, end);
-        h = {d.state, end, end};
-        copy_time_ += costs_->d2h_us;
-        count_stored();
+        copy_slot(d, h, d2h_free_, costs_->d2h_us);
         break;
       }
       case chain_op::prefetch: {
@@ -375,14 +368,7 @@ class chain_machine {
         auto& h = hst(a);
         need(h.state >= 0, a, "prefetch of an empty host slot");
         need(d.state < 0, a, "the device slot is not empty");
-        double const start = std::max({now_, costs_->synchronous_copies ? now_ : h2d_free_, h.ready, d.busy});
-        double const end = start + costs_->h2d_us;
-        if (costs_->synchronous_copies) now_ = end;
-        else h2d_free_ = end;
-        h.busy = std::max(h.busy, end);
-        d = {h.state, end, end};
-        copy_time_ += costs_->h2d_us;
-        count_stored();
+        copy_slot(h, d, h2d_free_, costs_->h2d_us);
         break;
       }
       case chain_op::free_host: {
@@ -429,6 +415,19 @@ class chain_machine {
   chain_slot& hst(chain_action const& a) {
     if (a.host < 0 || a.host >= std::ssize(host_)) fail(a, "no such host slot");
     return host_[static_cast<std::size_t>(a.host)];
+  }
+  //! A copy of `src` into the empty slot `dst` on a link direction free from `link_free`: it
+  //! starts once the data is ready, the destination's last reader is done and the link is free
+  //! (at once, on the compute timeline, when copies are synchronous).
+  void copy_slot(chain_slot& src, chain_slot& dst, double& link_free, double us) {
+    double const start = std::max({now_, costs_->synchronous_copies ? now_ : link_free, src.ready, dst.busy});
+    double const end = start + us;
+    if (costs_->synchronous_copies) now_ = end;
+    else link_free = end;
+    src.busy = std::max(src.busy, end);
+    dst = {src.state, end, end};
+    copy_time_ += us;
+    count_stored();
   }
   void count_stored() {
     auto occupied = [](std::vector<chain_slot> const& v) {

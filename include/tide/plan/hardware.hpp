@@ -26,7 +26,7 @@
 #include <string>
 #include <string_view>
 
-#include <tide/plan/cost_model.hpp>
+#include <tide/backends/sim/cost_table.hpp>
 
 namespace tide {
 

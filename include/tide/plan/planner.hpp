@@ -20,8 +20,8 @@
 //!   name's decisions together, two such groups, layer swaps) finishes from the fastest
 //!   distinct candidates, within an evaluation budget.
 //!
-//! The result is a run-time policy value (`policy_spec` plus `pipeline_spec` and `buffer_spec`)
-//! that builds a schedule directly; `to_cpp_types` prints it as `tide::policy<...>` types.
+//! The result is a `strategy` that builds a schedule directly; `to_cpp_types`
+//! (policy_codegen.hpp) prints it as a `tide::strategy_of<...>` type.
 
 #include <algorithm>
 #include <cstddef>
@@ -35,39 +35,41 @@
 #include <utility>
 #include <vector>
 
-#include <tide/backends/sim/sim_backend.hpp>
-#include <tide/core/schedule.hpp>
-#include <tide/plan/cost_model.hpp>
+#include <tide/backends/sim/cost_table.hpp>
+#include <tide/core/build.hpp>
+#include <tide/core/strategy.hpp>
+#include <tide/plan/policy_codegen.hpp>
+#include <tide/plan/simulate.hpp>
+
+TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
-//! A pipeline and the buffers that go with it: one point of the planner's search.
-struct pipeline_choice {
-  pipeline_spec pipeline{};
-  buffer_spec buffers{};
-};
+//! The chunk size of a chunked candidate when none is given: a quarter of the stack's largest
+//! slot, rounded up to 4 KiB (one copy of a large slot then starts while its producer's
+//! neighbours still run, without splitting small slots into many tiny copies).
+inline std::size_t default_chunk_bytes(stack_spec const& stack) noexcept {
+  return std::max<std::size_t>(align_up(stack.largest_slot_bytes() / 4, 4096), 4096);
+}
 
-//! Pipeline candidates for `stack`: copies on the compute stream (least memory), latency hiding
-//! with one, two and three staging buffers (prefetch distance 0, 1, 2), and the deepest of those
-//! with copies chunked (`chunk_bytes`, 0: a quarter of the largest slot).
-inline std::vector<pipeline_choice> default_pipeline_choices(stack_spec const& stack, std::size_t chunk_bytes = 0) {
-  std::size_t largest = 0;
-  for (auto const& t : stack.types)
-    for (auto const& s : t.slots) largest = std::max(largest, s.bytes);
-  if (chunk_bytes == 0) chunk_bytes = std::max<std::size_t>(align_up(largest / 4, 4096), 4096);
+//! The planner's candidates for `stack`: strategies whose buffers and pipeline it tries (it
+//! chooses the policy): copies on the compute stream (least memory), latency hiding with one,
+//! two and three staging buffers (prefetch distance 0, 1, 2), and the deepest of those with
+//! copies chunked (`chunk_bytes`, 0: `default_chunk_bytes`). Each keeps `collectives`.
+inline std::vector<strategy> default_candidates(stack_spec const& stack, std::size_t chunk_bytes = 0,
+                                                collective_spec collectives = {}) {
+  if (chunk_bytes == 0) chunk_bytes = default_chunk_bytes(stack);
   auto const L = stack.layer_count();
   auto dist = [&](std::uint32_t d) { return std::min<std::uint32_t>(d, L == 0 ? 0 : L - 1); };
-  std::vector<pipeline_choice> r;
+  std::vector<strategy> r;
   auto add = [&](pipeline_spec p, std::uint32_t staging) {
-    buffer_spec b;
-    b.staging_buffers = staging;
-    r.push_back({p, b});
+    r.push_back({.buffers = {.staging_buffers = staging}, .pipeline = p, .collectives = collectives});
   };
-  add({false, 0, 0, 1}, 1);
-  add({true, dist(0), 0, 1}, 1);
-  add({true, dist(1), 0, 2}, 2);
-  add({true, dist(2), 0, 2}, 3);
-  add({true, dist(2), chunk_bytes, 2}, 3);
+  add({.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}, 1);
+  add({.prefetch_distance = dist(0), .max_offloads_in_flight = 1}, 1);
+  add({.prefetch_distance = dist(1)}, 2);
+  add({.prefetch_distance = dist(2)}, 3);
+  add({.prefetch_distance = dist(2), .chunk_bytes = chunk_bytes}, 3);
   return r;
 }
 
@@ -87,16 +89,16 @@ struct plan_options {
   //! ... and builds at most this many schedules (per run: a host cap that binds runs twice);
   //! about 50 ms at 64 decisions.
   std::size_t local_search_max_evaluations = 5000;
-  std::vector<pipeline_choice> pipelines;  //!< empty: `default_pipeline_choices`
+  //! The buffers, pipelines and collectives to try (their policies are ignored); empty:
+  //! `default_candidates`.
+  std::vector<strategy> candidates;
 };
 
 //! A planner's answer.
 struct plan {
   bool fits = false;                 //!< false: nothing found fits; see `smallest_device_bytes`
   std::vector<placement> decisions;  //!< per (layer, slot), layers in order, slots in type order
-  policy_spec policy;
-  pipeline_spec pipeline;
-  buffer_spec buffers;
+  tide::strategy strategy;           //!< the policy for `decisions`, with the candidate's other parts
   double step_us = 0;                //!< simulated step time
   std::size_t device_bytes = 0;      //!< the schedule's device peak
   std::size_t host_bytes = 0;        //!< the schedule's pinned host bytes
@@ -105,82 +107,8 @@ struct plan {
   bool exact = false;                //!< found by the exact search
 
   //! The schedule of this plan for `stack` (the stack it was planned for).
-  schedule build(stack_spec const& stack) const { return build_schedule(stack, policy, buffers, pipeline); }
+  schedule build(stack_spec const& stack) const { return build_schedule(stack, strategy); }
 };
-
-// ---------------------------------------------------------------------------------------------
-// Decisions -> policy
-
-//! The fewest rules (per slot name: maximal layer ranges; rules with the same action and range
-//! merged) whose first-match decisions equal `decisions`.
-inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<placement> const& decisions) {
-  auto const L = stack.layer_count();
-  std::vector<std::size_t> first(L + 1, 0);
-  for (std::uint32_t l = 0; l < L; ++l) first[l + 1] = first[l] + stack.layer(l).slots.size();
-  if (decisions.size() != first[L])
-    throw schedule_error("tide: " + std::to_string(decisions.size()) + " decisions given for a stack with " +
-                         std::to_string(first[L]) + " (layer, slot) pairs");
-  std::vector<std::string_view> names;
-  for (auto const& t : stack.types)
-    for (auto const& s : t.slots)
-      if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
-  auto decision_of = [&](std::uint32_t l, std::string_view n, placement& out) {
-    auto const& slots = stack.layer(l).slots;
-    for (std::size_t k = 0; k < slots.size(); ++k)
-      if (slots[k].name == n) return out = decisions[first[l] + k], true;
-    return false;
-  };
-  policy_spec p;
-  for (auto action : {placement::offload, placement::remat})
-    for (auto n : names) {
-      std::uint32_t l = 0;
-      while (l < L) {
-        placement d{};
-        if (!decision_of(l, n, d) || d != action) {
-          ++l;
-          continue;
-        }
-        auto const begin = l;
-        auto end = l + 1;  // one past the last matching layer
-        for (auto k = l + 1; k < L; ++k) {
-          placement dk{};
-          if (!decision_of(k, n, dk)) continue;  // a layer without the slot does not break the run
-          if (dk != action) break;
-          end = k + 1;
-        }
-        auto const last = end == L ? all_layers : end;
-        auto it = std::find_if(p.rules.begin(), p.rules.end(), [&](rule_spec const& r) {
-          return r.action == action && r.first_layer == begin && r.last_layer == last;
-        });
-        if (it == p.rules.end()) p.rules.push_back({action, {n}, begin, last, 0});
-        else it->slots.push_back(n);
-        l = end;
-      }
-    }
-  return p;
-}
-
-//! The plan as C++ types, for users who want the schedule fixed at compile time.
-inline std::string to_cpp_types(plan const& p, std::string_view prefix = "planned") {
-  std::string r = "using " + std::string(prefix) + "_policy = tide::policy<";
-  for (std::size_t i = 0; i < p.policy.rules.size(); ++i) {
-    auto const& rule = p.policy.rules[i];
-    r += i == 0 ? "\n    " : ",\n    ";
-    r += "tide::" + std::string(to_string(rule.action)) + "<tide::slots<";
-    for (std::size_t k = 0; k < rule.slots.size(); ++k) r += (k ? ", \"" : "\"") + std::string(rule.slots[k]) + "\"";
-    r += ">, tide::layers<" + std::to_string(rule.first_layer);
-    if (rule.last_layer != all_layers) r += ", " + std::to_string(rule.last_layer);
-    r += ">>";
-  }
-  r += ">;\n";
-  auto const& pl = p.pipeline;
-  r += "using " + std::string(prefix) + "_pipeline = tide::pipeline<" + (pl.latency_hiding ? "true" : "false") + ", " +
-       std::to_string(pl.prefetch_distance) + ", " + std::to_string(pl.chunk_bytes) + ", " +
-       std::to_string(pl.max_offloads_in_flight) + ">;\n";
-  r += "using " + std::string(prefix) + "_buffers = tide::buffers<tide::staging_ring<" +
-       std::to_string(p.buffers.staging_buffers) + ">>;\n";
-  return r;
-}
 
 // ---------------------------------------------------------------------------------------------
 // The planner
@@ -192,7 +120,7 @@ class plan_search {
   plan_search(stack_spec const& stack, cost_table const& costs, plan_options const& opt)
       : stack_(stack), costs_(costs), opt_(opt) {
     costs_.check_against(stack_);
-    if (opt_.pipelines.empty()) opt_.pipelines = default_pipeline_choices(stack_);
+    if (opt_.candidates.empty()) opt_.candidates = default_candidates(stack_);
     auto const L = stack_.layer_count();
     for (std::uint32_t l = 0; l < L; ++l) {
       first_.push_back(slots_.size());
@@ -205,9 +133,9 @@ class plan_search {
   std::size_t decisions() const noexcept { return slots_.size(); }
 
   //! Builds and (when it fits) simulates one candidate; updates the best plan.
-  double evaluate(std::vector<placement> const& d, pipeline_choice const& pc, std::size_t* peak = nullptr) {
+  double evaluate(std::vector<placement> const& d, strategy const& pc, std::size_t* peak = nullptr) {
     auto const pol = policy_from_decisions(stack_, d);
-    auto const s = build_schedule(stack_, pol, pc.buffers, pc.pipeline);
+    auto const s = build_schedule(stack_, {pol, pc.buffers, pc.pipeline, pc.collectives});
     ++best_.evaluations;
     auto const dev = s.peak_device_bytes();
     if (peak) *peak = dev;
@@ -220,17 +148,15 @@ class plan_search {
       best_.fits = true;
       best_.step_us = t;
       best_.decisions = d;
-      best_.policy = pol;
-      best_.pipeline = pc.pipeline;
-      best_.buffers = pc.buffers;
+      best_.strategy = {pol, pc.buffers, pc.pipeline, pc.collectives};
       best_.device_bytes = dev;
       best_.host_bytes = s.peak_host_bytes();
     }
     return t;
   }
   //! The device peak only (no simulation).
-  std::size_t peak_of(std::vector<placement> const& d, pipeline_choice const& pc, std::size_t* host = nullptr) {
-    auto const s = build_schedule(stack_, policy_from_decisions(stack_, d), pc.buffers, pc.pipeline);
+  std::size_t peak_of(std::vector<placement> const& d, strategy const& pc, std::size_t* host = nullptr) {
+    auto const s = build_schedule(stack_, {policy_from_decisions(stack_, d), pc.buffers, pc.pipeline, pc.collectives});
     ++best_.evaluations;
     best_.smallest_device_bytes = std::min(best_.smallest_device_bytes, s.peak_device_bytes());
     if (host) *host = s.peak_host_bytes();
@@ -239,9 +165,9 @@ class plan_search {
   //! Every pipeline when `d` offloads something, else the first hiding one (they coincide).
   double evaluate_all_pipelines(std::vector<placement> const& d) {
     bool const any_offload = std::find(d.begin(), d.end(), placement::offload) != d.end();
-    if (!any_offload) return evaluate(d, opt_.pipelines.front());
+    if (!any_offload) return evaluate(d, opt_.candidates.front());
     double t = std::numeric_limits<double>::infinity();
-    for (auto const& pc : opt_.pipelines) t = std::min(t, evaluate(d, pc));
+    for (auto const& pc : opt_.candidates) t = std::min(t, evaluate(d, pc));
     return t;
   }
 
@@ -250,8 +176,8 @@ class plan_search {
     std::vector<placement> d(slots_.size(), placement::keep);
     base_us_ = costs_.compute_us();
     remat_flags_.reset(new bool[slots_.size()]());
-    alignment_ = opt_.pipelines.front().buffers.device_alignment;
-    for (auto const& pc : opt_.pipelines) alignment_ = std::min(alignment_, pc.buffers.device_alignment);
+    alignment_ = opt_.candidates.front().buffers.device_alignment;
+    for (auto const& pc : opt_.candidates) alignment_ = std::min(alignment_, pc.buffers.device_alignment);
     layer_bytes_.assign(2 * stack_.layer_count(), 0);
     branch(d, 0, 0);
     best_.exact = true;
@@ -289,9 +215,9 @@ class plan_search {
       // Nothing fit: report the smallest peak of the extremes too (everything rematted, or
       // everything offloaded with each pipeline), so the answer says how far off the budget is.
       std::vector<placement> all(slots_.size(), placement::remat);
-      peak_of(all, opt_.pipelines.front());
+      peak_of(all, opt_.candidates.front());
       std::fill(all.begin(), all.end(), placement::offload);
-      for (auto const& pc : opt_.pipelines) peak_of(all, pc);
+      for (auto const& pc : opt_.candidates) peak_of(all, pc);
     }
     if (best_.fits) best_.smallest_device_bytes = std::min(best_.smallest_device_bytes, best_.device_bytes);
     else {
@@ -347,7 +273,7 @@ class plan_search {
   //! A candidate and its simulated step time.
   struct point {
     std::vector<placement> d;
-    pipeline_choice pc;
+    strategy pc;
     double t = std::numeric_limits<double>::infinity();
   };
 
@@ -403,9 +329,9 @@ class plan_search {
       auto pc = p.pc;
       double t = std::numeric_limits<double>::infinity();
       if (!offload) t = evaluate(c, pc);
-      else if (std::find(c.begin(), c.end(), placement::offload) == c.end()) t = evaluate(c, pc = opt_.pipelines.front());
+      else if (std::find(c.begin(), c.end(), placement::offload) == c.end()) t = evaluate(c, pc = opt_.candidates.front());
       else
-        for (auto const& q : opt_.pipelines)
+        for (auto const& q : opt_.candidates)
           if (auto const tq = evaluate(c, q); tq < t) t = tq, pc = q;
       if (!(t < next.t)) return false;
       next = {c, pc, t};
@@ -597,7 +523,7 @@ class plan_search {
   void heuristic_pass(std::vector<point> starts) {
     auto const n = slots_.size();
     std::vector<placement> keep(n, placement::keep);
-    if (evaluate(keep, opt_.pipelines.front()) < std::numeric_limits<double>::infinity()) return;  // keep-all fits: fastest
+    if (evaluate(keep, opt_.candidates.front()) < std::numeric_limits<double>::infinity()) return;  // keep-all fits: fastest
 
     auto const& link = costs_.link;
     auto const L = stack_.layer_count();
@@ -666,7 +592,7 @@ class plan_search {
     };
     // Without a cap the orders are the same for every pipeline.
     std::vector<std::pair<std::size_t, std::vector<std::vector<move>>>> orders_by_alignment;
-    auto orders_of = [&](pipeline_choice const& pc) -> std::vector<std::vector<move>> const& {
+    auto orders_of = [&](strategy const& pc) -> std::vector<std::vector<move>> const& {
       auto const a = opt_.host_budget == std::numeric_limits<std::size_t>::max() ? 0 : pc.buffers.host_alignment;
       for (auto const& [b, o] : orders_by_alignment)
         if (b == a) return o;
@@ -680,7 +606,7 @@ class plan_search {
     // For each order and pipeline: the shortest prefix whose device peak fits (more moves fit
     // better; the host bytes fit by construction), simulated.
     for (std::size_t which = 0; which < order_count; ++which)
-      for (auto const& pc : opt_.pipelines) {
+      for (auto const& pc : opt_.candidates) {
         auto const& o = orders_of(pc)[which];
         auto fits = [&](std::size_t k) { return peak_of(apply(o, k), pc) <= opt_.device_budget; };
         if (!fits(o.size())) continue;
@@ -737,3 +663,5 @@ inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_opt
 }
 
 }  // namespace tide
+
+TIDE_DESIGNATED_INIT_END

@@ -30,14 +30,16 @@
 
 #include <tide/core/error.hpp>
 #include <tide/core/stack.hpp>
-#include <tide/plan/cost_model.hpp>
+#include <tide/backends/sim/cost_table.hpp>
 #include <tide/plan/hardware.hpp>
+
+TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
 struct transformer_spec {
   std::string_view name;
-  std::uint32_t layers = 0;
+  std::uint32_t layer_count = 0;
   std::uint32_t dense_layers = 0;  //!< the first layers use the dense MLP; the rest MoE when experts > 0
   std::uint64_t hidden = 0;
   std::uint32_t heads = 0;
@@ -74,29 +76,27 @@ namespace models {
 //! Source: DeepSeek-V3 Technical Report, arXiv:2412.19437, and its published config.json.
 constexpr transformer_spec deepseek_v3(std::uint64_t seq_len = 4096, std::uint64_t micro_batch = 1,
                                        std::uint32_t tensor_parallel = 1) {
-  transformer_spec m;
-  m.name = "DeepSeek-V3-like";
-  m.layers = 61;
-  m.dense_layers = 3;
-  m.hidden = 7168;
-  m.heads = 128;
-  m.kv_heads = 128;
-  m.head_dim = 192;
-  m.latent_attention = true;
-  m.q_lora_rank = 1536;
-  m.kv_lora_rank = 512;
-  m.qk_nope_head_dim = 128;
-  m.qk_rope_head_dim = 64;
-  m.v_head_dim = 128;
-  m.ffn = 18432;
-  m.experts = 256;
-  m.top_k = 8;
-  m.shared_experts = 1;
-  m.expert_ffn = 2048;
-  m.seq_len = seq_len;
-  m.micro_batch = micro_batch;
-  m.tensor_parallel = tensor_parallel;
-  return m;
+  return {.name = "DeepSeek-V3-like",
+          .layer_count = 61,
+          .dense_layers = 3,
+          .hidden = 7168,
+          .heads = 128,
+          .kv_heads = 128,
+          .head_dim = 192,
+          .latent_attention = true,
+          .q_lora_rank = 1536,
+          .kv_lora_rank = 512,
+          .qk_nope_head_dim = 128,
+          .qk_rope_head_dim = 64,
+          .v_head_dim = 128,
+          .ffn = 18432,
+          .experts = 256,
+          .top_k = 8,
+          .shared_experts = 1,
+          .expert_ffn = 2048,
+          .seq_len = seq_len,
+          .micro_batch = micro_batch,
+          .tensor_parallel = tensor_parallel};
 }
 
 //! Llama-3.1-405B-like: 126 dense layers, hidden 16384, 128 query heads and 8 key/value heads
@@ -104,19 +104,17 @@ constexpr transformer_spec deepseek_v3(std::uint64_t seq_len = 4096, std::uint64
 //! Source: The Llama 3 Herd of Models, arXiv:2407.21783, Table 3.
 constexpr transformer_spec llama3_405b(std::uint64_t seq_len = 8192, std::uint64_t micro_batch = 1,
                                        std::uint32_t tensor_parallel = 8) {
-  transformer_spec m;
-  m.name = "Llama-3.1-405B-like";
-  m.layers = 126;
-  m.hidden = 16384;
-  m.heads = 128;
-  m.kv_heads = 8;
-  m.head_dim = 128;
-  m.v_head_dim = 128;
-  m.ffn = 53248;
-  m.seq_len = seq_len;
-  m.micro_batch = micro_batch;
-  m.tensor_parallel = tensor_parallel;
-  return m;
+  return {.name = "Llama-3.1-405B-like",
+          .layer_count = 126,
+          .hidden = 16384,
+          .heads = 128,
+          .kv_heads = 8,
+          .head_dim = 128,
+          .v_head_dim = 128,
+          .ffn = 53248,
+          .seq_len = seq_len,
+          .micro_batch = micro_batch,
+          .tensor_parallel = tensor_parallel};
 }
 
 }  // namespace models
@@ -140,8 +138,8 @@ struct transformer_layer {
 };
 
 inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
-  if (m.hidden == 0 || m.heads == 0 || m.layers == 0 || m.tensor_parallel == 0 || m.tokens() == 0)
-    throw schedule_error("tide: transformer '" + std::string(m.name) +
+  if (m.hidden == 0 || m.heads == 0 || m.layer_count == 0 || m.tensor_parallel == 0 || m.tokens() == 0)
+    throw cost_model_error("tide: transformer '" + std::string(m.name) +
                          "' needs layers, hidden, heads, tensor_parallel, seq_len and micro_batch above zero");
   double const T = static_cast<double>(m.tokens());
   double const tp = m.tensor_parallel;
@@ -196,7 +194,7 @@ inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
 //! literals, so the stack does not refer to `m`.
 inline stack_spec transformer_stack(transformer_spec const& m) {
   stack_spec s;
-  for (std::uint32_t l = 0; l < m.layers; ++l) {
+  for (std::uint32_t l = 0; l < m.layer_count; ++l) {
     bool const moe = m.is_moe(l);
     auto const desc = detail::describe_layer(m, moe);
     layer_spec t{moe ? "moe" : "dense", {}};
@@ -230,8 +228,10 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
           s.whole_forward ? lc.forward_us
                           : (hw.matmul_seconds(s.flops + s.attention_flops) + hw.memory_seconds(s.memory_bytes)) * 1e6);
   }
-  for (std::uint32_t l = 0; l < m.layers; ++l) c.layers.push_back(per_type[m.is_moe(l) ? 1 : 0]);
+  for (std::uint32_t l = 0; l < m.layer_count; ++l) c.layers.push_back(per_type[m.is_moe(l) ? 1 : 0]);
   return c;
 }
 
 }  // namespace tide
+
+TIDE_DESIGNATED_INIT_END

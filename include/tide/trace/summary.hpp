@@ -70,7 +70,7 @@ inline std::vector<occupancy_point> sweep(std::vector<std::pair<double, std::ptr
 //! writes it to the end of the op that last reads it: kept slots from their forward to their
 //! backward, offload sources until their last chunk is copied out, staging buffers from the
 //! first prefetched chunk to the backward, remat slots during their forward and from their
-//! recompute to their backward, host copies from the first offloaded chunk to the last reload.
+//! recompute to their backward, host copies from the first offloaded chunk to the last prefetch.
 inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
   detail::op_times ot(t, s.ops.size());
   auto const L = s.layer_count();

@@ -9,6 +9,11 @@
 //! order kernels only (copy engines ignore them), so this matters only for kernels a user
 //! enqueues on that stream; bench/gpu measures whether it has any effect.
 //!
+//! A step forks the side streams from the compute stream when it begins and joins them back into
+//! it when everything is enqueued (`end_step`), so `executor::enqueue` returns with the compute
+//! stream carrying the whole step: an optimizer update enqueued there next runs after it.
+//! `wait_step` (`executor::wait`) synchronizes and reports the step's first failure.
+//!
 //! Events are created once, without timing, for ordering only. Timed events are recorded only
 //! while a timeline is attached (`record_timeline`). One step may also be captured into a CUDA
 //! graph instead of being run (see <tide/backends/cuda/cuda_graph.hpp>).
@@ -32,6 +37,7 @@
 #include <vector>
 
 #include <tide/backends/cuda/cuda_error.hpp>
+#include <tide/backends/cuda/cuda_graph.hpp>
 #include <tide/backends/cuda/memory.hpp>
 #include <tide/backends/cuda/nvtx.hpp>
 #include <tide/core/error.hpp>
@@ -59,69 +65,6 @@ struct cuda_backend_options {
   bool allow_blocking_compute_stream = false;
 };
 
-namespace detail {
-
-//! Host tasks handed to `cudaLaunchHostFunc` need an address that stays valid until they run
-//! (and, once captured into a graph, for the graph's lifetime). Blocks are kept and reused.
-class task_pool {
- public:
-  task* acquire(task t) {
-    if (used_ == blocks_.size() * block_size) blocks_.push_back(std::make_unique<task[]>(block_size));
-    auto* p = &blocks_[used_ / block_size][used_ % block_size];
-    ++used_;
-    *p = t;
-    return p;
-  }
-  void reset() noexcept { used_ = 0; }
-
- private:
-  static constexpr std::size_t block_size = 256;
-  std::vector<std::unique_ptr<task[]>> blocks_;
-  std::size_t used_ = 0;
-};
-
-// C++ linkage: an `extern "C"` inline function would be one weak global symbol, silently
-// replaced by any other C function of the same name in the program.
-inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))(); }
-
-//! Remembers the first failure among calls that must all be made (teardown of a step or capture).
-struct first_failure {
-  cudaError_t code = cudaSuccess;
-  char const* call = nullptr;
-  int line = 0;
-  void note(cudaError_t e, char const* c, int l) noexcept {
-    if (e != cudaSuccess && code == cudaSuccess) code = e, call = c, line = l;
-  }
-  void raise() const {
-    if (code != cudaSuccess) throw_cuda_error(code, call, __FILE__, line);
-  }
-};
-#define TIDE_CUDA_NOTE(f, ...) (f).note((__VA_ARGS__), #__VA_ARGS__, __LINE__)
-
-}  // namespace detail
-
-//! One step captured into a CUDA graph (not yet instantiated) and the host tasks it calls; owns
-//! the graph.
-struct captured_step {
-  cudaGraph_t graph = nullptr;
-  detail::task_pool tasks;
-
-  captured_step() = default;
-  captured_step(captured_step&& o) noexcept : graph(std::exchange(o.graph, nullptr)), tasks(std::move(o.tasks)) {}
-  captured_step& operator=(captured_step&& o) noexcept {
-    if (this != &o) {
-      reset();
-      graph = std::exchange(o.graph, nullptr);
-      tasks = std::move(o.tasks);
-    }
-    return *this;
-  }
-  ~captured_step() { reset(); }
-  void reset() noexcept {
-    if (graph) static_cast<void>(cudaGraphDestroy(graph));
-    graph = nullptr;
-  }
-};
 
 class cuda_backend {
  public:
@@ -171,19 +114,13 @@ class cuda_backend {
     timeline_ = t;
     if (t) create_timed_events();
   }
-  //! Slot names for NVTX ranges of copies; `s` must outlive the backend (or the next call).
-  void name_ranges(schedule_view s) noexcept { names_ = s; }
-
   //! The next step is captured into a graph instead of run; `end_capture` hands it over.
-  void capture_next_step() noexcept { capture_next_ = true; }
+  void capture_next_step() noexcept { capture_.request(); }
   //! Withdraws a `capture_next_step` that no step took up (a step that threw before starting),
   //! so that the next eager step runs instead of being captured.
-  void cancel_capture() noexcept { capture_next_ = false; }
-  bool capturing() const noexcept { return capturing_; }
-  captured_step end_capture() {
-    if (!captured_.graph) throw error("tide: cuda_backend::end_capture: no step was captured");
-    return std::exchange(captured_, captured_step{});
-  }
+  void cancel_capture() noexcept { capture_.cancel(); }
+  bool capturing() const noexcept { return capture_.active(); }
+  captured_step end_capture() { return capture_.claim(); }
 
   //! Called while the backend waits for its streams, with `timed_out` true once `sync_timeout`
   //! has passed. A watcher throws to report a failure it found (an NCCL asynchronous error, a dead
@@ -242,9 +179,12 @@ class cuda_backend {
 
   // ---- tide::backend ----------------------------------------------------------------------
 
+  //! Takes the schedule (its slot names label the NVTX ranges of copies; the executor keeps it
+  //! alive), creates the events and reserves the arenas.
   arenas setup(backend_setup const& s) {
     // Nothing may still use an arena when a larger one replaces it (and frees it if unheld).
     synchronize();
+    names_ = s.schedule;
     auto d = reserve_device(s.device_bytes, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
     // A user resource is trusted for nothing: pageable "pinned" memory would make every copy
@@ -312,7 +252,7 @@ class cuda_backend {
 
   //! A host function in stream order (`cudaLaunchHostFunc`); it must not call CUDA.
   void host_task(stream_role r, task t) {
-    auto* p = (capturing_ ? captured_.tasks : tasks_).acquire(t);
+    auto* p = (capture_.active() ? capture_.tasks() : tasks_).acquire(t);
     TIDE_CUDA_CHECK(cudaLaunchHostFunc(stream(r), &detail::run_host_task, p));
   }
 
@@ -322,9 +262,9 @@ class cuda_backend {
     wait_marks_.clear();
     timed_used_ = 0;
     start_ = nullptr;
-    if (capture_next_) {
-      capture_next_ = false;
-      begin_capture();
+    waited_ = false;
+    if (capture_.take_request()) {
+      capture_.begin(streams_, fork_join_);
     } else {
       // Fork: the side streams start after everything already queued on the compute stream
       // (the previous step's optimizer update, the user's input copies), traced or not. This is
@@ -334,16 +274,30 @@ class cuda_backend {
       TIDE_CUDA_CHECK(cudaEventRecord(fork, stream(stream_role::compute)));
       for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams_[r], fork, 0));
     }
-    if (opt_.nvtx) nvtx_push(capturing_ ? "tide step (capture)" : "tide step");
+    if (opt_.nvtx) nvtx_push(capture_.active() ? "tide step (capture)" : "tide step");
   }
 
-  //! Synchronizes every stream (or ends the capture) and reports the first failure.
+  //! Everything of the step is enqueued: the compute stream waits for the side streams (join),
+  //! so work enqueued on it afterwards (an optimizer update) runs after the step; nothing blocks.
+  //! A captured step ends its capture here.
   void end_step() {
     if (opt_.nvtx) nvtx_pop();
-    if (capturing_) {
-      finish_capture();
+    if (capture_.active()) {
+      waited_ = true;  // nothing ran: nothing to wait for
+      capture_.finish(streams_, fork_join_);
       return;
     }
+    detail::first_failure f;
+    for (std::size_t r = 1; r < stream_count; ++r) {
+      TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[r], streams_[r]));
+      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(streams_[0], fork_join_[r], 0));
+    }
+    f.raise();
+  }
+
+  //! Waits for the step's work (every stream, see `synchronize`) and reports its first failure.
+  void wait_step() {
+    if (std::exchange(waited_, true)) return;
     synchronize();
     // A failed launch (bad configuration, missing kernel image) is reported only as the
     // runtime's last error; report it here rather than let it surface in unrelated code.
@@ -477,48 +431,6 @@ class cuda_backend {
     return o.slot < slots.size() ? slots[o.slot].name : std::string_view{};
   }
 
-  // Fork: the side streams join the capture by waiting on an event recorded in the capturing
-  // compute stream. Join: the compute stream waits on each side stream before the capture ends.
-  void begin_capture() {
-    auto const compute = stream(stream_role::compute);
-    captured_ = captured_step{};  // an unclaimed earlier capture is dropped (before capture mode)
-    TIDE_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
-    capturing_ = true;
-    detail::first_failure f;
-    TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[0], compute));
-    for (std::size_t r = 1; r < stream_count; ++r)
-      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(streams_[r], fork_join_[0], 0));
-    if (f.code != cudaSuccess) {
-      abandon_capture();
-      f.raise();
-    }
-  }
-  void finish_capture() {
-    auto const compute = stream(stream_role::compute);
-    detail::first_failure f;
-    for (std::size_t r = 1; r < stream_count; ++r) {
-      TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[r], streams_[r]));
-      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(compute, fork_join_[r], 0));
-    }
-    cudaGraph_t g = nullptr;
-    TIDE_CUDA_NOTE(f, cudaStreamEndCapture(compute, &g));  // always, so the stream leaves capture mode
-    capturing_ = false;
-    if (f.code != cudaSuccess) {
-      if (g) static_cast<void>(cudaGraphDestroy(g));
-      captured_ = captured_step{};
-      f.raise();
-    }
-    captured_.graph = g;
-  }
-  void abandon_capture() noexcept {
-    cudaGraph_t g = nullptr;
-    static_cast<void>(cudaStreamEndCapture(stream(stream_role::compute), &g));
-    if (g) static_cast<void>(cudaGraphDestroy(g));
-    static_cast<void>(cudaGetLastError());
-    capturing_ = false;
-    captured_ = captured_step{};
-  }
-
   cuda_backend_options opt_;
   int device_ = 0;
   std::array<cudaStream_t, stream_count> streams_{};
@@ -543,9 +455,8 @@ class cuda_backend {
   cudaEvent_t start_ = nullptr;  // set while the current step is timed
   std::vector<op_mark> op_marks_, wait_marks_;
   schedule_view names_{};
-  // graph capture
-  bool capture_next_ = false, capturing_ = false;
-  captured_step captured_;
+  detail::stream_capture capture_;
+  bool waited_ = true;  // the last step was waited for, or captured (nothing to wait for)
   std::vector<watcher> watchers_;
 };
 

@@ -34,9 +34,9 @@ constexpr bool is_sticky(cudaError_t e) noexcept {
   }
 }
 
-//! A CUDA (or NCCL, see <tide/collectives/nccl.hpp>) call failed.
+//! A CUDA runtime call failed.
 struct cuda_error : error {
-  cudaError_t code = cudaSuccess;  //!< cudaSuccess when the failing library was not the CUDA runtime
+  cudaError_t code = cudaSuccess;
   std::string call;                //!< the call as written, e.g. `cudaMemcpyAsync(dst, src, n, kind, s)`
   std::string where;               //!< file:line of the call
   bool sticky = false;             //!< the context is unusable (see `is_sticky`)
@@ -48,12 +48,7 @@ struct cuda_error : error {
         where(location),
         sticky(is_sticky(e)) {}
 
- protected:
-  //! For other libraries' errors (NCCL): the name and description are theirs.
-  cuda_error(char const* name, char const* description, std::string const& call_text, std::string const& location)
-      : error(message(name, description, call_text, location, false)), call(call_text), where(location) {}
-
- private:
+  //! "tide: <call> failed with <name> (<description>) at <location>" (NCCL's errors say the same).
   static std::string message(char const* name, char const* description, std::string const& call_text,
                              std::string const& location, bool sticky_error) {
     std::string m = "tide: " + call_text + " failed with " + name + " (" + description + ") at " + location;
@@ -77,6 +72,22 @@ inline void check_cuda(cudaError_t e, char const* call, char const* file, int li
 }
 
 }  // namespace detail
+namespace detail {
+//! Remembers the first failure among calls that must all be made (teardown of a step or capture).
+struct first_failure {
+  cudaError_t code = cudaSuccess;
+  char const* call = nullptr;
+  int line = 0;
+  void note(cudaError_t e, char const* c, int l) noexcept {
+    if (e != cudaSuccess && code == cudaSuccess) code = e, call = c, line = l;
+  }
+  void raise() const {
+    if (code != cudaSuccess) throw_cuda_error(code, call, __FILE__, line);
+  }
+};
+#define TIDE_CUDA_NOTE(f, ...) (f).note((__VA_ARGS__), #__VA_ARGS__, __LINE__)
+}  // namespace detail
+
 }  // namespace tide
 
 //! Checks a CUDA runtime call; throws `tide::cuda_error` naming the call, the error and file:line.

@@ -1,5 +1,6 @@
 #pragma once
-//! \file A whole executor step captured into a CUDA graph and replayed step after step.
+//! \file CUDA graphs: the capture machinery the CUDA backend runs a step through, and a whole
+//! executor step captured into a graph and replayed step after step.
 //!
 //! Capture runs the executor's ordinary step with the backend in capture mode: the compute stream
 //! begins a capture, the side streams join it through a fork event, every wait, record, kernel,
@@ -13,15 +14,138 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <cstddef>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include <tide/backends/cuda/cuda_backend.hpp>
 #include <tide/backends/cuda/cuda_error.hpp>
 #include <tide/backends/cuda/nvtx.hpp>
-#include <tide/executor/executor.hpp>
+#include <tide/core/error.hpp>
+#include <tide/core/vocabulary.hpp>
+#include <tide/executor/backend.hpp>
 
 namespace tide {
+
+namespace detail {
+
+//! Host tasks handed to `cudaLaunchHostFunc` need an address that stays valid until they run
+//! (and, once captured into a graph, for the graph's lifetime). Blocks are kept and reused.
+class task_pool {
+ public:
+  task* acquire(task t) {
+    if (used_ == blocks_.size() * block_size) blocks_.push_back(std::make_unique<task[]>(block_size));
+    auto* p = &blocks_[used_ / block_size][used_ % block_size];
+    ++used_;
+    *p = t;
+    return p;
+  }
+  void reset() noexcept { used_ = 0; }
+
+ private:
+  static constexpr std::size_t block_size = 256;
+  std::vector<std::unique_ptr<task[]>> blocks_;
+  std::size_t used_ = 0;
+};
+
+// C++ linkage: an `extern "C"` inline function would be one weak global symbol, silently
+// replaced by any other C function of the same name in the program.
+inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))(); }
+
+}  // namespace detail
+
+//! One step captured into a CUDA graph (not yet instantiated) and the host tasks it calls; owns
+//! the graph.
+struct captured_step {
+  cudaGraph_t graph = nullptr;
+  detail::task_pool tasks;
+
+  captured_step() = default;
+  captured_step(captured_step&& o) noexcept : graph(std::exchange(o.graph, nullptr)), tasks(std::move(o.tasks)) {}
+  captured_step& operator=(captured_step&& o) noexcept {
+    if (this != &o) {
+      reset();
+      graph = std::exchange(o.graph, nullptr);
+      tasks = std::move(o.tasks);
+    }
+    return *this;
+  }
+  ~captured_step() { reset(); }
+  void reset() noexcept {
+    if (graph) static_cast<void>(cudaGraphDestroy(graph));
+    graph = nullptr;
+  }
+};
+
+namespace detail {
+
+//! The backend's capture state: a requested capture, the one in progress, and the captured step
+//! not yet claimed. Fork: the side streams join the capture by waiting on an event recorded in
+//! the capturing compute stream. Join: the compute stream waits on each side stream before the
+//! capture ends.
+class stream_capture {
+ public:
+  using streams = std::array<cudaStream_t, stream_count>;
+  using events = std::array<cudaEvent_t, stream_count>;
+
+  void request() noexcept { requested_ = true; }
+  void cancel() noexcept { requested_ = false; }
+  //! True once: the step about to begin takes up the request.
+  bool take_request() noexcept { return std::exchange(requested_, false); }
+  bool active() const noexcept { return active_; }
+  task_pool& tasks() noexcept { return captured_.tasks; }
+  captured_step claim() {
+    if (!captured_.graph) throw error("tide: cuda_backend::end_capture: no step was captured");
+    return std::exchange(captured_, captured_step{});
+  }
+
+  void begin(streams const& s, events const& fork_join) {
+    auto const compute = s[0];
+    captured_ = captured_step{};  // an unclaimed earlier capture is dropped (before capture mode)
+    TIDE_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
+    active_ = true;
+    first_failure f;
+    TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join[0], compute));
+    for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(s[r], fork_join[0], 0));
+    if (f.code != cudaSuccess) {
+      abandon(compute);
+      f.raise();
+    }
+  }
+  void finish(streams const& s, events const& fork_join) {
+    auto const compute = s[0];
+    first_failure f;
+    for (std::size_t r = 1; r < stream_count; ++r) {
+      TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join[r], s[r]));
+      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(compute, fork_join[r], 0));
+    }
+    cudaGraph_t g = nullptr;
+    TIDE_CUDA_NOTE(f, cudaStreamEndCapture(compute, &g));  // always, so the stream leaves capture mode
+    active_ = false;
+    if (f.code != cudaSuccess) {
+      if (g) static_cast<void>(cudaGraphDestroy(g));
+      captured_ = captured_step{};
+      f.raise();
+    }
+    captured_.graph = g;
+  }
+  void abandon(cudaStream_t compute) noexcept {
+    cudaGraph_t g = nullptr;
+    static_cast<void>(cudaStreamEndCapture(compute, &g));
+    if (g) static_cast<void>(cudaGraphDestroy(g));
+    static_cast<void>(cudaGetLastError());
+    active_ = false;
+    captured_ = captured_step{};
+  }
+
+ private:
+  bool requested_ = false, active_ = false;
+  captured_step captured_;
+};
+
+}  // namespace detail
 
 class cuda_graph {
  public:
@@ -39,13 +163,14 @@ class cuda_graph {
   }
   ~cuda_graph() { destroy(); }
 
-  //! Captures one step of `ex` (the arguments of `executor::step`) and instantiates it. Replaces
-  //! an earlier capture. Throws what the step throws, or `cuda_error` when capture fails (e.g. a
-  //! lambda made a call that is illegal during capture, such as a synchronization); `error` when
-  //! `ex` has debug checks on.
-  template <class Forward, class Backward, class Gather = no_hook, class Collective = no_hook>
-  void capture(executor<cuda_backend>& ex, Forward&& forward, Backward&& backward, Gather&& gather = {},
-               Collective&& collective = {}) {
+  //! Captures one step of `ex`, an executor on a `cuda_backend` (the arguments of
+  //! `executor::step`: forward, backward, and optionally `tide::hooks{...}`), and instantiates it.
+  //! Replaces an earlier capture. Throws what the step throws, or `cuda_error` when capture fails
+  //! (e.g. a lambda made a call that is illegal during capture, such as a synchronization);
+  //! `error` when `ex` has debug checks on.
+  template <class Executor, class Forward, class Backward, class... Hooks>
+  void capture(Executor& ex, Forward&& forward, Backward&& backward, Hooks&&... hooks) {
+    static_assert(sizeof...(Hooks) <= 1, "tide::cuda_graph::capture(ex, forward, backward, hooks): one tide::hooks{...} at most");
     // Debug-check host nodes would replay with counters never reset and errors never rethrown.
     if (ex.options().debug_checks)
       throw error("tide::cuda_graph::capture: turn off executor_options::debug_checks for captured steps");
@@ -54,11 +179,10 @@ class cuda_graph {
     // Whatever happens (a step that throws before it begins, "already running"), the request is
     // withdrawn, so the next eager step is not silently captured.
     struct withdraw {
-      cuda_backend& be;
-      ~withdraw() { be.cancel_capture(); }
+      decltype(be)& b;
+      ~withdraw() { b.cancel_capture(); }
     } guard{be};
-    ex.step(std::forward<Forward>(forward), std::forward<Backward>(backward), std::forward<Gather>(gather),
-            std::forward<Collective>(collective));
+    ex.step(std::forward<Forward>(forward), std::forward<Backward>(backward), std::forward<Hooks>(hooks)...);
     auto step = be.end_capture();
     // Uploaded at instantiation (the first replay does not pay for it), and kernel nodes keep the
     // priority of the stream they were captured on (the prefetch stream's, when raised).

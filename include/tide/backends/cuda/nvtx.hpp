@@ -33,25 +33,9 @@ constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
     case op_kind::offload: return {0x9c, 0x27, 0xb0};
     case op_kind::prefetch: return {0x00, 0xbc, 0xd4};
     case op_kind::gather:
-    case op_kind::collective: return {0xf4, 0x43, 0x36};
+    case op_kind::reduce: return {0xf4, 0x43, 0x36};
   }
   return {0x80, 0x80, 0x80};
-}
-
-//! Writes the range name of `o` into `buf`. `slot_name` may be empty (then the slot's index is used).
-inline void nvtx_name(std::span<char> buf, op const& o, std::string_view slot_name) noexcept {
-  auto const kind = to_string(o.kind);
-  int const k = static_cast<int>(kind.size());
-  if (!is_copy(o.kind)) {
-    std::snprintf(buf.data(), buf.size(), "%.*s L%u", k, kind.data(), static_cast<unsigned>(o.layer));
-  } else if (!slot_name.empty()) {
-    std::snprintf(buf.data(), buf.size(), "%.*s L%u %.*s %u/%u", k, kind.data(), static_cast<unsigned>(o.layer),
-                  static_cast<int>(slot_name.size()), slot_name.data(), static_cast<unsigned>(o.chunk + 1),
-                  static_cast<unsigned>(o.chunks));
-  } else {
-    std::snprintf(buf.data(), buf.size(), "%.*s L%u slot %u %u/%u", k, kind.data(), static_cast<unsigned>(o.layer),
-                  static_cast<unsigned>(o.slot), static_cast<unsigned>(o.chunk + 1), static_cast<unsigned>(o.chunks));
-  }
 }
 
 }  // namespace detail
@@ -62,7 +46,7 @@ class nvtx_op_range {
   nvtx_op_range(bool enabled, op const& o, std::string_view slot_name = {}) noexcept : enabled_(enabled) {
     if (!enabled_) return;
     char buf[128];
-    detail::nvtx_name(buf, o, slot_name);
+    write_op_label(buf, o, slot_name);
     nvtx3::event_attributes const attr{nvtx3::message{static_cast<char const*>(buf)}, detail::nvtx_color(o.kind)};
     nvtxDomainRangePushEx(nvtx3::domain::get<nvtx_domain>(), attr.get());
   }

@@ -35,8 +35,8 @@
 namespace tide {
 
 struct host_backend_options {
-  std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget, bytes held at once
-  std::size_t host_capacity = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget, bytes held at once
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
   link_model d2h{};
   link_model h2d{};
 };
@@ -68,8 +68,8 @@ class host_backend {
 
   explicit host_backend(host_backend_options opt = {})
       : opt_(opt),
-        device_("tide: host backend device arena", opt.device_capacity),
-        host_("tide: host backend pinned host arena", opt.host_capacity) {
+        device_("tide: host backend device arena", opt.device_budget),
+        host_("tide: host backend pinned host arena", opt.host_budget) {
     std::size_t started = 0;
     try {
       for (; started < stream_count; ++started) workers_[started] = std::thread([this, s = started] { work(s); });
@@ -142,8 +142,10 @@ class host_backend {
     for (auto& t : spans_) t.clear();
     for (auto& t : wait_spans_) t.clear();
   }
+  //! Everything is enqueued; the workers run on.
+  void end_step() noexcept {}
   //! Waits until every stream has drained, then hands the recorded intervals to the timeline.
-  void end_step() {
+  void wait_step() {
     for (auto& q : queues_) {
       std::unique_lock lock(q.mutex);
       q.idle.wait(lock, [&] { return q.head == q.tail && !q.busy; });

@@ -20,19 +20,17 @@
 #include <string>
 #include <vector>
 
+#include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/executor/backend.hpp>
-#include <tide/executor/executor.hpp>
-#include <tide/plan/cost_model.hpp>
-#include <tide/trace/summary.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
 
 struct sim_options {
-  std::size_t device_capacity = std::numeric_limits<std::size_t>::max();  //!< setup throws above this
-  std::size_t host_capacity = std::numeric_limits<std::size_t>::max();    //!< setup throws above this
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< setup throws above this
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< setup throws above this
 };
 
 class sim_backend {
@@ -46,17 +44,6 @@ class sim_backend {
   explicit sim_backend(cost_table const& costs, sim_options opt = {}) : costs_(&costs), opt_(opt) {}
   sim_backend(cost_table&&, sim_options = {}) = delete;
 
-  //! Tells the backend which slots each layer rematerializes, so that a recompute costs only the
-  //! slots it produces, and checks that the cost table has one layer per layer of `s` (throws
-  //! `schedule_error` naming both counts). The executor calls it on construction; without it a
-  //! recompute costs the layer's full recompute time.
-  void bind(schedule_view s) {
-    if (s.layer_count() != costs_->layer_count())
-      throw schedule_error("tide: sim backend: the schedule has " + std::to_string(s.layer_count()) +
-                           " layers but the cost table has " + std::to_string(costs_->layer_count()));
-    recompute_us_.resize(s.layer_count());
-    for (std::uint32_t l = 0; l < s.layer_count(); ++l) recompute_us_[l] = costs_->layers[l].recompute_time_us(s.slots_of(l));
-  }
   //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
   void record_timeline(timeline* t) noexcept { timeline_ = t; }
   cost_table const& costs() const noexcept { return *costs_; }
@@ -67,11 +54,21 @@ class sim_backend {
   std::size_t device_peak_bytes() const noexcept { return device_bytes_; }
   std::size_t host_peak_bytes() const noexcept { return host_bytes_; }
 
+  //! Checks that the cost table has one layer per layer of the schedule (throws `cost_model_error`
+  //! naming both counts), notes which slots each layer rematerializes (a recompute costs only the
+  //! slots it produces) and checks the budgets.
   arenas setup(backend_setup const& s) {
-    if (s.device_bytes > opt_.device_capacity)
-      throw out_of_memory("tide: sim backend device arena", s.device_bytes, opt_.device_capacity);
-    if (s.host_bytes > opt_.host_capacity)
-      throw out_of_memory("tide: sim backend pinned host arena", s.host_bytes, opt_.host_capacity);
+    auto const& sched = s.schedule;
+    if (sched.layer_count() != costs_->layer_count())
+      throw cost_model_error("tide: sim backend: the schedule has " + std::to_string(sched.layer_count()) +
+                           " layers but the cost table has " + std::to_string(costs_->layer_count()));
+    recompute_us_.resize(sched.layer_count());
+    for (std::uint32_t l = 0; l < sched.layer_count(); ++l)
+      recompute_us_[l] = costs_->layers[l].recompute_time_us(sched.slots_of(l));
+    if (s.device_bytes > opt_.device_budget)
+      throw out_of_memory("tide: sim backend device arena", s.device_bytes, opt_.device_budget);
+    if (s.host_bytes > opt_.host_budget)
+      throw out_of_memory("tide: sim backend pinned host arena", s.host_bytes, opt_.host_budget);
     device_bytes_ = s.device_bytes;
     host_bytes_ = s.host_bytes;
     event_us_.assign(s.events, never);
@@ -99,7 +96,7 @@ class sim_backend {
   //! there is no data.
   void run(stream_role r, std::uint32_t i, op const& o, task) {
     if (o.layer >= costs_->layer_count())
-      throw schedule_error("tide: sim backend: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) +
+      throw cost_model_error("tide: sim backend: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) +
                            " of layer " + std::to_string(o.layer) + ") is beyond the cost table, which has " +
                            std::to_string(costs_->layer_count()) + " layers: give one layer_cost per layer");
     auto const& c = costs_->layers[o.layer];
@@ -109,7 +106,7 @@ class sim_backend {
       case op_kind::recompute: d = o.layer < recompute_us_.size() ? recompute_us_[o.layer] : c.full_recompute_us(); break;
       case op_kind::backward: d = c.backward_us; break;
       case op_kind::gather: d = c.gather_us; break;
-      case op_kind::collective: d = c.collective_us; break;
+      case op_kind::reduce: d = c.reduce_us; break;
       default: break;
     }
     advance(r, i, ready_[index(r)] + costs_->op_overhead_us, d);
@@ -132,6 +129,7 @@ class sim_backend {
     if (timeline_) timeline_->clear();
   }
   void end_step() noexcept { step_us_ = *std::max_element(ready_.begin(), ready_.end()); }
+  void wait_step() noexcept {}
 
  private:
   static constexpr double never = std::numeric_limits<double>::lowest();  // an event not recorded this step
@@ -153,42 +151,5 @@ class sim_backend {
   std::size_t device_bytes_ = 0, host_bytes_ = 0;
   timeline* timeline_ = nullptr;
 };
-
-//! Executor options for simulation: no checks (the sim has no data to check, and the schedule
-//! builder's programs are checked by the core tests).
-inline constexpr executor_options sim_executor_options() noexcept {
-  executor_options o;
-  o.debug_checks = false;
-  o.check_schedule = false;
-  return o;
-}
-
-//! The step time of schedule `s` under `costs`, in microseconds (no timeline; the planner's
-//! inner loop).
-inline double simulate_step_us(schedule_view s, cost_table const& costs) {
-  sim_backend b(costs);
-  executor<sim_backend> ex(b, s, sim_executor_options());  // binds `b` to `s`
-  auto none = [](auto const&) {};
-  ex.step(none, none);
-  return b.step_us();
-}
-
-//! One simulated step: its timeline and its summary (step time, exposed transfer time, peaks).
-struct sim_result {
-  timeline trace;
-  step_summary summary;
-};
-
-//! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a capacity it exceeds.
-inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
-  sim_result r;
-  sim_backend b(costs, opt);
-  b.record_timeline(&r.trace);
-  executor<sim_backend> ex(b, s, sim_executor_options());
-  auto none = [](auto const&) {};
-  ex.step(none, none);
-  r.summary = summarize(r.trace, s);
-  return r;
-}
 
 }  // namespace tide

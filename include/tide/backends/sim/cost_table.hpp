@@ -15,6 +15,7 @@
 #include <tide/core/link_model.hpp>  // the same pacing the host backend applies
 #include <tide/core/error.hpp>
 #include <tide/core/schedule.hpp>
+#include <tide/core/stack.hpp>
 
 namespace tide {
 
@@ -29,7 +30,7 @@ struct layer_cost {
   //! `full_recompute_us()`, because a partial recompute runs only the ops it needs.
   std::vector<double> slot_recompute_us = {};
   double gather_us = 0;      //!< the collective before the layer's forward (e.g. a weight gather)
-  double collective_us = 0;  //!< the collective after the layer's backward (e.g. a gradient reduce)
+  double reduce_us = 0;  //!< the reduce hook after the layer's backward (e.g. a gradient reduce)
 
   constexpr double full_recompute_us() const noexcept { return recompute_us < 0 ? forward_us : recompute_us; }
   //! Recompute time when the slots bound as `remat` in `slots` are rematted.
@@ -79,27 +80,27 @@ struct cost_table {
     for (auto const& l : layers) t += l.forward_us + l.backward_us;
     return t;
   }
-  //! Throws `schedule_error` naming the mismatch when the table does not describe `stack`.
+  //! Throws `cost_model_error` naming the mismatch when the table does not describe `stack`.
   void check_against(stack_spec const& stack) const {
     if (layers.size() != stack.layer_count())
-      throw schedule_error("tide: the cost table has " + std::to_string(layers.size()) + " layers but the stack has " +
+      throw cost_model_error("tide: the cost table has " + std::to_string(layers.size()) + " layers but the stack has " +
                            std::to_string(stack.layer_count()) + ": give one layer_cost per layer");
     for (std::uint32_t l = 0; l < stack.layer_count(); ++l) {
       auto const& c = layers[l];
       if (!c.slot_recompute_us.empty() && c.slot_recompute_us.size() != stack.layer(l).slots.size())
-        throw schedule_error("tide: layer " + std::to_string(l) + " of the cost table has " +
+        throw cost_model_error("tide: layer " + std::to_string(l) + " of the cost table has " +
                              std::to_string(c.slot_recompute_us.size()) + " slot recompute costs but layer type '" +
                              std::string(stack.layer(l).name) + "' has " +
                              std::to_string(stack.layer(l).slots.size()) + " slots");
       if (c.forward_us < 0 || c.backward_us < 0)
-        throw schedule_error("tide: layer " + std::to_string(l) + " of the cost table has a negative compute time");
+        throw cost_model_error("tide: layer " + std::to_string(l) + " of the cost table has a negative compute time");
     }
   }
 };
 
-//! A table with the same costs for every one of `layers` layers.
-inline cost_table uniform_costs(std::uint32_t layers, layer_cost const& each, link_spec link = {}) {
-  return {std::vector<layer_cost>(layers, each), link};
+//! A table with the same costs for every one of `layer_count` layers.
+inline cost_table uniform_costs(std::uint32_t layer_count, layer_cost const& each, link_spec link = {}) {
+  return {std::vector<layer_cost>(layer_count, each), link};
 }
 
 }  // namespace tide

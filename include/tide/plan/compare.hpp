@@ -12,9 +12,13 @@
 #include <string_view>
 #include <vector>
 
-#include <tide/backends/sim/sim_backend.hpp>
+#include <tide/core/build.hpp>
 #include <tide/core/describe.hpp>
+#include <tide/core/strategy.hpp>
 #include <tide/plan/planner.hpp>
+#include <tide/plan/simulate.hpp>
+
+TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
@@ -26,14 +30,13 @@ struct strategy_options {
   //! Slots the remat and offload rows keep: the layer input is what a recompute starts from.
   std::vector<std::string_view> keep_slots = {"layer_input"};
   std::uint32_t deep_prefetch_distance = 3;
-  std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: a quarter of the largest slot)
+  std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: `default_chunk_bytes`)
   bool include_plan = true;
 };
 
 struct strategy_row {
   std::string name;
-  policy_spec policy;
-  pipeline_choice pipeline;
+  tide::strategy strategy;
   double step_us = 0;
   double exposed_transfer_us = 0;
   double recompute_us = 0;
@@ -57,9 +60,9 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
                                                     strategy_options const& opt = {}) {
   costs.check_against(stack);
   std::vector<strategy_row> rows;
-  auto add = [&](std::string name, policy_spec p, pipeline_choice pc) {
-    strategy_row r{std::move(name), std::move(p), pc};
-    auto s = build_schedule(stack, r.policy, pc.buffers, pc.pipeline);
+  auto add = [&](std::string name, tide::strategy st) {
+    strategy_row r{std::move(name), std::move(st)};
+    auto s = build_schedule(stack, r.strategy);
     auto sim = simulate(s, costs);
     r.step_us = sim.summary.step_us;
     r.exposed_transfer_us = sim.summary.exposed_transfer_us;
@@ -72,33 +75,23 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
   auto const rest = detail::slot_names_except(stack, opt.keep_slots);
   auto const offloaded = opt.offload_slots.empty() ? rest : opt.offload_slots;
   auto const L = stack.layer_count();
-  buffer_spec one;
-  one.staging_buffers = 1;
-  buffer_spec two;
-  buffer_spec deep;
   auto const d = std::min<std::uint32_t>(opt.deep_prefetch_distance, L - 1);
-  deep.staging_buffers = d + 1;
-  std::size_t chunk = opt.chunk_bytes;
-  if (chunk == 0) {
-    std::size_t largest = 0;
-    for (auto const& t : stack.types)
-      for (auto const& s : t.slots) largest = std::max(largest, s.bytes);
-    chunk = std::max<std::size_t>(align_up(largest / 4, 4096), 4096);
-  }
-  policy_spec off{rule_spec{placement::offload, offloaded, 0, all_layers, 0}};
-  add("keep all", {}, {{}, two});
-  if (!rest.empty()) add("full remat", {rule_spec{placement::remat, rest, 0, all_layers, 0}}, {{}, two});
+  auto const chunk = opt.chunk_bytes == 0 ? default_chunk_bytes(stack) : opt.chunk_bytes;
+  policy_spec const off{rule_spec{.where = placement::offload, .slots = offloaded}};
+  add("keep all", {});
+  if (!rest.empty()) add("full remat", {.policy = {rule_spec{.where = placement::remat, .slots = rest}}});
   if (!offloaded.empty()) {
-    add("offload, copies on compute", off, {{false, 0, 0, 1}, one});
-    add("offload, latency hiding", off, {{true, std::min<std::uint32_t>(1, L - 1), 0, 2}, two});
-    add("offload, chunked, prefetch " + std::to_string(d), off, {{true, d, chunk, 2}, deep});
+    add("offload, copies on compute",
+        {.policy = off,
+         .buffers = {.staging_buffers = 1},
+         .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}});
+    add("offload, latency hiding", {.policy = off, .pipeline = {.prefetch_distance = std::min<std::uint32_t>(1, L - 1)}});
+    add("offload, chunked, prefetch " + std::to_string(d),
+        {.policy = off, .buffers = {.staging_buffers = d + 1}, .pipeline = {.prefetch_distance = d, .chunk_bytes = chunk}});
   }
   if (opt.include_plan) {
-    plan_options po;
-    po.device_budget = opt.device_budget;
-    po.host_budget = opt.host_budget;
-    auto p = make_plan(stack, costs, po);
-    if (p.fits) add(p.exact ? "planner (exact)" : "planner (heuristic)", p.policy, {p.pipeline, p.buffers});
+    auto p = make_plan(stack, costs, {.device_budget = opt.device_budget, .host_budget = opt.host_budget});
+    if (p.fits) add(p.exact ? "planner (exact)" : "planner (heuristic)", p.strategy);
   }
   return rows;
 }
@@ -121,3 +114,5 @@ inline std::string format_strategy_table(std::vector<strategy_row> const& rows) 
 }
 
 }  // namespace tide
+
+TIDE_DESIGNATED_INIT_END

@@ -1,11 +1,24 @@
 #pragma once
-//! \file Small shared vocabulary: placements, stream roles, alignment helpers, fixed strings.
+//! \file The vocabulary every layer shares: placements, stream roles, size sentinels, overflow-checked
+//! size arithmetic and fixed strings.
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <string_view>
+
+// Designated initializers that leave fields at their defaults on purpose: GCC before 14 warns
+// about each such field under -Wextra. Headers that use them bracket their code with these.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 14
+#define TIDE_DESIGNATED_INIT_BEGIN \
+  _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wmissing-field-initializers\"")
+#define TIDE_DESIGNATED_INIT_END _Pragma("GCC diagnostic pop")
+#else
+#define TIDE_DESIGNATED_INIT_BEGIN
+#define TIDE_DESIGNATED_INIT_END
+#endif
 
 namespace tide {
 
@@ -71,5 +84,44 @@ struct fixed_string {
   constexpr std::string_view view() const noexcept { return {data, N - 1}; }
   constexpr operator std::string_view() const noexcept { return view(); }
 };
+
+namespace detail {
+//! Order-free type-level knobs (`tide::pipeline<tide::prefetch_distance<2>>`): a knob names
+//! itself, says which spec it sets and sets it. `knob_for<Spec, K>` is how a composite checks its
+//! arguments; `distinct_knobs<K...>()` that none is given twice.
+template <class K, class Spec>
+concept knob_for = requires(Spec& s) {
+  typename K::tide_knob_of;
+  { K::tide_knob_name } -> std::convertible_to<std::string_view>;
+  K::apply(s);
+} && std::same_as<typename K::tide_knob_of, Spec>;
+
+template <class... K>
+constexpr bool distinct_knobs() noexcept {
+  if constexpr (sizeof...(K) < 2) {
+    return true;
+  } else {
+    std::string_view const names[] = {K::tide_knob_name...};
+    for (std::size_t i = 0; i < sizeof...(K); ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (names[i] == names[j]) return false;
+    return true;
+  }
+}
+//! A knob that sets one field of `Spec` to `Value`: each public knob derives from one, so a knob
+//! is one line.
+template <class Spec, auto Field, auto Value, fixed_string Name>
+struct field_knob {
+  using tide_knob_of = Spec;
+  static constexpr std::string_view tide_knob_name = Name.view();
+  static constexpr void apply(Spec& s) noexcept { s.*Field = Value; }
+};
+template <class Spec, class... K>
+constexpr Spec apply_knobs() {
+  Spec s{};
+  (K::apply(s), ...);
+  return s;
+}
+}  // namespace detail
 
 }  // namespace tide

@@ -1,0 +1,178 @@
+#pragma once
+//! \file Validation: what can be wrong with a stack and a strategy, as issue codes; the run-time
+//! message of each (`to_message`, thrown by `build_schedule`) and its compile-time diagnostic
+//! (`detail::static_check`, the `static_assert`s of `make_schedule`), side by side in one table.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <tide/core/buffers.hpp>
+#include <tide/core/op.hpp>
+#include <tide/core/policy.hpp>
+#include <tide/core/stack.hpp>
+#include <tide/core/vocabulary.hpp>
+
+namespace tide {
+
+enum class schedule_issue_code : std::uint8_t {
+  none,
+  empty_stack,
+  duplicate_slot,
+  zero_size_slot,
+  dynamic_size,
+  unknown_rule_slot,
+  empty_rule_range,
+  unused_rule,
+  zero_staging_buffers,
+  zero_offloads_in_flight,
+  bad_alignment,
+  too_many_slots,
+  too_many_chunks,
+  too_many_ops,
+  size_overflow,
+};
+
+struct schedule_issue {
+  schedule_issue_code code = schedule_issue_code::none;
+  std::string_view type_name;  //!< the layer type concerned (or "device"/"host" for alignments)
+  std::string_view slot_name;  //!< the slot concerned, if any
+  std::size_t value = 0;
+  std::size_t limit = 0;
+  std::string_view quantity;  //!< size_overflow: what was being computed
+  constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
+};
+
+//! Limits of the op program's 32-bit indices, with room for waits (a few per op).
+inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 24;
+inline constexpr std::size_t max_ops = std::size_t{1} << 28;
+
+namespace detail {
+constexpr schedule_issue issue(schedule_issue_code code, std::string_view type = {}, std::string_view slot = {},
+                               std::size_t value = 0, std::size_t limit = 0, std::string_view quantity = {}) {
+  return {code, type, slot, value, limit, quantity};
+}
+//! The problems that do not depend on placements: the stack's types, the rules' names and
+//! ranges, the arenas' alignments.
+constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b) {
+  using c = schedule_issue_code;
+  if (s.layer_count() == 0) return detail::issue(c::empty_stack);
+  for (auto const& t : s.types) {
+    if (t.slots.size() >= no_slot) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1);
+    for (std::size_t i = 0; i < t.slots.size(); ++i) {
+      for (std::size_t j = 0; j < i; ++j)
+        if (t.slots[i].name == t.slots[j].name) return detail::issue(c::duplicate_slot, t.name, t.slots[i].name);
+      if (t.slots[i].bytes == dynamic_bytes) return detail::issue(c::dynamic_size, t.name, t.slots[i].name);
+      if (t.slots[i].bytes == 0) return detail::issue(c::zero_size_slot, t.name, t.slots[i].name);
+    }
+  }
+  for (std::size_t i = 0; i < p.rules.size(); ++i) {
+    auto const& r = p.rules[i];
+    for (auto n : r.slots)
+      if (!s.has_slot(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
+    if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
+  }
+  auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
+  if (!pow2(b.device_alignment)) return detail::issue(c::bad_alignment, "device", {}, b.device_alignment);
+  if (!pow2(b.host_alignment)) return detail::issue(c::bad_alignment, "host", {}, b.host_alignment);
+  return {};
+}
+constexpr schedule_issue overflow(std::string_view quantity, std::string_view type = {}, std::string_view slot = {}) {
+  return issue(schedule_issue_code::size_overflow, type, slot, 0, 0, quantity);
+}
+}  // namespace detail
+
+inline std::string to_message(schedule_issue const& i) {
+  using c = schedule_issue_code;
+  auto q = [](std::string_view v) {
+    std::string r;  // appended piecewise: "'" + std::string(v) trips GCC 12's -Wrestrict (PR 105651)
+    r.reserve(v.size() + 2);
+    r.append(1, '\'').append(v).append(1, '\'');
+    return r;
+  };
+  switch (i.code) {
+    case c::none: return "no issue";
+    case c::empty_stack: return "tide: the stack has no layers: add at least one layer";
+    case c::duplicate_slot:
+      return "tide: layer type " + q(i.type_name) + " names slot " + q(i.slot_name) +
+             " twice: give each slot of a layer a distinct name";
+    case c::zero_size_slot:
+      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) +
+             " has zero bytes: drop the slot or give it a size";
+    case c::dynamic_size:
+      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) +
+             " has a run-time size and none was given: pass it in tide::slot_sizes";
+    case c::unknown_rule_slot:
+      return "tide: policy rule " + std::to_string(i.value) + " names slot " + q(i.slot_name) +
+             " which no layer of the stack has: check the names in the rule's slot selector";
+    case c::empty_rule_range:
+      return "tide: a policy rule selects layers [" + std::to_string(i.value) + ", " + std::to_string(i.limit) +
+             "), an empty range: use first < last";
+    case c::unused_rule:
+      return "tide: policy rule " + std::to_string(i.value) + " (" + std::string(i.quantity) + " " +
+             (i.slot_name.empty() ? std::string("of any slot") : "of slot " + q(i.slot_name) + (i.type_name.empty() ? "" : ", ...")) +
+             ") decides no (layer, slot) of this " +
+             std::to_string(i.limit) + "-layer stack: it matches none (check its layer range, slot names and minimum size) "
+             "or earlier rules decide everything it matches; remove it, or set policy_spec::allow_unused_rules";
+    case c::zero_staging_buffers:
+      return "tide: the policy offloads slots but the buffers have zero staging buffers: use at least one "
+             "(buffer_spec::staging_buffers, tide::staging_buffers<N>)";
+    case c::zero_offloads_in_flight:
+      return "tide: the policy offloads slots but the pipeline allows zero offloads in flight: use at least one";
+    case c::bad_alignment:
+      return "tide: the " + std::string(i.type_name) + " alignment " + std::to_string(i.value) +
+             " is not a power of two";
+    case c::too_many_chunks:
+      return "tide: slot " + q(i.slot_name) + " of layer type " + q(i.type_name) + " would be copied in " +
+             std::to_string(i.value) + " chunks, more than the supported " + std::to_string(i.limit) +
+             ": use a larger chunk size";
+    case c::too_many_slots:
+      return "tide: layer type " + q(i.type_name) + " has " + std::to_string(i.value) +
+             " slots, more than the supported " + std::to_string(i.limit);
+    case c::too_many_ops:
+      return "tide: the schedule would have " + std::to_string(i.value) + " ops, more than the supported " +
+             std::to_string(i.limit) + ": use a larger chunk size or fewer layers";
+    case c::size_overflow:
+      return "tide: the " + std::string(i.quantity) +
+             (i.slot_name.empty() ? std::string() : " of slot " + q(i.slot_name)) +
+             (i.type_name.empty() ? std::string() : " of layer type " + q(i.type_name)) +
+             " does not fit in std::size_t: check the slot sizes, guard bytes and alignments";
+  }
+  return "tide: invalid schedule";
+}
+
+namespace detail {
+//! The compile-time diagnostic of each issue code (`make_schedule`): the messages above, without
+//! the names only known at run time.
+template <schedule_issue_code issue>
+consteval void static_check() {
+  using c = schedule_issue_code;
+  static_assert(issue != c::empty_stack, "tide: the stack has no layers: add at least one layer");
+  static_assert(issue != c::duplicate_slot, "tide: a layer type names the same slot twice: give each slot of a layer a distinct name");
+  static_assert(issue != c::zero_size_slot, "tide: a slot has zero bytes: drop the slot or give it a size");
+  static_assert(issue != c::dynamic_size,
+                "tide: a slot has a run-time size: give every tide::slot a byte count, or build the schedule at run "
+                "time with tide::build_schedule(stack, tide::slot_sizes{...}, strategy)");
+  static_assert(issue != c::unknown_rule_slot,
+                "tide: a policy rule names a slot that no layer of the stack has: check the names in tide::slot_names<...>");
+  static_assert(issue != c::empty_rule_range,
+                "tide: a policy rule selects an empty layer range: use tide::layer_range<First, Last> with First < Last");
+  static_assert(issue != c::unused_rule,
+                "tide: a policy rule decides no (layer, slot) of the stack: it matches none (check its "
+                "tide::layer_range, slot names and minimum size) or earlier rules decide everything it matches; "
+                "remove it");
+  static_assert(issue != c::zero_staging_buffers,
+                "tide: the policy offloads slots but the buffers have zero staging buffers: use tide::staging_buffers<N> with N >= 1");
+  static_assert(issue != c::zero_offloads_in_flight, "tide: the policy offloads slots but zero offloads may be in flight");
+  static_assert(issue != c::bad_alignment, "tide: an arena alignment is not a power of two");
+  static_assert(issue != c::too_many_slots, "tide: a layer type has too many slots");
+  static_assert(issue != c::too_many_chunks, "tide: the chunk size splits a slot into too many chunks: use a larger one");
+  static_assert(issue != c::too_many_ops, "tide: the schedule would have too many ops: use a larger chunk size or fewer layers");
+  static_assert(issue != c::size_overflow,
+                "tide: a slot size, guard, alignment or arena total does not fit in std::size_t: check the slot sizes, "
+                "guard bytes and alignments (tide::build_schedule names the slot and the quantity)");
+}
+}  // namespace detail
+
+}  // namespace tide

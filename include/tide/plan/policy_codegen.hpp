@@ -1,0 +1,124 @@
+#pragma once
+//! \file Policy code generation: the fewest rules that reproduce per-(layer, slot) decisions
+//! (`policy_from_decisions`), and a strategy printed as the C++ type that spells it
+//! (`to_cpp_types`), so a planned schedule can be fixed at compile time.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <tide/core/error.hpp>
+#include <tide/core/stack.hpp>
+#include <tide/core/strategy.hpp>
+
+namespace tide {
+
+//! The fewest rules (per slot name: maximal layer ranges; rules with the same placement and range
+//! merged) whose first-match decisions equal `decisions`.
+inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<placement> const& decisions) {
+  auto const L = stack.layer_count();
+  std::vector<std::size_t> first(L + 1, 0);
+  for (std::uint32_t l = 0; l < L; ++l) first[l + 1] = first[l] + stack.layer(l).slots.size();
+  if (decisions.size() != first[L])
+    throw schedule_error("tide: " + std::to_string(decisions.size()) + " decisions given for a stack with " +
+                         std::to_string(first[L]) + " (layer, slot) pairs");
+  std::vector<std::string_view> names;
+  for (auto const& t : stack.types)
+    for (auto const& s : t.slots)
+      if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
+  auto decision_of = [&](std::uint32_t l, std::string_view n, placement& out) {
+    auto const& slots = stack.layer(l).slots;
+    for (std::size_t k = 0; k < slots.size(); ++k)
+      if (slots[k].name == n) return out = decisions[first[l] + k], true;
+    return false;
+  };
+  policy_spec p;
+  for (auto action : {placement::offload, placement::remat})
+    for (auto n : names) {
+      std::uint32_t l = 0;
+      while (l < L) {
+        placement d{};
+        if (!decision_of(l, n, d) || d != action) {
+          ++l;
+          continue;
+        }
+        auto const begin = l;
+        auto end = l + 1;  // one past the last matching layer
+        for (auto k = l + 1; k < L; ++k) {
+          placement dk{};
+          if (!decision_of(k, n, dk)) continue;  // a layer without the slot does not break the run
+          if (dk != action) break;
+          end = k + 1;
+        }
+        auto const last = end == L ? all_layers : end;
+        auto it = std::find_if(p.rules.begin(), p.rules.end(), [&](rule_spec const& r) {
+          return r.where == action && r.first_layer == begin && r.last_layer == last;
+        });
+        if (it == p.rules.end()) p.rules.push_back({.where = action, .slots = {n}, .first_layer = begin, .last_layer = last});
+        else it->slots.push_back(n);
+        l = end;
+      }
+    }
+  return p;
+}
+
+//! A strategy as one C++ type, for users who want the schedule fixed at compile time:
+//! `using <name> = tide::strategy_of<tide::policy<...>, tide::buffers<...>, tide::pipeline<...>>;`
+//! (knobs at their defaults are left out).
+inline std::string to_cpp_types(strategy const& st, std::string_view name = "planned") {
+  std::string r = "using " + std::string(name) + " = tide::strategy_of<\n    tide::policy<";
+  if (st.policy.allow_unused_rules) r += "\n        tide::allow_unused_rules";
+  for (std::size_t i = 0; i < st.policy.rules.size(); ++i) {
+    auto const& rule = st.policy.rules[i];
+    r += i == 0 && !st.policy.allow_unused_rules ? "\n        " : ",\n        ";
+    r += "tide::" + std::string(to_string(rule.where)) + "<";
+    std::vector<std::string> sel;
+    if (!rule.slots.empty()) {
+      std::string n = "tide::slot_names<";
+      for (std::size_t k = 0; k < rule.slots.size(); ++k) n += (k ? ", \"" : "\"") + std::string(rule.slots[k]) + "\"";
+      sel.push_back(n + ">");
+    }
+    if (rule.first_layer != 0 || rule.last_layer != all_layers)
+      sel.push_back("tide::layer_range<" + std::to_string(rule.first_layer) +
+                    (rule.last_layer == all_layers ? std::string() : ", " + std::to_string(rule.last_layer)) + ">");
+    if (rule.min_bytes) sel.push_back("tide::min_bytes<" + std::to_string(rule.min_bytes) + ">");
+    for (std::size_t k = 0; k < sel.size(); ++k) r += (k ? ", " : "") + sel[k];
+    r += ">";
+  }
+  r += ">";
+  auto knobs = [&](std::string_view what, std::vector<std::string> const& k) {
+    if (k.empty()) return;
+    r += ",\n    tide::" + std::string(what) + "<";
+    for (std::size_t i = 0; i < k.size(); ++i) r += (i ? ", " : "") + k[i];
+    r += ">";
+  };
+  buffer_spec const b0;
+  auto const& b = st.buffers;
+  std::vector<std::string> bk;
+  if (b.staging_buffers != b0.staging_buffers) bk.push_back("tide::staging_buffers<" + std::to_string(b.staging_buffers) + ">");
+  if (b.device_alignment != b0.device_alignment) bk.push_back("tide::device_alignment<" + std::to_string(b.device_alignment) + ">");
+  if (b.host_alignment != b0.host_alignment) bk.push_back("tide::host_alignment<" + std::to_string(b.host_alignment) + ">");
+  if (b.guard_bytes != b0.guard_bytes) bk.push_back("tide::guard_bytes<" + std::to_string(b.guard_bytes) + ">");
+  if (b.share_phase_regions != b0.share_phase_regions)
+    bk.push_back(std::string("tide::share_phase_regions<") + (b.share_phase_regions ? "true" : "false") + ">");
+  knobs("buffers", bk);
+  pipeline_spec const p0;
+  auto const& p = st.pipeline;
+  std::vector<std::string> pk;
+  if (p.latency_hiding != p0.latency_hiding) pk.push_back(std::string("tide::latency_hiding<") + (p.latency_hiding ? "true" : "false") + ">");
+  if (p.prefetch_distance != p0.prefetch_distance) pk.push_back("tide::prefetch_distance<" + std::to_string(p.prefetch_distance) + ">");
+  if (p.chunk_bytes != p0.chunk_bytes) pk.push_back("tide::chunk_bytes<" + std::to_string(p.chunk_bytes) + ">");
+  if (p.max_offloads_in_flight != p0.max_offloads_in_flight)
+    pk.push_back("tide::max_offloads_in_flight<" + std::to_string(p.max_offloads_in_flight) + ">");
+  knobs("pipeline", pk);
+  std::vector<std::string> ck;
+  if (st.collectives.before_forward) ck.push_back("tide::before_forward");
+  if (st.collectives.after_backward) ck.push_back("tide::after_backward");
+  knobs("collectives", ck);
+  return r + ">;\n";
+}
+
+}  // namespace tide

@@ -1,0 +1,52 @@
+#pragma once
+//! \file Simulation: a schedule run once by the generic executor on the sim backend, for its step
+//! time (the planner's inner loop) or its whole timeline and summary.
+
+#include <tide/backends/sim/cost_table.hpp>
+#include <tide/backends/sim/sim_backend.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/executor/executor.hpp>
+#include <tide/trace/summary.hpp>
+#include <tide/trace/timeline.hpp>
+
+namespace tide {
+
+//! Executor options for simulation: no checks (the sim has no data to check, and the schedule
+//! builder's programs are checked by the core tests).
+inline constexpr executor_options sim_executor_options() noexcept {
+  executor_options o;
+  o.debug_checks = false;
+  o.check_schedule = false;
+  return o;
+}
+
+//! The step time of schedule `s` under `costs`, in microseconds (no timeline; the planner's
+//! inner loop).
+inline double simulate_step_us(schedule_view s, cost_table const& costs) {
+  sim_backend b(costs);
+  executor<sim_backend> ex(b, s, sim_executor_options());
+  auto none = [](auto const&) {};
+  ex.step(none, none);
+  return b.step_us();
+}
+
+//! One simulated step: its timeline and its summary (step time, exposed transfer time, peaks).
+struct sim_result {
+  timeline trace;
+  step_summary summary;
+};
+
+//! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a capacity it exceeds.
+inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
+  sim_result r;
+  sim_backend b(costs, opt);
+  auto eo = sim_executor_options();
+  eo.timeline = &r.trace;
+  executor<sim_backend> ex(b, s, eo);
+  auto none = [](auto const&) {};
+  ex.step(none, none);
+  r.summary = summarize(r.trace, s);
+  return r;
+}
+
+}  // namespace tide
