@@ -24,7 +24,7 @@ struct null_backend {
   void copy(tide::stream_role, std::uint32_t, tide::op const&, void*, void const*, std::size_t) noexcept {}
   void host_task(tide::stream_role, tide::task t) noexcept { t(); }
   void record_timeline(tide::timeline*) noexcept {}
-  void begin_step() noexcept {}
+  void begin_step(tide::schedule_view) noexcept {}
   void end_step() noexcept {}
   void wait_step() noexcept {}
 };

@@ -409,7 +409,7 @@ TEST(DebugChecks, UseBeforePrefetchIsCaught) {
     exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
     FAIL();
   } catch (debug_check_error const& e) {
-    EXPECT_TRUE(contains(e.what(), "(backward of layer 0) reads slot 'x' whose prefetch has not completed")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "(backward L0) reads slot 'x' whose prefetch has not completed")) << e.what();
   }
 }
 
@@ -1098,4 +1098,98 @@ TEST(SimBackend, CostTableOfTheWrongLayerCountIsRejectedAtExecutorConstruction) 
   auto none = [](auto const&) {};
   EXPECT_NO_THROW(exec.step(none, none));
   EXPECT_GE(b.step_us(), right.compute_us());
+}
+
+// ---- backends shared by executors while a step is enqueued ---------------------------------------
+
+TEST(Enqueue, AnotherExecutorOnABackendWithAStepEnqueuedIsRefusedUntilItIsWaitedFor) {
+  auto const s = chain_schedule();
+  host_backend b;
+  auto const want = workload::run_chain(b, s, 1);
+  executor first(b, s);
+  workload::chain w(s);
+  auto fwd = [&](auto const& c) { w.forward(c); };
+  auto bwd = [&](auto const& c) { w.backward(c); };
+  first.enqueue(fwd, bwd);
+  // Its setup would replace the events and queues the enqueued step's workers are using.
+  try {
+    executor second(b, s);
+    FAIL() << "an executor was set up on a backend with a step enqueued";
+  } catch (tide::error const& e) {
+    EXPECT_TRUE(contains(e.what(), "setup while a step is enqueued on this backend")) << e.what();
+  }
+  first.wait();
+  std::vector<std::uint64_t> got;
+  w.update(got);
+  EXPECT_EQ(got, want);
+  executor second(b, s);  // now it may
+  EXPECT_EQ(workload::run_chain(b, s, 1), want);
+}
+
+namespace {
+struct finish_counter {
+  int calls = 0, finished = 0;
+  void operator()(collective_context<stream_role> const&) { ++calls; }
+  void finish_step() { ++finished; }
+};
+}  // namespace
+
+TEST(Enqueue, AnExecutorDestroyedWithAStepEnqueuedDrainsItWithoutTellingTheHooksAndTheBackendGoesOn) {
+  auto const s = chain_schedule();
+  host_backend b;
+  auto const want = workload::run_chain(b, s, 1);
+  auto counter = std::make_unique<finish_counter>();
+  {
+    workload::chain w(s);
+    auto fwd = [&](auto const& c) { w.forward(c); };
+    auto bwd = [&](auto const& c) { w.backward(c); };
+    hooks h{.before_forward = std::ref(*counter), .after_backward = std::ref(*counter)};
+    executor exec(b, s);
+    exec.enqueue(fwd, bwd, h);
+  }  // the executor goes first: its destructor waits for the step (w and h are still alive)
+  EXPECT_EQ(counter->calls, static_cast<int>(2 * s.layer_count()));  // every hook ran
+  EXPECT_EQ(counter->finished, 0);  // but the hooks, which may be gone, were not told
+  EXPECT_EQ(workload::run_chain(b, s, 1), want);  // the backend is free and the next step right
+}
+
+TEST(Timeline, RecordTimelineWhileAStepIsEnqueuedWaitsForItFirst) {
+  auto const s = chain_schedule();
+  host_backend b;
+  timeline t, t2;
+  executor exec(b, s, {.timeline = &t});
+  workload::chain w(s);
+  auto fwd = [&](auto const& c) { w.forward(c); };
+  auto bwd = [&](auto const& c) { w.backward(c); };
+  exec.enqueue(fwd, bwd);
+  exec.record_timeline(&t2);  // the workers write `t` until the step ends: it ends first
+  EXPECT_FALSE(exec.pending());
+  expect_every_op_once(t, s);
+  EXPECT_TRUE(t2.ops.empty());
+  exec.step(fwd, bwd);
+  expect_every_op_once(t2, s);
+}
+
+TEST(SimBackend, ExecutorsSharingOneBackendEachGetTheirOwnSchedulesCosts) {
+  // Two schedules of one stack with different remat (so different recompute costs) and event
+  // counts: stepping them alternately on one backend gives each its own simulated time.
+  stack_spec st;
+  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  auto const a = build_schedule(st, {.policy = rules({r_remat({"h"}, 1, 4)})});
+  auto const c = build_schedule(st, {.policy = rules({r_offload({"input"}), r_remat({"h", "act"}, 0, 5)}),
+                                     .pipeline = {.chunk_bytes = 1024}});
+  ASSERT_NE(a.event_count, c.event_count);
+  auto costs = uniform_costs(5, layer_cost{.forward_us = 100, .backward_us = 200, .slot_recompute_us = {0, 30, 10}},
+                             link_spec::symmetric(100e6, 5e-6));
+  double const alone_a = simulate_step_us(a, costs), alone_c = simulate_step_us(c, costs);
+  ASSERT_NE(alone_a, alone_c);
+  sim_backend b(costs);
+  executor ea(b, a, sim_executor_options());
+  executor ec(b, c, sim_executor_options());
+  auto none = [](auto const&) {};
+  for (int i = 0; i < 2; ++i) {
+    ea.step(none, none);
+    EXPECT_DOUBLE_EQ(b.step_us(), alone_a);
+    ec.step(none, none);
+    EXPECT_DOUBLE_EQ(b.step_us(), alone_c);
+  }
 }

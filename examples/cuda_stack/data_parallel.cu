@@ -1,6 +1,6 @@
 // Data parallel on the GPUs of one node: one thread per GPU, communicators from
-// ncclCommInitAll, each rank training the same stack on its own data. The collective hook
-// all-reduces each layer's weight gradient on the communication stream right after that layer's
+// ncclCommInitAll, each rank training the same stack on its own data. The after-backward (reduce)
+// hook all-reduces each layer's weight gradient on the communication stream right after that layer's
 // backward, overlapping with the backward of the layers below and with the prefetches. Checks
 // that every rank ends with bitwise identical weight gradients. With one GPU it runs one rank;
 // without a GPU it exits 77. (Across nodes the same hooks take a communicator bootstrapped

@@ -268,6 +268,44 @@ TEST(CudaBackend, SideStreamsStartAfterWorkQueuedBeforeTheStep) {
   ASSERT_EQ(cudaFree(d), cudaSuccess);
 }
 
+// enqueue returns with the compute stream carrying the whole step: work queued on it afterwards
+// sees what a side stream (here the reduce hook on the comm stream) did, without a host wait;
+// and a second step on the same backend is refused until the first is waited for.
+TEST(CudaBackend, EnqueueJoinsTheStepIntoTheComputeStream) {
+  int* d = nullptr;
+  ASSERT_EQ(cudaMalloc(&d, 2 * sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d, 0, 2 * sizeof(int)), cudaSuccess);
+  {
+    tide::cuda_backend be;
+    auto with_reduce = cuda_stack::policy_cases(small)[3].strategy;
+    with_reduce.collectives = {.after_backward = true};
+    auto const s = cuda_stack::build(small, with_reduce);
+    tide::executor ex(be, s);
+    tide::executor other(be, s);
+    auto none = [](auto const&) {};
+    auto reduce = [&](tide::collective_context<cudaStream_t> const& c) {
+      if (c.layer == 0) spin_then_set<<<1, 1, 0, c.stream>>>(d, 50'000'000);  // ~50 ms, the step's last op
+    };
+    tide::hooks h{.after_backward = reduce};
+    ex.enqueue(none, none, h);
+    try {
+      other.enqueue(none, none);
+      ADD_FAILURE() << "a second step was enqueued on a backend with one pending";
+    } catch (tide::error const& e) {
+      EXPECT_TRUE(contains(e.what(), "a step is already enqueued on this backend")) << e.what();
+    }
+    auto const compute = be.stream(tide::stream_role::compute);
+    copy_int<<<1, 1, 0, compute>>>(d, d + 1);
+    ASSERT_EQ(cudaStreamSynchronize(compute), cudaSuccess);
+    int seen = 0;
+    ASSERT_EQ(cudaMemcpy(&seen, d + 1, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(seen, 1) << "work queued on the compute stream after enqueue ran before the step's reduce hook";
+    ex.wait();
+    EXPECT_NO_THROW(other.step(none, none));
+  }
+  ASSERT_EQ(cudaFree(d), cudaSuccess);
+}
+
 // Item 3: a stream that never finishes (a collective whose peer died) ends in an error, not a
 // hang: the watcher is told of the timeout, releases the work (as ncclCommAbort would) and throws.
 TEST(CudaBackend, SynchronizationTimesOutThroughTheWatchers) {

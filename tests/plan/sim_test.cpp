@@ -138,7 +138,7 @@ TEST(Sim, SharedLinkSerializesDirections) {
     timeline t;
     b.record_timeline(&t);  // the backend driven by hand, without an executor
     b.setup(backend_setup::of(s));
-    b.begin_step();
+    b.begin_step(s);
     op off{k::offload, d2h};
     op pre{k::prefetch, h2d};
     b.copy(d2h, 0, off, nullptr, nullptr, 3000);
@@ -258,14 +258,14 @@ TEST(Sim, CostTableShorterThanTheScheduleIsAnErrorWhateverTheCallOrder) {
   {
     sim_backend b(two);
     b.setup(backend_setup::of(two_layers));
-    b.begin_step();
+    b.begin_step(two_layers);
     op o{k::backward, compute};
     o.layer = 2;
     try {
       b.run(compute, 7, o, {});
       FAIL() << "run read beyond the cost table";
     } catch (cost_model_error const& e) {
-      EXPECT_NE(std::string(e.what()).find("op #7 (backward of layer 2) is beyond the cost table, which has 2 layers"),
+      EXPECT_NE(std::string(e.what()).find("op #7 (backward L2) is beyond the cost table, which has 2 layers"),
                 std::string::npos)
           << e.what();
     }
@@ -279,10 +279,10 @@ TEST(Sim, SyncLatencyIsPaidByEveryWaiterOfARecordedEvent) {
   timeline t;
   b.record_timeline(&t);  // the backend driven by hand, without an executor
   auto const s = build_schedule(three::spec(), strategy{});  // as many layers as the cost table
-  auto setup = backend_setup::of(s);
-  setup.events = 2;  // the events recorded and waited on below
-  b.setup(setup);
-  b.begin_step();
+  auto v = s.view();
+  v.event_count = 2;  // the events recorded and waited on below
+  b.setup(backend_setup::of(v));
+  b.begin_step(v);
   b.run(compute, 0, op{k::forward, compute}, {});  // 0 -> 100
   b.record(compute, 0);
   b.copy(h2d, 1, op{k::prefetch, h2d}, nullptr, nullptr, 3060);  // 0 -> 102

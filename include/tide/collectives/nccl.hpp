@@ -23,7 +23,7 @@
 
 namespace tide {
 
-//! An NCCL call failed; `result` is NCCL's code (`code`, the CUDA one, is cudaSuccess).
+//! An NCCL call failed; `result` is NCCL's code.
 struct nccl_error : collective_error {
   ncclResult_t result;
   std::string call;   //!< the call as written, e.g. `ncclAllReduce(...)`

@@ -114,7 +114,8 @@ inline std::string to_message(schedule_issue const& i) {
              (i.slot_name.empty() ? std::string("of any slot") : "of slot " + q(i.slot_name) + (i.type_name.empty() ? "" : ", ...")) +
              ") decides no (layer, slot) of this " +
              std::to_string(i.limit) + "-layer stack: it matches none (check its layer range, slot names and minimum size) "
-             "or earlier rules decide everything it matches; remove it, or set policy_spec::allow_unused_rules";
+             "or earlier rules decide everything it matches; remove it, or set policy_spec::allow_unused_rules "
+             "(tide::policy<tide::allow_unused_rules, ...>)";
     case c::zero_staging_buffers:
       return "tide: the policy offloads slots but the buffers have zero staging buffers: use at least one "
              "(buffer_spec::staging_buffers, tide::staging_buffers<N>)";
@@ -161,7 +162,7 @@ consteval void static_check() {
   static_assert(issue != c::unused_rule,
                 "tide: a policy rule decides no (layer, slot) of the stack: it matches none (check its "
                 "tide::layer_range, slot names and minimum size) or earlier rules decide everything it matches; "
-                "remove it");
+                "remove it, or allow it: tide::policy<tide::allow_unused_rules, ...>");
   static_assert(issue != c::zero_staging_buffers,
                 "tide: the policy offloads slots but the buffers have zero staging buffers: use tide::staging_buffers<N> with N >= 1");
   static_assert(issue != c::zero_offloads_in_flight, "tide: the policy offloads slots but zero offloads may be in flight");

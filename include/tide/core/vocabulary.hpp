@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <tuple>
 
 // Designated initializers that leave fields at their defaults on purpose: GCC before 14 warns
 // about each such field under -Wextra. Headers that use them bracket their code with these.
@@ -96,17 +97,32 @@ concept knob_for = requires(Spec& s) {
   K::apply(s);
 } && std::same_as<typename K::tide_knob_of, Spec>;
 
+//! The index of the first knob whose kind is given again later, or sizeof...(K) if none is.
 template <class... K>
-constexpr bool distinct_knobs() noexcept {
+constexpr std::size_t repeated_knob() noexcept {
   if constexpr (sizeof...(K) < 2) {
-    return true;
+    return sizeof...(K);
   } else {
     std::string_view const names[] = {K::tide_knob_name...};
     for (std::size_t i = 0; i < sizeof...(K); ++i)
-      for (std::size_t j = 0; j < i; ++j)
-        if (names[i] == names[j]) return false;
-    return true;
+      for (std::size_t j = i + 1; j < sizeof...(K); ++j)
+        if (names[i] == names[j]) return i;
+    return sizeof...(K);
   }
+}
+template <class K>
+struct knob_given_twice {
+  // Dependent, so that it fires only when instantiated: the diagnostic shows the knob.
+  static_assert(sizeof(K) == 0, "tide: this knob (the template argument of knob_given_twice) is given twice: "
+                                "give each knob once");
+  static constexpr bool value = false;
+};
+//! True when no knob is given twice; otherwise a diagnostic naming the first repeated one.
+template <class... K>
+constexpr bool distinct_knobs() noexcept {
+  constexpr auto i = repeated_knob<K...>();
+  if constexpr (i == sizeof...(K)) return true;
+  else return knob_given_twice<std::tuple_element_t<i, std::tuple<K...>>>::value;
 }
 //! A knob that sets one field of `Spec` to `Value`: each public knob derives from one, so a knob
 //! is one line.

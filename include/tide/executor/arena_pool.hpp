@@ -5,7 +5,7 @@
 //! addresses stay stable across steps. A setup that needs more gets a fresh block; the old one
 //! is released at once when no executor holds it, and otherwise retired: it lives as long as the
 //! executors set up on it (each holds a lease) and is freed when the last of them goes. The
-//! capacity bounds the bytes held at once: the current block plus retired blocks still in use.
+//! budget bounds the bytes held at once: the current block plus retired blocks still in use.
 
 #include <algorithm>
 #include <array>
@@ -48,9 +48,9 @@ template <arena_allocator Allocator>
 class arena_pool {
  public:
   //! `name` (static storage: a literal) starts every error message, e.g. "tide: host backend
-  //! device arena"; `capacity` bounds the bytes held at once.
-  arena_pool(char const* name, std::size_t capacity, Allocator alloc = Allocator{})
-      : name_(name), capacity_(capacity), state_(std::make_shared<state>(std::move(alloc))) {}
+  //! device arena"; `budget` bounds the bytes held at once.
+  arena_pool(char const* name, std::size_t budget, Allocator alloc = Allocator{})
+      : name_(name), budget_(budget), state_(std::make_shared<state>(std::move(alloc))) {}
   arena_pool(arena_pool const&) = delete;
   arena_pool& operator=(arena_pool const&) = delete;
   //! Frees every block, leased or not: the memory goes back with its backend, as executors
@@ -64,7 +64,7 @@ class arena_pool {
   }
 
   //! A block of at least `bytes` (at least one, so that even an empty arena has an address) and
-  //! its lease. Throws `out_of_memory` naming the request when it does not fit in the capacity
+  //! its lease. Throws `out_of_memory` naming the request when it does not fit in the budget
   //! beside the blocks still in use, or when the allocator has not the memory. Not to be called
   //! concurrently with itself (leases may be released on any thread).
   //! `alignment` (a power of two) is what the block's start must be aligned to: a block of a
@@ -79,11 +79,11 @@ class arena_pool {
     // Leases are only made here, so a block only the pool holds stays unused meanwhile.
     bool const unused = current_ && current_.use_count() == 1;
     std::size_t const in_use = held_bytes() - (unused ? current_->bytes : 0);
-    if (bytes > capacity_) throw out_of_memory(name_, bytes, capacity_);
-    if (in_use > capacity_ - bytes)
+    if (bytes > budget_) throw out_of_memory(name_, bytes, budget_);
+    if (in_use > budget_ - bytes)
       throw out_of_memory(std::string(name_) + " (" + std::to_string(bytes) + " bytes, beside " +
                               std::to_string(in_use) + " bytes of earlier arenas that live executors still hold)",
-                          in_use + bytes, capacity_);
+                          in_use + bytes, budget_);
     auto old = std::move(current_);
     if (unused) old.reset();  // give its memory back before asking for more
     {
@@ -103,7 +103,7 @@ class arena_pool {
     if (!p) {
       current_ = std::move(old);
       throw out_of_memory(std::string(name_) + " (the allocation failed: not that much memory is free)", bytes,
-                          capacity_);
+                          budget_);
     }
     {
       std::lock_guard lock(state_->mutex);
@@ -131,7 +131,7 @@ class arena_pool {
   std::size_t size() const noexcept { return current_ ? current_->bytes : 0; }
   //! The largest request granted.
   std::size_t peak() const noexcept { return peak_; }
-  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t budget() const noexcept { return budget_; }
 
  private:
   struct block {
@@ -169,7 +169,7 @@ class arena_pool {
   };
 
   char const* name_;
-  std::size_t capacity_;
+  std::size_t budget_;
   std::size_t peak_ = 0;
   std::shared_ptr<state> state_;
   std::shared_ptr<token> current_;

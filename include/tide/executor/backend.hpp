@@ -78,7 +78,9 @@ struct backend_setup {
 //!   the task runs (inline on CUDA, on the stream's worker on host, not at all in the sim);
 //! - `copy(role, op_index, op, dst, src, bytes)`: an asynchronous copy on a stream;
 //! - `host_task(role, task)`: a host function in stream order (debug checks);
-//! - `begin_step()`; `end_step()`: everything of the step is enqueued: must not block on the
+//! - `begin_step(schedule_view)`: a step of this schedule begins (backends shared by several
+//!   executors key per-schedule state on it; one step at a time per backend: a backend may throw
+//!   when the previous step was not waited for); `end_step()`: everything of the step is enqueued: must not block on the
 //!   step's work (CUDA joins the side streams into the compute stream, so that work enqueued
 //!   there after the step is ordered after it); `wait_step()`: blocks until the step's work has
 //!   completed and rethrows the backend's errors.
@@ -96,7 +98,7 @@ concept backend = requires(B& b, stream_role r, std::uint32_t i, op const& o, ta
   b.run(r, i, o, t);
   b.copy(r, i, o, dst, src, n);
   b.host_task(r, t);
-  b.begin_step();
+  b.begin_step(setup.schedule);
   b.end_step();
   b.wait_step();
 };

@@ -7,7 +7,7 @@
 //!   and its slots): `constexpr auto q = tide::slot_handle_of<dense, "q_proj", float>;` then
 //!   `ctx.slot(q)`, `ctx.produces(q)`;
 //! - by name, for a concrete context type: `ctx.slot<"q_proj", float>()`, `ctx.produces<"q_proj">()`
-//!   (resolved once per thread and layer type, then cached);
+//!   (resolved once per thread, name and layer type, then cached for up to four layer types);
 //! - by index (`ctx.slot(k)`), with `ctx.slot_index(name)` for names known only at run time.
 
 #include <array>
@@ -25,11 +25,12 @@
 
 namespace tide {
 
-//! Slot `index` of layer type `layer_type`, viewed as elements of `T`.
+//! Slot `index` (named `name`) of layer type `layer_type`, viewed as elements of `T`.
 template <class T = std::byte>
 struct slot_handle {
   using element_type = T;
   std::string_view layer_type;
+  std::string_view name;
   std::uint16_t index = 0;
 };
 
@@ -68,9 +69,9 @@ inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_
                    std::string(name) + "'; its slots are: " + names);
 }
 
-//! The index of slot `Name` in the layer type of `bindings`: one cached entry per thread and
-//! name, keyed by the layer type's name, so a lambda that asks for the same slot of the same
-//! type again pays one comparison.
+//! The index of slot `Name` in the layer type of `bindings`, from a small cache per thread and
+//! name keyed by the layer type's name: a lambda asking for the same slot of one of up to four
+//! layer types pays one or a few comparisons; a miss searches the layer's slots.
 template <fixed_string Name>
 std::uint16_t cached_slot_index(std::span<slot_binding const> bindings, std::uint32_t layer, std::string_view type) {
   struct entry {
@@ -78,19 +79,22 @@ std::uint16_t cached_slot_index(std::span<slot_binding const> bindings, std::uin
     std::size_t type_size = 0;
     std::uint16_t index = 0;
   };
-  thread_local entry cache;
-  if (cache.type == type.data() && cache.type_size == type.size() && cache.index < bindings.size() &&
-      bindings[cache.index].name == Name.view())
-    return cache.index;
+  thread_local std::array<entry, 4> cache{};
+  thread_local std::size_t next = 0;
+  for (auto const& e : cache)
+    if (e.type == type.data() && e.type_size == type.size() && e.index < bindings.size() &&
+        bindings[e.index].name == Name.view())
+      return e.index;
   auto const k = find_slot(bindings, layer, type, Name.view());
-  cache = {type.data(), type.size(), k};
+  cache[next] = {type.data(), type.size(), k};
+  next = (next + 1) % cache.size();
   return k;
 }
 }  // namespace detail
 
 //! The handle of slot `Name` of `Layer` (a `tide::layer<...>`), resolved at compile time.
 template <class Layer, fixed_string Name, class T = std::byte>
-inline constexpr slot_handle<T> slot_handle_of{Layer::name, detail::slot_index_of<Layer, Name>()};
+inline constexpr slot_handle<T> slot_handle_of{Layer::name, Name.view(), detail::slot_index_of<Layer, Name>()};
 
 //! Shared by all contexts: which layer, which stream, the layer's slot bindings.
 template <class Stream>
@@ -117,17 +121,23 @@ struct layer_context {
                        " (" + std::string(type_name) + "), which has " + std::to_string(bindings.size()) + " slot(s)");
     return bindings[k];
   }
-  //! The handle's index, after checking that it was made for this layer's type.
+  //! The handle's index, after checking that it was made for this layer's type and names the
+  //! same slot here (a run-time stack may reuse a type name with another slot order).
   template <class T>
   std::uint16_t index_of(slot_handle<T> h) const {
-    // The handle's name and the schedule's are the same template parameter object when the
-    // stack was built from the layer type: one pointer comparison.
-    bool const same = (h.layer_type.data() == type_name.data() && h.layer_type.size() == type_name.size()) ||
-                      h.layer_type == type_name;
-    if (!same)
+    // The handle's names and the schedule's are the same objects when the stack was built from
+    // the layer type: pointer comparisons.
+    auto same = [](std::string_view a, std::string_view b) {
+      return (a.data() == b.data() && a.size() == b.size()) || a == b;
+    };
+    if (!same(h.layer_type, type_name))
       throw slot_error("tide: a slot handle of layer type '" + std::string(h.layer_type) + "' was used in layer " +
                        std::to_string(layer) + ", of type '" + std::string(type_name) +
                        "': take the handle from this layer's type (check ctx.type_name first)");
+    if (h.index >= bindings.size() || !same(h.name, bindings[h.index].name))
+      throw slot_error("tide: the handle of slot '" + std::string(h.name) + "' (index " + std::to_string(h.index) +
+                       ") does not match layer " + std::to_string(layer) + " of type '" + std::string(type_name) +
+                       "', whose slots differ from the layer type the handle was made from");
     return h.index;
   }
   template <fixed_string Name>

@@ -94,17 +94,19 @@ class executor {
       auto const& o = s_.ops[i];
       if (o.kind == op_kind::prefetch) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
     }
-    backend_.record_timeline(opt_.timeline);
+    if (opt_.timeline) backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
     arenas_ = backend_.setup(backend_setup::of(s_));
   }
-  //! Waits for a step still enqueued (its errors cannot be thrown from here).
+  //! Waits for a step still enqueued (its errors cannot be thrown from here; its hooks, which may
+  //! be gone, are not told).
   ~executor() {
     if (pending_) {
       try {
-        wait();
+        backend_.wait_step();
       } catch (...) {
       }
+      in_step_.store(false);
     }
   }
   executor(executor const&) = delete;
@@ -116,8 +118,10 @@ class executor {
   std::uint64_t steps() const noexcept { return steps_; }
   executor_options const& options() const noexcept { return opt_; }
 
-  //! Records the following steps' op intervals and blocking waits into `t` (nullptr: stop).
+  //! Records the following steps' op intervals and blocking waits into `t` (nullptr: stop). A
+  //! step still enqueued is waited for first (the backend writes the timeline while it runs).
   void record_timeline(timeline* t) {
+    wait();
     opt_.timeline = t;
     backend_.record_timeline(t);
   }
@@ -145,14 +149,23 @@ class executor {
                   "tide::executor: the backward lambda must be callable as f(tide::backward_context<Stream> const&)");
     static_assert(detail::is_hooks<std::remove_cv_t<Hooks>>::value,
                   "tide::executor: the third argument must be tide::hooks{.before_forward = ..., .after_backward = ...}");
-    using gather_t = std::unwrap_reference_t<std::remove_cvref_t<decltype(hooks.before_forward)>>;
-    using reduce_t = std::unwrap_reference_t<std::remove_cvref_t<decltype(hooks.after_backward)>>;
-    static_assert(std::is_invocable_v<gather_t const&, collective_context_type const&> ||
-                      std::is_invocable_v<gather_t&, collective_context_type const&>,
+    // As called: const when the hooks object is (and the hook is not a std::ref).
+    using gather_t = std::remove_reference_t<decltype(unwrap(hooks.before_forward))>;
+    using reduce_t = std::remove_reference_t<decltype(unwrap(hooks.after_backward))>;
+    static_assert(std::is_invocable_v<std::remove_const_t<gather_t>&, collective_context_type const&>,
                   "tide::executor: hooks::before_forward must be callable as h(tide::collective_context<Stream> const&)");
-    static_assert(std::is_invocable_v<reduce_t const&, collective_context_type const&> ||
-                      std::is_invocable_v<reduce_t&, collective_context_type const&>,
+    static_assert(std::is_invocable_v<std::remove_const_t<reduce_t>&, collective_context_type const&>,
                   "tide::executor: hooks::after_backward must be callable as h(tide::collective_context<Stream> const&)");
+    static_assert(std::is_invocable_v<gather_t&, collective_context_type const&> &&
+                      std::is_invocable_v<reduce_t&, collective_context_type const&>,
+                  "tide::executor: a hook's call operator is not const but the tide::hooks object is: pass the hook "
+                  "by std::ref, or the hooks object non-const");
+    static_assert(!(requires(std::remove_const_t<gather_t>& g) { g.finish_step(); } &&
+                    !requires(gather_t& g) { g.finish_step(); }) &&
+                      !(requires(std::remove_const_t<reduce_t>& r) { r.finish_step(); } &&
+                        !requires(reduce_t& r) { r.finish_step(); }),
+                  "tide::executor: a hook's finish_step() is not const but the tide::hooks object is, so it could "
+                  "not be told that the step ended: pass the hook by std::ref, or the hooks object non-const");
     if (pending_) wait();
     if (in_step_.exchange(true))
       throw error("tide::executor: a step of this executor is already running (steps are neither reentrant nor "
@@ -282,8 +295,7 @@ class executor {
                               std::to_string(o.layer) + " wrote past the end of slot '" + std::string(b.name) + "' (" +
                               std::to_string(b.bytes) + " bytes): guard byte " + std::to_string(f.detail) +
                               " was overwritten");
-    throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + std::string(to_string(o.kind)) + " of layer " +
-                            std::to_string(o.layer) + ") reads slot '" + std::string(b.name) +
+    throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + op_label(s_, o) + ") reads slot '" + std::string(b.name) +
                             "' whose prefetch has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
                             std::to_string(s_.ops[f.detail].chunks) + " chunk(s)): the program lacks a wait on it");
   }
@@ -293,7 +305,7 @@ class executor {
     debug_failure_ = {};
     failed_.store(false, std::memory_order_relaxed);
     for (auto& r : prefetched_) r.store(0, std::memory_order_relaxed);
-    backend_.begin_step();
+    backend_.begin_step(s_);
     std::exception_ptr issue_error;
     auto const n = static_cast<std::uint32_t>(s_.ops.size());
     std::uint32_t issued = 0;
@@ -319,7 +331,11 @@ class executor {
         }
       }
     }
-    backend_.end_step();
+    try {
+      backend_.end_step();
+    } catch (...) {
+      if (!issue_error) issue_error = std::current_exception();
+    }
     if (issue_error) {
       // Nothing may still run when the error reaches the caller.
       try {

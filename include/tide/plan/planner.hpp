@@ -132,10 +132,18 @@ class plan_search {
 
   std::size_t decisions() const noexcept { return slots_.size(); }
 
+  //! The candidate's buffers, pipeline and collectives with `p` as the policy.
+  static tide::strategy with_policy(tide::strategy const& candidate, policy_spec p) {
+    auto r = candidate;
+    r.policy = std::move(p);
+    return r;
+  }
+
   //! Builds and (when it fits) simulates one candidate; updates the best plan.
   double evaluate(std::vector<placement> const& d, strategy const& pc, std::size_t* peak = nullptr) {
     auto const pol = policy_from_decisions(stack_, d);
-    auto const s = build_schedule(stack_, {pol, pc.buffers, pc.pipeline, pc.collectives});
+    auto const how = with_policy(pc, pol);
+    auto const s = build_schedule(stack_, how);
     ++best_.evaluations;
     auto const dev = s.peak_device_bytes();
     if (peak) *peak = dev;
@@ -148,7 +156,7 @@ class plan_search {
       best_.fits = true;
       best_.step_us = t;
       best_.decisions = d;
-      best_.strategy = {pol, pc.buffers, pc.pipeline, pc.collectives};
+      best_.strategy = how;
       best_.device_bytes = dev;
       best_.host_bytes = s.peak_host_bytes();
     }
@@ -156,7 +164,7 @@ class plan_search {
   }
   //! The device peak only (no simulation).
   std::size_t peak_of(std::vector<placement> const& d, strategy const& pc, std::size_t* host = nullptr) {
-    auto const s = build_schedule(stack_, {policy_from_decisions(stack_, d), pc.buffers, pc.pipeline, pc.collectives});
+    auto const s = build_schedule(stack_, with_policy(pc, policy_from_decisions(stack_, d)));
     ++best_.evaluations;
     best_.smallest_device_bytes = std::min(best_.smallest_device_bytes, s.peak_device_bytes());
     if (host) *host = s.peak_host_bytes();

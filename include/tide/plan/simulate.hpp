@@ -36,7 +36,7 @@ struct sim_result {
   step_summary summary;
 };
 
-//! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a capacity it exceeds.
+//! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a budget it exceeds.
 inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
   sim_result r;
   sim_backend b(costs, opt);

@@ -82,7 +82,7 @@ class cuda_backend {
   cuda_backend(cuda_backend const&) = delete;
   cuda_backend& operator=(cuda_backend const&) = delete;
   //! Waits for every stream (at most `sync_timeout`, polling the watchers), then destroys what
-  //! tide created. Errors here cannot be thrown; the last step's `end_step` already reported any
+  //! tide created. Errors here cannot be thrown; the last step's `wait_step` already reported any
   //! failure of its work.
   ~cuda_backend() {
     try {
@@ -179,12 +179,10 @@ class cuda_backend {
 
   // ---- tide::backend ----------------------------------------------------------------------
 
-  //! Takes the schedule (its slot names label the NVTX ranges of copies; the executor keeps it
-  //! alive), creates the events and reserves the arenas.
+  //! Creates the events and reserves the arenas.
   arenas setup(backend_setup const& s) {
     // Nothing may still use an arena when a larger one replaces it (and frees it if unheld).
     synchronize();
-    names_ = s.schedule;
     auto d = reserve_device(s.device_bytes, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
     // A user resource is trusted for nothing: pageable "pinned" memory would make every copy
@@ -256,7 +254,14 @@ class cuda_backend {
     TIDE_CUDA_CHECK(cudaLaunchHostFunc(stream(r), &detail::run_host_task, p));
   }
 
-  void begin_step() {
+  //! Forks the side streams from the compute stream (or begins a capture). One step at a time:
+  //! the previous one must have been waited for (its host tasks still use the task pool). The
+  //! step's schedule labels the NVTX ranges of its copies.
+  void begin_step(schedule_view s) {
+    if (!waited_)
+      throw error("tide::cuda_backend: a step is already enqueued on this backend: wait for it (executor::wait) "
+                  "before the next");
+    names_ = s;
     tasks_.reset();
     op_marks_.clear();
     wait_marks_.clear();
@@ -389,7 +394,7 @@ class cuda_backend {
       if (e.code != cudaErrorMemoryAllocation) throw;
       std::size_t free = 0, total = 0;
       static_cast<void>(cudaMemGetInfo(&free, &total));
-      throw out_of_memory("tide: CUDA backend device arena (cudaMalloc failed; the capacity is the device's free "
+      throw out_of_memory("tide: CUDA backend device arena (cudaMalloc failed; the budget is the device's free "
                           "memory)",
                           bytes, free);
     }

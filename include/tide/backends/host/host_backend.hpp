@@ -1,7 +1,7 @@
 #pragma once
 //! \file The host backend: each stream is a worker thread with a FIFO queue, events are
 //! completion counters other streams wait on, copies are `memcpy` on the copy stream's worker.
-//! The device arena is ordinary memory with a hard capacity standing for the GPU memory budget:
+//! The device arena is ordinary memory with a hard budget standing for the GPU's memory:
 //! it bounds the bytes held at once, arenas of live executors included (see arena_pool.hpp).
 //! An optional link model per direction paces copies, so overlap can be studied on a CPU with
 //! realistic ratios of copy time to compute time.
@@ -89,11 +89,15 @@ class host_backend {
   std::size_t device_peak_bytes() const noexcept { return device_.peak(); }
   std::size_t host_peak_bytes() const noexcept { return host_.peak(); }
   //! Bytes allocated now: the current arena plus earlier ones that live executors still hold.
-  //! The capacities bound these.
+  //! The budgets bound these.
   std::size_t device_held_bytes() const { return device_.held_bytes(); }
   std::size_t host_held_bytes() const { return host_.held_bytes(); }
 
   arenas setup(backend_setup const& s) {
+    // The workers use the events and queues that setup may replace.
+    if (in_step_.load())
+      throw error("tide::host_backend: setup while a step is enqueued on this backend: wait for it "
+                  "(executor::wait) before creating another executor on the backend");
     auto d = device_.reserve(s.device_bytes, s.device_alignment);
     auto h = host_.reserve(s.host_bytes, s.host_alignment);
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
@@ -135,7 +139,7 @@ class host_backend {
   }
   void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
 
-  void begin_step() {
+  void begin_step(schedule_view) {
     if (in_step_.exchange(true))
       throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
     start_ = clock::now();

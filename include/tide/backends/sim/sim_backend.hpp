@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,23 +56,15 @@ class sim_backend {
   std::size_t host_peak_bytes() const noexcept { return host_bytes_; }
 
   //! Checks that the cost table has one layer per layer of the schedule (throws `cost_model_error`
-  //! naming both counts), notes which slots each layer rematerializes (a recompute costs only the
-  //! slots it produces) and checks the budgets.
+  //! naming both counts) and the budgets.
   arenas setup(backend_setup const& s) {
-    auto const& sched = s.schedule;
-    if (sched.layer_count() != costs_->layer_count())
-      throw cost_model_error("tide: sim backend: the schedule has " + std::to_string(sched.layer_count()) +
-                           " layers but the cost table has " + std::to_string(costs_->layer_count()));
-    recompute_us_.resize(sched.layer_count());
-    for (std::uint32_t l = 0; l < sched.layer_count(); ++l)
-      recompute_us_[l] = costs_->layers[l].recompute_time_us(sched.slots_of(l));
+    check_layers(s.schedule);
     if (s.device_bytes > opt_.device_budget)
       throw out_of_memory("tide: sim backend device arena", s.device_bytes, opt_.device_budget);
     if (s.host_bytes > opt_.host_budget)
       throw out_of_memory("tide: sim backend pinned host arena", s.host_bytes, opt_.host_budget);
     device_bytes_ = s.device_bytes;
     host_bytes_ = s.host_bytes;
-    event_us_.assign(s.events, never);
     if (timeline_) timeline_->reserve(s.ops);
     // The executor forms pointers from these bases and offsets but the sim never dereferences
     // them; distinct non-null bases keep that arithmetic well defined for sanitizers.
@@ -96,8 +89,8 @@ class sim_backend {
   //! there is no data.
   void run(stream_role r, std::uint32_t i, op const& o, task) {
     if (o.layer >= costs_->layer_count())
-      throw cost_model_error("tide: sim backend: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) +
-                           " of layer " + std::to_string(o.layer) + ") is beyond the cost table, which has " +
+      throw cost_model_error("tide: sim backend: op #" + std::to_string(i) + " (" + op_label({}, o) +
+                             ") is beyond the cost table, which has " +
                            std::to_string(costs_->layer_count()) + " layers: give one layer_cost per layer");
     auto const& c = costs_->layers[o.layer];
     double d = 0;
@@ -121,7 +114,17 @@ class sim_backend {
   }
   void host_task(stream_role, task) noexcept {}
 
-  void begin_step() {
+  //! Starts virtual time at zero for the step of `s`. When `s` is not the previous step's schedule
+  //! (executors may share a backend) it notes which slots each layer rematerializes (a recompute
+  //! costs only the slots it produces) and sizes the events for it.
+  void begin_step(schedule_view s) {
+    if (s.slots.data() != step_slots_.data() || s.slots.size() != step_slots_.size() || s.event_count != event_us_.size()) {
+      check_layers(s);
+      recompute_us_.resize(s.layer_count());
+      for (std::uint32_t l = 0; l < s.layer_count(); ++l) recompute_us_[l] = costs_->layers[l].recompute_time_us(s.slots_of(l));
+      event_us_.resize(s.event_count);
+      step_slots_ = s.slots;
+    }
     ready_.fill(0);
     link_us_.fill(0);
     std::fill(event_us_.begin(), event_us_.end(), never);
@@ -132,6 +135,11 @@ class sim_backend {
   void wait_step() noexcept {}
 
  private:
+  void check_layers(schedule_view s) const {
+    if (s.layer_count() != costs_->layer_count())
+      throw cost_model_error("tide: sim backend: the schedule has " + std::to_string(s.layer_count()) +
+                             " layers but the cost table has " + std::to_string(costs_->layer_count()));
+  }
   static constexpr double never = std::numeric_limits<double>::lowest();  // an event not recorded this step
   static std::size_t index(stream_role r) noexcept { return static_cast<std::size_t>(r); }
   double advance(stream_role r, std::uint32_t i, double begin, double d) {
@@ -144,6 +152,7 @@ class sim_backend {
   cost_table const* costs_;
   sim_options opt_;
   std::vector<double> recompute_us_;
+  std::span<slot_binding const> step_slots_;  // the schedule recompute_us_ and event_us_ are for
   std::vector<double> event_us_;
   std::array<double, stream_count> ready_{};
   std::array<double, 2> link_us_{};
