@@ -355,20 +355,14 @@ class chain_machine {
         d.busy = std::max(d.busy, d.ready);  // a copy still landing in it
         break;
       }
-      case chain_op::offload: {
+      case chain_op::offload:
+      case chain_op::prefetch: {  // a copy between the action's device and host slots
+        bool const out = a.op == chain_op::offload;
         auto& d = dev(a);
         auto& h = hst(a);
-        need(d.state >= 0, a, "offload of an empty device slot");
-        need(h.state < 0, a, "the host slot is not empty");
-        copy_slot(d, h, d2h_free_, costs_->d2h_us);
-        break;
-      }
-      case chain_op::prefetch: {
-        auto& d = dev(a);
-        auto& h = hst(a);
-        need(h.state >= 0, a, "prefetch of an empty host slot");
-        need(d.state < 0, a, "the device slot is not empty");
-        copy_slot(h, d, h2d_free_, costs_->h2d_us);
+        need((out ? d : h).state >= 0, a, out ? "offload of an empty device slot" : "prefetch of an empty host slot");
+        need((out ? h : d).state < 0, a, out ? "the host slot is not empty" : "the device slot is not empty");
+        copy_slot(out ? d : h, out ? h : d, out ? d2h_free_ : h2d_free_, out ? costs_->d2h_us : costs_->h2d_us);
         break;
       }
       case chain_op::free_host: {
