@@ -1,0 +1,332 @@
+// The gradient of a seismic misfit by the adjoint-state method, with the states of the reverse
+// sweep kept, recomputed or moved to host memory as tide's checkpointing schedules say.
+//
+// A 2-D acoustic wave equation (wave.hpp) runs `--steps` steps forward; its adjoint runs them
+// backward and needs every state in reverse order. This program reverses the chain with:
+//   - store-all: every state kept (Revolve with as many snapshots as steps);
+//   - the configuration asked for: `--snapshots S` device snapshots (the initial state included)
+//     and, with `--host-snapshots H > 0`, H host snapshots (tide::two_tier_plan), else one tier
+//     (tide::revolve_schedule, binomial checkpointing: optimal forward recomputations);
+// each schedule checked and timed in tide's model first (tide::evaluate_chain), then run on real
+// data: states in arenas (tide::arena_pool) under `--device-budget`, copies between the tiers
+// with memcpy. The gradients are bitwise equal whatever the schedule (each backward step reads
+// the same state), and a Taylor test shows the gradient is right: the remainder
+// |J(m + h dm) - J(m) - h <g, dm>| falls as h^2.
+//
+//   adjoint [--steps N] [--size N] [--snapshots S] [--host-snapshots H] [--device-budget BYTES]
+//           [--json] [--trace FILE] [--check]
+//
+// `--check` exits 1 unless the gradients are bitwise equal, the one-tier run's extra forward
+// steps equal the closed form t(n, s) - (n - 1) (docs/checkpointing.md), and the Taylor order is
+// at least 1.9. Copies here are synchronous host copies; on a GPU they would run on tide's copy
+// streams, overlapped with the steps (the time two_tier_plan's model charges them).
+#include <tide/plan/checkpointing.hpp>
+#include <tide/tide.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "example.hpp"
+#include "wave.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct options {
+  int steps = 400;
+  int size = 160;
+  int snapshots = 8;
+  int host_snapshots = 0;
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();
+  bool json = false;
+  bool check = false;
+  std::string trace;
+};
+
+//! Page-aligned host memory for the state arenas; nullptr when there is not that much.
+struct aligned_allocator {
+  std::byte* allocate(std::size_t bytes, std::size_t alignment) noexcept {
+    return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{alignment}, std::nothrow));
+  }
+  void deallocate(std::byte* p, std::size_t, std::size_t alignment) noexcept { ::operator delete(p, std::align_val_t{alignment}); }
+};
+
+//! One interval of the run, for the trace: compute (advance, turn, backward) or a copy.
+struct span_record {
+  std::string name;
+  int track = 0;  // 0 compute, 1 device to host, 2 host to device
+  double begin_us = 0, end_us = 0;
+};
+
+struct outcome {
+  std::string name;
+  std::string error;  // out_of_memory under the budget
+  int device_snapshots = 0, host_snapshots = 0;
+  std::vector<double> grad;
+  std::int64_t forward_steps = 0;
+  std::size_t device_bytes = 0, host_bytes = 0;
+  double ms = 0;
+  double predicted_us = 0;  // tide's model (evaluate_chain) with the measured costs
+  std::vector<span_record> spans;
+};
+
+std::uint64_t checksum(std::vector<double> const& v) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
+  for (double x : v) {
+    unsigned char b[sizeof x];
+    std::memcpy(b, &x, sizeof x);
+    for (auto c : b) h = (h ^ c) * 1099511628211ull;
+  }
+  return h;
+}
+
+//! Runs the reversal `actions` on real states. Device memory: the working state, the adjoint
+//! state and the device snapshots, one arena under `budget` (tide::out_of_memory beyond it); host
+//! memory: the host snapshots.
+outcome reverse(adjoint::problem const& P, std::string name, std::span<tide::chain_action const> actions, int device_slots,
+                int host_slots, tide::chain_costs const& costs, std::size_t budget) {
+  outcome o;
+  o.name = std::move(name);
+  o.device_snapshots = device_slots;
+  o.host_snapshots = host_slots;
+  auto const S = P.state_size();
+  auto const bytes = S * sizeof(double);
+  o.predicted_us = tide::evaluate_chain(P.steps, device_slots, host_slots, costs, actions).time_us;  // also checks them
+  o.device_bytes = (static_cast<std::size_t>(device_slots) + 2) * bytes;
+  o.host_bytes = static_cast<std::size_t>(host_slots) * bytes;
+  tide::arena_pool<aligned_allocator> device_pool("adjoint: device states", budget);
+  tide::arena_pool<aligned_allocator> host_pool("adjoint: host states", std::numeric_limits<std::size_t>::max());
+  tide::arena_block device, host;
+  try {
+    device = device_pool.reserve(o.device_bytes, 4096);
+    host = host_pool.reserve(o.host_bytes, 4096);
+  } catch (tide::out_of_memory const& e) {
+    o.error = e.what();
+    return o;
+  }
+  auto* base = reinterpret_cast<double*>(device.data);
+  std::span<double> work(base, S), mu(base + S, S);
+  auto dslot = [&](std::int32_t k) { return std::span<double>(base + (2 + static_cast<std::size_t>(k)) * S, S); };
+  auto hslot = [&](std::int32_t k) {
+    return std::span<double>(reinterpret_cast<double*>(host.data) + static_cast<std::size_t>(k) * S, S);
+  };
+  auto copy = [](std::span<double const> from, std::span<double> to) { std::memcpy(to.data(), from.data(), to.size_bytes()); };
+  // A freed slot is poisoned: a schedule that read it again would show NaN in the gradient.
+  auto poison = [](std::span<double> v) { std::fill(v.begin(), v.end(), std::numeric_limits<double>::quiet_NaN()); };
+  std::fill(work.begin(), work.end(), 0.0);  // state 0: at rest
+  o.grad.assign(P.cells(), 0.0);
+  auto const t0 = clock_type::now();
+  auto now_us = [&] { return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count(); };
+  for (auto const& a : actions) {
+    auto const begin = now_us();
+    int track = 0;
+    switch (a.op) {
+      case tide::chain_op::advance:
+        for (auto i = a.state; i < a.to; ++i) adjoint::step(P, i, work);
+        o.forward_steps += a.to - a.state;
+        break;
+      case tide::chain_op::turn:
+        adjoint::seed(P, work, mu);
+        o.forward_steps += 1;
+        break;
+      case tide::chain_op::store: copy(work, dslot(a.slot)); break;
+      case tide::chain_op::restore: copy(dslot(a.slot), work); break;
+      case tide::chain_op::free: poison(dslot(a.slot)); break;
+      case tide::chain_op::backward: adjoint::backward(P, a.state, work, mu, o.grad); break;
+      case tide::chain_op::offload:
+        copy(dslot(a.slot), hslot(a.host));
+        track = 1;
+        break;
+      case tide::chain_op::prefetch:
+        copy(hslot(a.host), dslot(a.slot));
+        track = 2;
+        break;
+      case tide::chain_op::free_host: poison(hslot(a.host)); break;
+    }
+    if (a.op != tide::chain_op::free && a.op != tide::chain_op::free_host)
+      o.spans.push_back({tide::to_string(a), track, begin, now_us()});
+  }
+  o.ms = now_us() / 1000;
+  return o;
+}
+
+//! The model's costs, measured here: one forward step, one backward step, one state copy.
+tide::chain_costs measure_costs(adjoint::problem const& P) {
+  std::vector<double> s(P.state_size(), 0.0), mu(P.state_size(), 0.0), g(P.cells(), 0.0), h(P.state_size());
+  auto time_us = [](auto&& f) {
+    double best = std::numeric_limits<double>::infinity();
+    for (int r = 0; r < 5; ++r) {
+      auto const t = clock_type::now();
+      f();
+      best = std::min(best, std::chrono::duration<double, std::micro>(clock_type::now() - t).count());
+    }
+    return best;
+  };
+  double const f = time_us([&] { adjoint::step(P, 0, s); });
+  double const b = time_us([&] { adjoint::backward(P, 1, s, mu, g); });
+  double const c = time_us([&] { std::memcpy(h.data(), s.data(), s.size() * sizeof(double)); });
+  return tide::chain_costs::constant(f, b, c, c);
+}
+
+struct taylor_result {
+  std::vector<double> remainders;  // for h0, h0/2, h0/4, ...
+  double order = 0;                // the smallest observed order between consecutive h
+};
+
+//! |J(m + h dm) - J(m) - h <g, dm>| for halving h: second order when g is the gradient.
+taylor_result taylor_test(adjoint::problem const& P, std::vector<double> const& grad) {
+  std::vector<double> dm(P.cells(), 0.0);
+  for (int z = 1; z < P.nz - 1; ++z)
+    for (int x = 1; x < P.nx - 1; ++x) {
+      double const u = static_cast<double>(x) / P.nx, w = static_cast<double>(z) / P.nz;
+      dm[static_cast<std::size_t>(z * P.nx + x)] = 0.05 * std::sin(3.1 * u + 0.7) * std::cos(2.3 * w - 0.4);
+    }
+  double const j0 = adjoint::misfit(P);
+  double gdm = 0;
+  for (std::size_t c = 0; c < dm.size(); ++c) gdm += grad[c] * dm[c];
+  taylor_result r;
+  r.order = std::numeric_limits<double>::infinity();
+  double h = 1.0;
+  for (int k = 0; k < 5; ++k, h /= 2) {
+    auto Q = P;
+    for (std::size_t c = 0; c < dm.size(); ++c) Q.m[c] += h * dm[c];
+    r.remainders.push_back(std::abs(adjoint::misfit(Q) - j0 - h * gdm));
+    if (k > 0) r.order = std::min(r.order, std::log2(r.remainders[k - 1] / r.remainders[k]));
+  }
+  return r;
+}
+
+void write_trace(std::string const& file, outcome const& o) {
+  std::ofstream out(file);
+  char const* tracks[] = {"compute", "device to host", "host to device"};
+  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
+  out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"" << tide::json_escaped(o.name) << "\"}}";
+  for (int t = 0; t < 3; ++t)
+    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << t << ",\"args\":{\"name\":\"" << tracks[t] << "\"}}";
+  for (auto const& s : o.spans)
+    out << ",\n{\"name\":\"" << tide::json_escaped(s.name) << "\",\"ph\":\"X\",\"pid\":1,\"tid\":" << s.track
+        << ",\"ts\":" << s.begin_us << ",\"dur\":" << (s.end_us - s.begin_us) << "}";
+  out << "\n]}\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  example::cli cli("adjoint");
+  cli.option("--steps", o.steps, "N", "time steps (default 400)")
+      .option("--size", o.size, "N", "grid cells a side (default 160)")
+      .option("--snapshots", o.snapshots, "S", "device snapshots, the initial state included (S >= steps: store all)")
+      .option("--host-snapshots", o.host_snapshots, "H", "host snapshots (0: one tier)")
+      .option("--device-budget", o.device_budget, "BYTES", "device arena budget (default: none)")
+      .flag("--json", o.json, "the results as JSON on stdout")
+      .option("--trace", o.trace, "FILE", "Chrome trace of the checkpointed run")
+      .flag("--check", o.check, "exit 1 unless gradients are bitwise equal, counts match the closed form, Taylor order >= 1.9");
+  cli.parse(argc, argv);
+  if (o.steps < 2) cli.fail("need --steps >= 2");
+  if (o.size < 8) cli.fail("need --size >= 8");
+  if (o.snapshots < 1) cli.fail("need --snapshots >= 1 (the initial state needs a slot)");
+  if (o.host_snapshots < 0) cli.fail("need --host-snapshots >= 0");
+  int const s = std::min(o.snapshots, o.steps);
+  bool const two_tier = o.host_snapshots > 0 && s < o.steps;
+
+  auto const P = adjoint::make_problem(o.size, o.steps);
+  auto const costs = measure_costs(P);
+  std::vector<outcome> runs;
+  runs.push_back(reverse(P, "store all", tide::revolve_schedule(o.steps, o.steps), o.steps, 0, costs, o.device_budget));
+  if (s < o.steps)
+    runs.push_back(reverse(P, "revolve, " + std::to_string(s) + " snapshots", tide::revolve_schedule(o.steps, s), s, 0, costs,
+                           o.device_budget));
+  if (two_tier) {
+    auto const plan = tide::two_tier_plan(o.steps, s, o.host_snapshots, costs);
+    runs.push_back(reverse(P, "two tiers, " + std::to_string(s) + " + " + std::to_string(o.host_snapshots) + " host", plan.actions, s,
+                           o.host_snapshots, costs, o.device_budget));
+  }
+  auto const& chosen = runs.back();
+  if (!chosen.error.empty()) {
+    std::fprintf(stderr, "adjoint: %s: %s\n", chosen.name.c_str(), chosen.error.c_str());
+    return 1;
+  }
+  auto const taylor = taylor_test(P, chosen.grad);
+  std::int64_t const closed_form = s < o.steps ? tide::revolve_extra_forwards(o.steps, s) : 0;
+
+  bool equal = true;
+  for (auto const& r : runs)
+    if (r.error.empty() && r.grad != chosen.grad) equal = false;
+  std::int64_t const one_tier_extra = runs.size() >= 2 && runs[1].error.empty() ? runs[1].forward_steps - o.steps : 0;
+  bool const counts_ok = s >= o.steps || one_tier_extra == closed_form;
+
+  if (o.json) {
+    std::vector<example::json_object> rs;
+    for (auto const& r : runs) {
+      auto& j = rs.emplace_back();
+      j.field("strategy", r.name).field("snapshots", r.device_snapshots).field("host_snapshots", r.host_snapshots);
+      if (!r.error.empty()) {
+        j.field("error", r.error);
+        continue;
+      }
+      j.field("forward_steps", r.forward_steps)
+          .field("extra_forward_steps", r.forward_steps - o.steps)
+          .field("peak_device_bytes", r.device_bytes)
+          .field("peak_host_bytes", r.host_bytes)
+          .field("step_ms", r.ms, 3)
+          .field("predicted_ms", r.predicted_us / 1000, 3)
+          .field("gradient_checksum", example::hex(checksum(r.grad)));
+    }
+    example::json_object out;
+    out.field("steps", o.steps)
+        .field("size", o.size)
+        .field("snapshots", chosen.device_snapshots)
+        .field("host_snapshots", chosen.host_snapshots)
+        .field("forward_steps", chosen.forward_steps)
+        .field("extra_forward_steps", chosen.forward_steps - o.steps)
+        .field("revolve_extra_forward_steps", closed_form)
+        .field("peak_device_bytes", chosen.device_bytes)
+        .field("peak_host_bytes", chosen.host_bytes)
+        .field("step_ms", chosen.ms, 3)
+        .field("gradient_checksum", example::hex(checksum(chosen.grad)))
+        .field("gradients_bitwise_equal", equal)
+        .field("taylor_order", taylor.order, 3)
+        .raw("runs", example::json_array(rs, true));
+    std::printf("%s\n", out.str().c_str());
+  } else {
+    std::printf("adjoint: 2-D acoustic wave, %d x %d cells, %d steps, one state %s; measured: step %.1f us, backward %.1f "
+                "us, state copy %.1f us\n\n",
+                o.size, o.size, o.steps, tide::format_bytes(static_cast<double>(P.state_size() * sizeof(double))).c_str(),
+                costs.forward(0), costs.backward(0), costs.d2h_us);
+    example::table t({{"strategy", -32}, {"forward", 8}, {"extra", 7}, {"device", 11}, {"host", 11}, {"ms", 9},
+                      {"model ms", 9}, {"grad checksum", -16, 2}});
+    for (auto const& r : runs) {
+      if (!r.error.empty()) {
+        t.note(r.name, r.error);
+        continue;
+      }
+      t.row({r.name, std::to_string(r.forward_steps), std::to_string(r.forward_steps - o.steps),
+             tide::format_bytes(static_cast<double>(r.device_bytes)), tide::format_bytes(static_cast<double>(r.host_bytes)),
+             example::fixed(r.ms, 1), example::fixed(r.predicted_us / 1000, 1), example::hex(checksum(r.grad))});
+    }
+    t.print();
+    std::printf("\ngradients %s; one-tier extra forward steps %lld, closed form t(n, s) - (n - 1) = %lld\n",
+                equal ? "bitwise equal" : "DIFFER", static_cast<long long>(one_tier_extra), static_cast<long long>(closed_form));
+    std::printf("Taylor test |J(m + h dm) - J(m) - h <g, dm>|:");
+    for (auto e : taylor.remainders) std::printf(" %.3e", e);
+    std::printf("\n  order %.3f (2 for a correct gradient)\n", taylor.order);
+  }
+  if (!o.trace.empty()) write_trace(o.trace, chosen);
+  if (o.check && (!equal || !counts_ok || !(taylor.order >= 1.9))) {
+    std::fprintf(stderr, "adjoint: check failed:%s%s%s\n", equal ? "" : " gradients differ;",
+                 counts_ok ? "" : " extra forward steps differ from the closed form;", taylor.order >= 1.9 ? "" : " Taylor order below 1.9");
+    return 1;
+  }
+  return 0;
+}
