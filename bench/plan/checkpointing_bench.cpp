@@ -1,0 +1,48 @@
+// Chain checkpointing at scale (issue 10, item 4): the reversal of a 100,000-step chain with 20
+// device snapshots, one tier (Revolve) and with a host tier (two_tier_plan; at this length it
+// skips the DP for the segment family and compares it with Revolve in the model). Counters: the
+// actions stored, their bytes, and the extra forward steps.
+#include <benchmark/benchmark.h>
+
+#include <tide/plan/checkpointing.hpp>
+
+namespace {
+
+constexpr std::int64_t steps = 100'000;
+constexpr std::int64_t device_snapshots = 20;
+
+void set_counters(benchmark::State& state, std::vector<tide::chain_action> const& a, std::int64_t extra) {
+  state.counters["actions"] = static_cast<double>(a.size());
+  state.counters["action_bytes"] = static_cast<double>(a.capacity() * sizeof(tide::chain_action));
+  state.counters["actions_per_step"] = static_cast<double>(a.size()) / steps;
+  state.counters["extra_forwards"] = static_cast<double>(extra);
+}
+
+void revolve_100k_steps_20_snapshots(benchmark::State& state) {
+  std::vector<tide::chain_action> a;
+  for (auto _ : state) {
+    a = tide::revolve_schedule(steps, device_snapshots);
+    benchmark::DoNotOptimize(a.data());
+  }
+  set_counters(state, a, tide::revolve_extra_forwards(steps, device_snapshots));
+}
+BENCHMARK(revolve_100k_steps_20_snapshots)->Unit(benchmark::kMillisecond);
+
+void two_tier_100k_steps_20_plus_host(benchmark::State& state) {
+  auto const host = state.range(0);
+  // Assumed costs (a label, not a measurement): a backward step twice a forward one, a state copy
+  // a fifth of a forward step each way (a fast link against a heavy step).
+  auto const costs = tide::chain_costs::constant(1.0, 2.0, 0.2, 0.2);
+  tide::two_tier_result r;
+  for (auto _ : state) {
+    r = tide::two_tier_plan(steps, device_snapshots, host, costs);
+    benchmark::DoNotOptimize(r.actions.data());
+  }
+  set_counters(state, r.actions, r.extra_forwards);
+  state.counters["segments"] = r.method == tide::two_tier_method::segments ? 1 : 0;
+}
+BENCHMARK(two_tier_100k_steps_20_plus_host)->Arg(50)->Arg(500)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
