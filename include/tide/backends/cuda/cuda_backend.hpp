@@ -267,7 +267,6 @@ class cuda_backend {
     wait_marks_.clear();
     timed_used_ = 0;
     start_ = nullptr;
-    waited_ = false;
     if (capture_.take_request()) {
       capture_.begin(streams_, fork_join_);
     } else {
@@ -280,6 +279,7 @@ class cuda_backend {
       for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams_[r], fork, 0));
     }
     if (opt_.nvtx) nvtx_push(capture_.active() ? "tide step (capture)" : "tide step");
+    waited_ = false;  // only once the step has begun: a begin that threw leaves the backend free
   }
 
   //! Everything of the step is enqueued: the compute stream waits for the side streams (join),
