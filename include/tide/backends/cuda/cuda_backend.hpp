@@ -275,8 +275,9 @@ class cuda_backend {
       // also the common origin of a traced step's timeline.
       auto fork = fork_join_[0];
       if (timeline_) fork = start_ = timed_event();
-      TIDE_CUDA_CHECK(cudaEventRecord(fork, stream(stream_role::compute)));
-      for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_CHECK(cudaStreamWaitEvent(streams_[r], fork, 0));
+      detail::first_failure f;
+      detail::fork_side_streams(streams_, fork, f);
+      f.raise();
     }
     if (opt_.nvtx) nvtx_push(capture_.active() ? "tide step (capture)" : "tide step");
     waited_ = false;  // only once the step has begun: a begin that threw leaves the backend free
@@ -293,10 +294,7 @@ class cuda_backend {
       return;
     }
     detail::first_failure f;
-    for (std::size_t r = 1; r < stream_count; ++r) {
-      TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join_[r], streams_[r]));
-      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(streams_[0], fork_join_[r], 0));
-    }
+    detail::join_side_streams(streams_, fork_join_, f);
     f.raise();
   }
 

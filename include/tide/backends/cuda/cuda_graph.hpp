@@ -81,14 +81,31 @@ struct captured_step {
 
 namespace detail {
 
+using side_streams = std::array<cudaStream_t, stream_count>;
+using fork_join_events = std::array<cudaEvent_t, stream_count>;
+
+//! Fork: the side streams wait on `fork`, recorded on the compute stream (`s[0]`). Every call is
+//! made; the first failure is noted in `f`.
+inline void fork_side_streams(side_streams const& s, cudaEvent_t fork, first_failure& f) noexcept {
+  TIDE_CUDA_NOTE(f, cudaEventRecord(fork, s[0]));
+  for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(s[r], fork, 0));
+}
+//! Join: the compute stream waits on each side stream's event `e[r]`, recorded there.
+inline void join_side_streams(side_streams const& s, fork_join_events const& e, first_failure& f) noexcept {
+  for (std::size_t r = 1; r < stream_count; ++r) {
+    TIDE_CUDA_NOTE(f, cudaEventRecord(e[r], s[r]));
+    TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(s[0], e[r], 0));
+  }
+}
+
 //! The backend's capture state: a requested capture, the one in progress, and the captured step
 //! not yet claimed. Fork: the side streams join the capture by waiting on an event recorded in
 //! the capturing compute stream. Join: the compute stream waits on each side stream before the
 //! capture ends.
 class stream_capture {
  public:
-  using streams = std::array<cudaStream_t, stream_count>;
-  using events = std::array<cudaEvent_t, stream_count>;
+  using streams = side_streams;
+  using events = fork_join_events;
 
   void request() noexcept { requested_ = true; }
   void cancel() noexcept { requested_ = false; }
@@ -107,8 +124,7 @@ class stream_capture {
     TIDE_CUDA_CHECK(cudaStreamBeginCapture(compute, cudaStreamCaptureModeThreadLocal));
     active_ = true;
     first_failure f;
-    TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join[0], compute));
-    for (std::size_t r = 1; r < stream_count; ++r) TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(s[r], fork_join[0], 0));
+    fork_side_streams(s, fork_join[0], f);
     if (f.code != cudaSuccess) {
       abandon(compute);
       f.raise();
@@ -117,10 +133,7 @@ class stream_capture {
   void finish(streams const& s, events const& fork_join) {
     auto const compute = s[0];
     first_failure f;
-    for (std::size_t r = 1; r < stream_count; ++r) {
-      TIDE_CUDA_NOTE(f, cudaEventRecord(fork_join[r], s[r]));
-      TIDE_CUDA_NOTE(f, cudaStreamWaitEvent(compute, fork_join[r], 0));
-    }
+    join_side_streams(s, fork_join, f);
     cudaGraph_t g = nullptr;
     TIDE_CUDA_NOTE(f, cudaStreamEndCapture(compute, &g));  // always, so the stream leaves capture mode
     active_ = false;
