@@ -1193,3 +1193,24 @@ TEST(SimBackend, ExecutorsSharingOneBackendEachGetTheirOwnSchedulesCosts) {
     EXPECT_DOUBLE_EQ(b.step_us(), alone_c);
   }
 }
+
+TEST(SimBackend, AScheduleRebuiltInPlaceIsTakenAnewByTheNextExecutor) {
+  // build_schedule_into reuses the schedule's storage: the second schedule has the first one's
+  // address, slot count and event count, but rematerializes other slots (other recompute costs).
+  stack_spec st;
+  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  auto const costs = uniform_costs(5, layer_cost{.forward_us = 100, .backward_us = 200, .slot_recompute_us = {0, 30, 10}});
+  sim_backend b(costs);
+  schedule s;
+  std::vector<double> got, want;
+  for (auto slot : {"h", "act"}) {
+    build_schedule_into(s, st, {.policy = rules({r_remat({slot})})});
+    want.push_back(simulate_step_us(s, costs));
+    executor ex(b, s, sim_executor_options());
+    auto none = [](auto const&) {};
+    ex.step(none, none);
+    got.push_back(b.step_us());
+  }
+  ASSERT_NE(want[0], want[1]);
+  EXPECT_EQ(got, want);
+}

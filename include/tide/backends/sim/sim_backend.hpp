@@ -65,6 +65,9 @@ class sim_backend {
       throw out_of_memory("tide: sim backend pinned host arena", s.host_bytes, opt_.host_budget);
     device_bytes_ = s.device_bytes;
     host_bytes_ = s.host_bytes;
+    // A new executor's schedule may sit where a freed one was (build_schedule_into reuses its
+    // storage): its first step takes it anew.
+    step_slots_ = {};
     if (timeline_) timeline_->reserve(s.ops);
     // The executor forms pointers from these bases and offsets but the sim never dereferences
     // them; distinct non-null bases keep that arithmetic well defined for sanitizers.
