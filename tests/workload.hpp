@@ -182,6 +182,92 @@ struct chain {
   }
 };
 
+// ---- the chain through a carry: layer l reads carry l and writes carry l + 1 ----------------
+//
+// As `chain`, but the activation flowing between layers is the stack's carry, which tide stores,
+// offloads or recomputes by the schedule's checkpoints: the forward reads `carry_in()` (layer 0:
+// the batch the step wrote into the executor's input buffer), derives every slot it must produce
+// and writes all of `carry_out()`, in every mode. Backward folds its carry in, its slots and the
+// gradient from above; the last layer's loss gradient comes from the stack's output. A carry
+// recomputed from the wrong state, or read after it was overwritten, changes the gradients.
+struct carry_chain {
+  std::uint64_t step = 0;
+  std::vector<std::uint64_t> param, grad;
+  std::uint64_t input_grad = 0;
+  std::vector<std::byte> g, g_next;
+  std::size_t bytes = 0;
+  std::uint64_t forwards = 0;  // forward-lambda calls that wrote a carry (advances included)
+
+  explicit carry_chain(tide::schedule_view s)
+      : param(s.layer_count()), grad(s.layer_count(), 0), g(s.carry.bytes), g_next(s.carry.bytes), bytes(s.carry.bytes) {
+    if (bytes == 0) throw std::logic_error("carry_chain: the stack has no carry");
+    for (std::uint32_t l = 0; l < s.layer_count(); ++l) param[l] = mix(0xC4A1 + l);
+  }
+
+  //! Writes this step's batch into the input buffer.
+  void write_input(std::span<std::byte> in) const {
+    for (std::size_t i = 0, n = words(in.size()); i < n; ++i) store_word(in, i, mix((step << 32) + i));
+  }
+
+  template <class Ctx>
+  void forward(Ctx const& c) {
+    auto const x = c.carry_in();
+    auto const hx = fold(param[c.layer], x);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k)
+      if (c.produces(k)) derive(c.slot(k), hx + 0x9E3779B97F4A7C15ull * (k + 1), x);
+    derive(c.carry_out(), hx, x);
+    ++forwards;
+  }
+
+  template <class Ctx>
+  void backward(Ctx const& c) {
+    auto const l = c.layer;
+    if (l + 1 == param.size()) {  // the loss gradient of the output against a target
+      auto const y = c.output();
+      for (std::size_t i = 0, n = words(bytes); i < n; ++i) store_word(std::span(g), i, load_word(y, i) - mix(0x7A67 + i));
+    }
+    std::span<std::byte const> go(g.data(), bytes);
+    auto const x = c.carry_in();
+    auto h = fold(param[l], go);
+    h = fold(h, x);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k) h = fold(h ^ k, c.slot(k));
+    grad[l] = mix(grad[l] + h);
+    for (std::size_t i = 0, n = words(bytes); i < n; ++i)
+      store_word(std::span(g_next), i, mix(h + i) ^ load_word(x, i) ^ load_word(go, i));
+    std::swap(g, g_next);
+    if (l == 0) input_grad = fold(input_grad, std::span<std::byte const>(g.data(), bytes));
+  }
+
+  void update(std::vector<std::uint64_t>& out) {
+    for (std::size_t l = 0; l < grad.size(); ++l) {
+      out.push_back(grad[l]);
+      param[l] = mix(param[l] ^ grad[l]);
+      grad[l] = 0;
+    }
+    out.push_back(input_grad);
+    input_grad = 0;
+    ++step;
+  }
+};
+
+//! Runs `steps` steps of the carry chain on `s` (which must have a carry); returns every step's
+//! gradients. `forwards`, when given, receives the forward-lambda calls of the last step.
+template <class Backend>
+std::vector<std::uint64_t> run_carry_chain(Backend& b, tide::schedule_view s, int steps = 2, tide::executor_options o = {},
+                                           std::uint64_t* forwards = nullptr) {
+  tide::executor exec(b, s, o);
+  carry_chain w(s);
+  std::vector<std::uint64_t> out;
+  for (int i = 0; i < steps; ++i) {
+    w.write_input(exec.carry_input());
+    w.forwards = 0;
+    exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+    w.update(out);
+  }
+  if (forwards) *forwards = w.forwards;
+  return out;
+}
+
 //! Runs `steps` steps of the chain workload on `s`; returns every step's gradients.
 template <class Backend>
 std::vector<std::uint64_t> run_chain(Backend& b, tide::schedule_view s, int steps = 2, tide::executor_options o = {}) {

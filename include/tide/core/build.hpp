@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <tide/core/error.hpp>
+#include <tide/core/reversal.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/strategy.hpp>
@@ -76,12 +77,17 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
   s.waits.clear();
   s.event_count = 0;
   s.arena = {};
+  s.carry = {};
   auto fail = [&](schedule_issue i) {
     s.layers.clear();
     s.slots.clear();
+    s.ops.clear();
+    s.waits.clear();
+    s.event_count = 0;
+    s.carry = {};
     return i;
   };
-  if (auto issue = detail::find_structure_issue(stack, policy, buffers)) return issue;
+  if (auto issue = detail::find_structure_issue(stack, policy, buffers, how.checkpoints)) return issue;
 
   s.buffers = buffers;
   s.pipeline = pipeline;
@@ -102,6 +108,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
       auto const rule = policy.deciding_rule(l, sl);
       if (rule != policy_spec::no_rule) rule_used[rule] = true;
       slot_binding b{sl.name, rule == policy_spec::no_rule ? placement::keep : policy.rules[rule].where, sl.bytes};
+      if (sl.input && b.where == placement::remat) return fail(detail::issue(c::remat_of_input, type.name, sl.name, l));
       std::size_t region = 0;
       if (!checked_add(sl.bytes, buffers.guard_bytes, region))
         return fail(detail::overflow("size plus guard bytes", type.name, sl.name));
@@ -215,7 +222,41 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     }
   }
 
-  // 3. The op program.
+  // 3. The reversal: which layers run forward when, and where each carry lives. A stack without
+  // a carry runs the plain one: every forward, then every backward.
+  auto const& ck = how.checkpoints;
+  bool const carries = stack.has_carry();
+  std::vector<chain_action> actions;
+  if (carries && !ck.reversal.empty()) {
+    actions = ck.reversal;
+  } else if (carries) {
+    auto const slots = ck.device_snapshots >= L ? std::int64_t{L} : std::int64_t{ck.device_snapshots};
+    actions = revolve_schedule(L, slots);
+  } else {
+    actions.reserve(L + 2);
+    if (L > 1) actions.push_back(chain_action::advance(0, static_cast<std::int32_t>(L - 1)));
+    actions.push_back(chain_action::turn(static_cast<std::int32_t>(L - 1)));
+    for (std::uint32_t l = L; l-- > 0;) actions.push_back(chain_action::backward(static_cast<std::int32_t>(l)));
+  }
+  {
+    std::size_t extra = 0;  // ops beyond 5 per layer: advances and the carry's copies
+    for (auto const& x : actions)
+      if (x.op == chain_op::advance) extra += x.to > x.state ? static_cast<std::size_t>(x.to - x.state) : 0;
+      else if (x.op == chain_op::offload || x.op == chain_op::prefetch) ++extra;
+    if (n_ops + extra > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops + extra, max_ops));
+  }
+  auto& cb = s.carry;
+  if (carries) {
+    cb.name = stack.carry.name;
+    cb.bytes = stack.carry.bytes;
+    if (!checked_align_up(stack.carry.bytes, dalign, cb.region_bytes) ||
+        !checked_align_up(stack.carry.bytes, buffers.host_alignment, cb.host_region_bytes))
+      return fail(detail::overflow("carry, aligned,", {}, stack.carry.name));
+    cb.device_area = a.device_bytes;
+    cb.host_area = a.host_bytes;
+  }
+
+  // 4. The op program.
   detail::program_writer w(s);
   s.ops.reserve(n_ops);
   s.waits.reserve(2 * n_ops);
@@ -252,10 +293,76 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
   std::vector<std::int64_t> last_offload_of_layer(L, -1), forward_op(L, -1), backward_op(L, -1),
       last_prefetch_of_layer(L, -1), gather_op(L, -1);
 
+  // The carry's device buffers: 0 holds the input (the user writes it), 1 the output; the others
+  // are handed out and taken back as the reversal stores, restores and frees carries. A buffer
+  // is reused in place (no copies): its next writer waits for its last writer and readers.
+  struct carry_buffer {
+    std::int64_t writer = -1;
+    std::array<std::int64_t, stream_count> readers{-1, -1, -1, -1};
+    std::uint32_t refs = 0;  // device snapshot slots holding it
+  };
+  std::vector<carry_buffer> cbuf(carries ? 2 : 0);
+  std::vector<std::uint32_t> free_bufs;
+  constexpr std::int32_t none = -1;
+  std::int32_t working = carries ? 0 : none;  // buffer of the working carry
+  std::int32_t working_state = 0;
+  bool have_working = true;  // the working carry holds a state (a backward consumes it)
+  struct dslot {
+    std::int32_t buffer = -1, state = -1;
+  };
+  struct hslot {
+    std::int32_t state = -1;
+    std::int64_t writer = -1, reader = -1;
+  };
+  std::vector<dslot> dslots;
+  std::vector<hslot> hslots;
+  std::uint32_t held = 0;
+  auto const carry_at = [&](std::int32_t b) -> std::size_t { return cb.device_area + cb.region_bytes * static_cast<std::size_t>(b); };
+  auto const take_buffer = [&]() -> std::int32_t {
+    if (!free_bufs.empty()) {
+      auto const b = free_bufs.back();
+      free_bufs.pop_back();
+      return static_cast<std::int32_t>(b);
+    }
+    cbuf.emplace_back();
+    return static_cast<std::int32_t>(cbuf.size() - 1);
+  };
+  auto const release_if_unused = [&](std::int32_t b) {
+    if (b >= 2 && b != working && cbuf[static_cast<std::size_t>(b)].refs == 0) free_bufs.push_back(static_cast<std::uint32_t>(b));
+  };
+  auto const wait_to_read = [&](std::int32_t b) {
+    if (b >= 0) w.wait(cbuf[static_cast<std::size_t>(b)].writer);
+  };
+  auto const wait_to_write = [&](std::int32_t b) {
+    if (b < 0) return;
+    auto const& x = cbuf[static_cast<std::size_t>(b)];
+    w.wait(x.writer);
+    for (auto r : x.readers) w.wait(r);
+  };
+  auto const note = [&](std::uint32_t idx, std::int32_t read, std::int32_t wrote) {
+    auto const st = static_cast<std::size_t>(s.ops[idx].stream);
+    if (read >= 0) cbuf[static_cast<std::size_t>(read)].readers[st] = idx;
+    if (wrote >= 0) {
+      auto& x = cbuf[static_cast<std::size_t>(wrote)];
+      x.writer = idx;
+      x.readers = {-1, -1, -1, -1};
+    }
+  };
+  // A layer op that reads buffer `in` and writes buffer `out` (either may be none).
+  auto const emit_layer_op = [&](op o, std::int32_t in, std::int32_t out) {
+    if (in >= 0) o.carry_in = carry_at(in);
+    if (out >= 0) o.carry_out = carry_at(out);
+    wait_to_read(in);
+    wait_to_write(out);
+    auto const idx = w.emit(o);
+    note(idx, in, out);
+    return idx;
+  };
+
   auto emit_gather = [&](std::uint32_t l) { gather_op[l] = w.emit({op_kind::gather, stream_role::comm, no_slot, l}); };
   if (collectives.before_forward) emit_gather(0);
   std::int64_t last_offload = -1;
-  for (std::uint32_t l = 0; l < L; ++l) {
+  auto const emit_forward = [&](std::uint32_t l, std::int32_t in, std::int32_t out) {
     // Gathers run one layer ahead and no further: the gather of layer l + 1 waits for the
     // forward of layer l - 1, so two receive buffers suffice.
     if (collectives.before_forward && l + 1 < L) {
@@ -266,7 +373,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     w.wait(gather_op[l]);
     if (lb.offloaded_bytes > 0 && ring_index[l] >= a.offload_buffers)
       w.wait(last_offload_of_layer[offloaded[ring_index[l] - a.offload_buffers]]);
-    forward_op[l] = w.emit({op_kind::forward, compute, no_slot, l});
+    forward_op[l] = emit_layer_op({op_kind::forward, compute, no_slot, l}, in, out);
     for_each_offloaded_chunk(l, [&](std::uint32_t k, slot_binding const& b, std::uint32_t c, std::uint32_t n) {
       auto const o = chunk_op(op_kind::offload, d2h, b, b.forward_offset, k, l, c, n);
       w.wait(forward_op[l]);
@@ -274,8 +381,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
       if (c == 0) first_chunk_op[lb.first_slot + k] = idx;
       last_offload_of_layer[l] = last_offload = idx;
     });
-  }
-  auto const last_forward = forward_op[L - 1];
+  };
 
   // Prefetch issue points: layer k (backward order) is issued before the backward work of layer
   // min(l + distance, L - 1), but never before its staging buffer's previous reader was issued.
@@ -291,6 +397,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     }
   }
   bool first_backward_area_use_h2d = true, first_backward_area_use_compute = true;
+  std::int64_t last_forward = -1;
   auto emit_prefetches_of = [&](std::uint32_t l) {
     auto const& lb = s.layers[l];
     auto const k = n_off - 1 - ring_index[l];
@@ -306,24 +413,197 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
       last_prefetch_of_layer[l] = w.emit(o);
     });
   };
-
-  std::uint32_t next_prefetch = 0;  // issue points fall monotonically with k, so one cursor serves
-  for (std::uint32_t l = L; l-- > 0;) {
-    while (next_prefetch < n_off && issue_at[offloaded[n_off - 1 - next_prefetch]] == static_cast<std::int64_t>(l))
+  // The prefetches issued before the backward work of layer `t` (issue points fall monotonically
+  // with k, so one cursor serves). Emitted as soon as the backward of layer t + 1 is (or the first
+  // sweep has ended), so that they overlap the segment recomputation before layer t's backward.
+  std::uint32_t next_prefetch = 0;
+  auto emit_prefetches_at = [&](std::uint32_t t) {
+    while (next_prefetch < n_off && issue_at[offloaded[n_off - 1 - next_prefetch]] == static_cast<std::int64_t>(t))
       emit_prefetches_of(offloaded[n_off - 1 - next_prefetch++]);
+  };
+  auto emit_backward = [&](std::uint32_t l, std::int32_t in) {
     auto const& lb = s.layers[l];
     if (lb.remat_bytes > 0) {
       w.wait(last_prefetch_of_layer[l]);
       if (first_backward_area_use_compute && buffers.share_phase_regions) w.wait(last_offload);
       first_backward_area_use_compute = false;
-      w.emit({op_kind::recompute, compute, no_slot, l});
+      // With a carry, the recompute also writes the layer's carry out: into a buffer of its own.
+      std::int32_t const scratch = carries ? take_buffer() : none;
+      emit_layer_op({op_kind::recompute, compute, no_slot, l}, in, scratch);
+      if (scratch >= 0) free_bufs.push_back(static_cast<std::uint32_t>(scratch));
     }
     w.wait(last_prefetch_of_layer[l]);
-    backward_op[l] = w.emit({op_kind::backward, compute, no_slot, l});
+    op o{op_kind::backward, compute, no_slot, l};
+    if (carries && l == L - 1) o.carry_out = cb.output_offset();
+    if (carries && l == L - 1) w.wait(cbuf[1].writer);
+    backward_op[l] = emit_layer_op(o, in, none);
+    if (carries && l == L - 1) cbuf[1].readers[static_cast<std::size_t>(compute)] = backward_op[l];
     if (collectives.after_backward) {
       w.wait(backward_op[l]);
       w.emit({op_kind::reduce, stream_role::comm, no_slot, l});
     }
+    if (l > 0) emit_prefetches_at(l - 1);
+  };
+
+  // Walk the reversal, checking each action against what the carries hold.
+  auto bad = [&](std::size_t at, std::string_view why) { return fail(detail::issue(c::bad_reversal, {}, {}, at, 0, why)); };
+  std::uint32_t forwarded = 0;   // layers the first sweep has run
+  bool turned = false;
+  std::int64_t next_backward = static_cast<std::int64_t>(L) - 1;
+  std::uint32_t const dcap = ck.reversal.empty() || ck.device_snapshots == every_carry ? L : ck.device_snapshots;
+  std::uint32_t const hcap = ck.host_snapshots;
+  for (std::size_t at = 0; at < actions.size(); ++at) {
+    auto const& x = actions[at];
+    auto const dslot_ok = [&] { return x.slot >= 0 && static_cast<std::uint32_t>(x.slot) < dcap; };
+    auto const hslot_ok = [&] { return x.host >= 0 && static_cast<std::uint32_t>(x.host) < hcap; };
+    auto const grow = [&] {
+      if (dslots.size() <= static_cast<std::size_t>(x.slot)) dslots.resize(static_cast<std::size_t>(x.slot) + 1);
+    };
+    auto const hgrow = [&] {
+      if (hslots.size() <= static_cast<std::size_t>(x.host)) hslots.resize(static_cast<std::size_t>(x.host) + 1);
+    };
+    if (next_backward < 0 && x.op != chain_op::free && x.op != chain_op::free_host)
+      return bad(at, "it follows the backward of layer 0, which ends the step (only frees may)");
+    switch (x.op) {
+      case chain_op::advance: {
+        if (x.state != working_state || !have_working)
+          return bad(at, "it advances from a carry that is not the working carry (restore it first)");
+        if (x.to <= x.state || x.to > static_cast<std::int64_t>(L) - 1)
+          return bad(at, "it advances to a carry before its start or beyond the last layer's input (the turn runs the last layer)");
+        if (!turned && static_cast<std::uint32_t>(x.state) != forwarded)
+          return bad(at, "the first sweep runs each layer once, in order: this advance runs a layer again before the turn");
+        for (auto i = x.state; i < x.to; ++i) {
+          auto const l = static_cast<std::uint32_t>(i);
+          auto const out = carries ? take_buffer() : none;
+          if (!turned) {
+            emit_forward(l, working, out);
+            ++forwarded;
+          } else {
+            emit_layer_op({op_kind::advance, compute, no_slot, l}, working, out);
+            ++cb.advances;
+          }
+          auto const old = working;
+          working = out;
+          ++working_state;
+          release_if_unused(old);
+        }
+        break;
+      }
+      case chain_op::turn:
+        if (turned || x.state != static_cast<std::int64_t>(L) - 1 || forwarded != L - 1 || working_state != x.state)
+          return bad(at, "the turn runs the last layer forward once, after the first sweep has run every other layer");
+        emit_forward(L - 1, working, carries ? 1 : none);
+        last_forward = forward_op[L - 1];
+        ++forwarded;
+        turned = true;
+        emit_prefetches_at(L - 1);
+        break;
+      case chain_op::store:
+        if (!dslot_ok()) return bad(at, "it names a device snapshot slot beyond checkpoint_spec::device_snapshots");
+        grow();
+        if (dslots[static_cast<std::size_t>(x.slot)].buffer >= 0) return bad(at, "it stores into a device slot that is not empty");
+        if (x.state != working_state || !have_working) return bad(at, "it stores a carry that is not the working carry");
+        dslots[static_cast<std::size_t>(x.slot)] = {working, working_state};
+        ++cbuf[static_cast<std::size_t>(working)].refs;  // a stack without a carry has no stores
+        ++held;
+        cb.device_snapshots = std::max(cb.device_snapshots, held);
+        break;
+      case chain_op::restore: {
+        if (!dslot_ok() || static_cast<std::size_t>(x.slot) >= dslots.size() || dslots[static_cast<std::size_t>(x.slot)].buffer < 0)
+          return bad(at, "it restores from a device slot that holds no carry");
+        auto const old = working;
+        working = dslots[static_cast<std::size_t>(x.slot)].buffer;
+        working_state = dslots[static_cast<std::size_t>(x.slot)].state;
+        have_working = true;
+        if (old >= 0) release_if_unused(old);
+        break;
+      }
+      case chain_op::free: {
+        if (!dslot_ok() || static_cast<std::size_t>(x.slot) >= dslots.size() || dslots[static_cast<std::size_t>(x.slot)].buffer < 0)
+          return bad(at, "it frees a device slot that holds no carry");
+        auto& d = dslots[static_cast<std::size_t>(x.slot)];
+        --cbuf[static_cast<std::size_t>(d.buffer)].refs;
+        release_if_unused(d.buffer);
+        d = {};
+        --held;
+        break;
+      }
+      case chain_op::backward: {
+        if (!turned || x.state != next_backward) return bad(at, "backward steps run from the last layer to the first, after the turn");
+        if (carries && (working_state != x.state || !have_working))  // without a carry: the plain reversal
+          return bad(at, "the layer's input is not the working carry (restore or advance to it first)");
+        emit_backward(static_cast<std::uint32_t>(x.state), working);
+        --next_backward;
+        auto const old = working;
+        working = none;  // consumed
+        have_working = false;
+        release_if_unused(old);
+        break;
+      }
+      case chain_op::offload: {
+        if (!dslot_ok() || static_cast<std::size_t>(x.slot) >= dslots.size() || dslots[static_cast<std::size_t>(x.slot)].buffer < 0)
+          return bad(at, "it offloads a device slot that holds no carry");
+        if (!hslot_ok()) return bad(at, "it names a host snapshot slot beyond checkpoint_spec::host_snapshots");
+        hgrow();
+        auto& h = hslots[static_cast<std::size_t>(x.host)];
+        if (h.state >= 0) return bad(at, "it offloads into a host slot that is not empty");
+        auto const& d = dslots[static_cast<std::size_t>(x.slot)];
+        op o{op_kind::offload, d2h, carry_slot, static_cast<std::uint32_t>(d.state)};
+        o.device_offset = carry_at(d.buffer);
+        o.host_offset = cb.host_area + cb.host_region_bytes * static_cast<std::size_t>(x.host);
+        o.bytes = cb.bytes;
+        wait_to_read(d.buffer);
+        w.wait(h.writer);
+        w.wait(h.reader);
+        auto const idx = w.emit(o);
+        note(idx, d.buffer, none);
+        h = {d.state, idx, -1};
+        cb.host_snapshots = std::max(cb.host_snapshots, static_cast<std::uint32_t>(x.host) + 1);
+        break;
+      }
+      case chain_op::prefetch: {
+        if (!hslot_ok() || static_cast<std::size_t>(x.host) >= hslots.size() || hslots[static_cast<std::size_t>(x.host)].state < 0)
+          return bad(at, "it prefetches from a host slot that holds no carry");
+        if (!dslot_ok()) return bad(at, "it names a device snapshot slot beyond checkpoint_spec::device_snapshots");
+        grow();
+        if (dslots[static_cast<std::size_t>(x.slot)].buffer >= 0) return bad(at, "it prefetches into a device slot that is not empty");
+        auto& h = hslots[static_cast<std::size_t>(x.host)];
+        auto const b = take_buffer();
+        op o{op_kind::prefetch, h2d, carry_slot, static_cast<std::uint32_t>(h.state)};
+        o.device_offset = carry_at(b);
+        o.host_offset = cb.host_area + cb.host_region_bytes * static_cast<std::size_t>(x.host);
+        o.bytes = cb.bytes;
+        w.wait(h.writer);
+        wait_to_write(b);
+        auto const idx = w.emit(o);
+        note(idx, none, b);
+        h.reader = idx;
+        dslots[static_cast<std::size_t>(x.slot)] = {b, h.state};
+        ++cbuf[static_cast<std::size_t>(b)].refs;
+        ++held;
+        cb.device_snapshots = std::max(cb.device_snapshots, held);
+        break;
+      }
+      case chain_op::free_host:
+        if (!hslot_ok() || static_cast<std::size_t>(x.host) >= hslots.size() || hslots[static_cast<std::size_t>(x.host)].state < 0)
+          return bad(at, "it frees a host slot that holds no carry");
+        hslots[static_cast<std::size_t>(x.host)].state = -1;
+        break;
+      default: return bad(at, "it is no chain action");
+    }
+  }
+  if (next_backward >= 0) return bad(actions.size(), "the reversal ends before the backward of layer 0");
+
+  // The carry's buffers, after everything else in both arenas.
+  if (carries) {
+    cb.device_buffers = static_cast<std::uint32_t>(cbuf.size());
+    std::size_t dev = 0, hst = 0;
+    if (!checked_mul(cb.region_bytes, cbuf.size(), dev) || !checked_add(a.device_bytes, dev, a.device_bytes))
+      return fail(detail::overflow("device arena with the carry's buffers", {}, stack.carry.name));
+    if (!checked_mul(cb.host_region_bytes, std::size_t{cb.host_snapshots}, hst) || !checked_add(a.host_bytes, hst, a.host_bytes))
+      return fail(detail::overflow("host arena with the carry's snapshots", {}, stack.carry.name));
+    a.carry_bytes = dev;
+    a.host_carry_bytes = hst;
   }
   return {};
 }

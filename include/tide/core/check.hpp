@@ -104,6 +104,7 @@ struct checked_program {
 };
 
 inline std::string slot_label(schedule_view const& s, std::uint32_t layer, std::size_t k) {
+  if (k == carry_slot) return "carry " + std::to_string(layer) + " ('" + std::string(s.carry.name) + "', the input of layer " + std::to_string(layer) + ")";
   return "slot '" + std::string(s.slots[s.layers[layer].first_slot + k].name) + "' of layer " + std::to_string(layer);
 }
 
@@ -180,6 +181,77 @@ inline void check_bindings(schedule_view const& s) {
   }
 }
 
+//! The carry fields of op `i` (layer and stream proven in range): present exactly where the
+//! executor hands the lambdas a carry, at the fixed input and output buffers where the user
+//! writes and reads them, and inside `size_t`.
+inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
+  auto const& o = s.ops[i];
+  auto const& c = s.carry;
+  auto const L = static_cast<std::uint32_t>(s.layers.size());
+  auto const what = [&] { return "carry: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) + " L" + std::to_string(o.layer) + ")"; };
+  bool const copy = is_copy(o.kind) && o.slot == carry_slot;
+  if (!c.present()) {
+    if (o.carry_in != no_carry || o.carry_out != no_carry || o.kind == op_kind::advance || copy)
+      check_fail(what() + " reads, writes or copies a carry, but the schedule has none");
+    return;
+  }
+  auto const fits = [&](std::size_t at, char const* which) {
+    add_or_fail(at, c.bytes, [&] { return what() + ": its " + which + " range"; });
+  };
+  if (copy) {
+    if (o.chunks != 1 || o.chunk != 0 || o.bytes != c.bytes)
+      check_fail(what() + " must copy the whole carry (" + std::to_string(c.bytes) + " bytes) in one chunk");
+    if (o.layer >= L) check_fail(what() + " copies carry " + std::to_string(o.layer) + ", the output: no layer's input");
+    fits(o.device_offset, "device");
+    fits(o.host_offset, "host");
+    return;
+  }
+  bool const layer_op = o.kind == op_kind::forward || o.kind == op_kind::advance || o.kind == op_kind::recompute ||
+                        o.kind == op_kind::backward;
+  if (!layer_op) {
+    if (o.carry_in != no_carry || o.carry_out != no_carry) check_fail(what() + " is no layer op but names a carry");
+    return;
+  }
+  bool const wants_out = o.kind != op_kind::backward || o.layer == L - 1;
+  if (o.carry_in == no_carry) check_fail(what() + " reads no carry: the layer's input would be missing");
+  if (wants_out != (o.carry_out != no_carry))
+    check_fail(what() + (wants_out ? " has no carry out" : " names a carry out, which only the last layer's backward reads"));
+  fits(o.carry_in, "carry in");
+  if (wants_out) fits(o.carry_out, "carry out");
+  if (o.kind == op_kind::forward && o.layer == 0 && o.carry_in != c.input_offset())
+    check_fail(what() + " reads carry 0 at device offset " + std::to_string(o.carry_in) + ", not at the input buffer (" +
+               std::to_string(c.input_offset()) + ") the user writes");
+  bool const output = (o.kind == op_kind::forward || o.kind == op_kind::backward) && o.layer == L - 1;
+  if (output && o.carry_out != c.output_offset())
+    check_fail(what() + " writes or reads the stack's output at device offset " + std::to_string(o.carry_out) +
+               ", not at the output buffer (" + std::to_string(c.output_offset()) + ") the user reads");
+}
+
+//! One op's device accesses do not overlap (its carries among its slots), and no op writes the
+//! input buffer, which is the user's. Only for schedules with a carry (without one,
+//! check_bindings and check_layout prove it).
+inline void check_disjoint_accesses(schedule_view const& s, checked_program const& p) {
+  auto const in_begin = s.carry.input_offset(), in_end = in_begin + s.carry.bytes;  // no overflow: proven
+  std::vector<access const*> mine;
+  for (std::uint32_t i = 0; i + 1 < p.first_access.size(); ++i) {
+    mine.clear();
+    for (auto j = p.first_access[i]; j < p.first_access[i + 1]; ++j) {
+      auto const& a = p.accesses[j];
+      if (a.host) continue;
+      if (a.write && a.begin < in_end && in_begin < a.end)
+        check_fail("carry: " + op_name(s, i) + " writes device bytes " + bytes_text(std::max(a.begin, in_begin), std::min(a.end, in_end)) +
+                   " of the input buffer, which holds the user's carry 0");
+      mine.push_back(&a);
+    }
+    std::sort(mine.begin(), mine.end(), [](auto x, auto y) { return x->begin < y->begin; });
+    for (std::size_t k = 1; k < mine.size(); ++k)
+      if (mine[k - 1]->end > mine[k]->begin)
+        check_fail("carry: " + op_name(s, i) + " touches " + slot_label(s, mine[k - 1]->layer, mine[k - 1]->slot) + " and " +
+                   slot_label(s, mine[k]->layer, mine[k]->slot) + " at overlapping device bytes " +
+                   bytes_text(mine[k]->begin, std::min(mine[k - 1]->end, mine[k]->end)));
+  }
+}
+
 //! Structure, vector clocks and completeness; collects every op's byte accesses.
 inline checked_program check_program(schedule_view const& s) {
   check_bindings(s);
@@ -204,13 +276,15 @@ inline checked_program check_program(schedule_view const& s) {
     auto const& o = s.ops[i];
     auto const st = static_cast<std::size_t>(o.stream);
     if (o.layer >= L) check_fail("structure: op #" + str(i) + " names layer " + str(o.layer) + " beyond the " + str(L) + "-layer stack");
-    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::reduce))
+    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::advance))
       check_fail("structure: op #" + str(i) + " has no valid kind");
-    if (o.slot != no_slot && o.slot >= s.layers[o.layer].slot_count)
+    bool const carry_copy = is_copy(o.kind) && o.slot == carry_slot;
+    if (o.slot != no_slot && !carry_copy && o.slot >= s.layers[o.layer].slot_count)
       check_fail("structure: op #" + str(i) + " names slot " + str(o.slot) + " which layer " + str(o.layer) + " does not have");
     if (is_copy(o.kind) && o.slot == no_slot) check_fail("structure: op #" + str(i) + " is a copy of no slot");
     if (st >= stream_count) check_fail("structure: " + op_name(s, i) + " names no valid stream");
-    if (is_copy(o.kind)) {
+    check_carry_fields(s, i);
+    if (is_copy(o.kind) && !carry_copy) {
       auto const& b = s.slots_of(o.layer)[o.slot];
       auto const what = [&] { return "structure: " + op_name(s, i); };
       if (b.where != placement::offload)
@@ -263,7 +337,7 @@ inline checked_program check_program(schedule_view const& s) {
   for (auto& v : by_kind) v.assign(L, absent);
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];
-    if (is_copy(o.kind)) continue;
+    if (is_copy(o.kind) || o.kind == op_kind::advance) continue;  // advances: as many as the reversal needs
     auto& at = by_kind[static_cast<std::size_t>(o.kind)][o.layer];
     if (at != absent)
       check_fail("completeness: layer " + str(o.layer) + " has two " + std::string(to_string(o.kind)) + " ops, " +
@@ -323,7 +397,7 @@ inline checked_program check_program(schedule_view const& s) {
   };
   std::vector<copy_key> copies;
   for (std::uint32_t i = 0; i < n; ++i)
-    if (auto const& o = s.ops[i]; is_copy(o.kind))
+    if (auto const& o = s.ops[i]; is_copy(o.kind) && o.slot != carry_slot)
       copies.push_back({s.layers[o.layer].first_slot + o.slot, o.kind == op_kind::prefetch, o.chunk, i});
   std::sort(copies.begin(), copies.end());
   for (std::uint32_t l = 0; l < L; ++l)
@@ -363,7 +437,7 @@ inline checked_program check_program(schedule_view const& s) {
   for (auto const& o : s.ops)
     total += is_copy(o.kind)                                                ? 2
              : o.kind == op_kind::gather || o.kind == op_kind::reduce ? 0
-                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u);
+                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u) + 2;
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
   p.accesses.reserve(total);
@@ -377,6 +451,12 @@ inline checked_program check_program(schedule_view const& s) {
     auto add = [&](bool host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
       p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
     };
+    // Carry `state` at `addr`: its data is the state's, wherever it lies.
+    auto add_carry = [&](bool host, bool write, std::size_t addr, std::uint32_t state) {
+      p.accesses.push_back({i, host, write, addr, addr + s.carry.bytes, state, carry_slot, std::uint64_t{0} - addr});
+    };
+    if (o.carry_in != no_carry) add_carry(false, false, o.carry_in, o.layer);
+    if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, o.layer + 1);
     // The guard bytes the executor's debug checks write after a slot before the op (and check
     // after it): part of the op's accesses (no overflow: proven by check_bindings).
     auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
@@ -399,11 +479,22 @@ inline checked_program check_program(schedule_view const& s) {
       case op_kind::backward:
         for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
         break;
+      case op_kind::advance: break;  // the carry only
       case op_kind::offload:
+        if (o.slot == carry_slot) {
+          add_carry(false, false, o.device_offset, o.layer);
+          add_carry(true, true, o.host_offset, o.layer);
+          break;
+        }
         add(false, false, o.device_offset, o.bytes, slot, chunk_start);
         add(true, true, o.host_offset, o.bytes, slot, chunk_start);
         break;
       case op_kind::prefetch:
+        if (o.slot == carry_slot) {
+          add_carry(true, false, o.host_offset, o.layer);
+          add_carry(false, true, o.device_offset, o.layer);
+          break;
+        }
         add(true, false, o.host_offset, o.bytes, slot, chunk_start);
         add(false, true, o.device_offset, o.bytes, slot, chunk_start);
         break;
@@ -412,6 +503,7 @@ inline checked_program check_program(schedule_view const& s) {
     }
   }
   p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+  if (s.carry.present()) check_disjoint_accesses(s, p);
   return p;
 }
 
@@ -427,7 +519,7 @@ inline void check_layout(schedule_view const& s) {
   // Copies exactly where the bindings say: chunk c of a slot is its bytes [c * chunk_bytes, ...).
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     auto const& o = s.ops[i];
-    if (!is_copy(o.kind)) continue;
+    if (!is_copy(o.kind) || o.slot == carry_slot) continue;  // a carry's copy moves all of it: check_carry_fields
     auto const& b = s.slots_of(o.layer)[o.slot];
     auto const what = [&] { return "copy geometry: " + op_name(s, i); };
     bool const reload = o.kind == op_kind::prefetch;
@@ -499,7 +591,8 @@ inline void replay_peaks(schedule_view const& s, checked_program const& p, check
   auto const guard = s.buffers.guard_bytes;
   for (auto const& a : p.accesses) {
     if (a.guard) continue;  // the guard is counted after the access it follows, as predicted
-    auto const end = a.host ? a.end : a.end + guard;  // no overflow: proven by check_program
+    // No overflow: proven by check_program. Carries have no guard.
+    auto const end = a.host || a.slot == carry_slot ? a.end : a.end + guard;
     auto const align = a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
     auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
                          align * align;
@@ -656,6 +749,14 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
 
   std::array<byte_state_tree, 2> trees{byte_state_tree(bounds[0].empty() ? 0 : bounds[0].size() - 1),
                                        byte_state_tree(bounds[1].empty() ? 0 : bounds[1].size() - 1)};
+  // The input (carry 0) is written by the user before the step: data no op wrote, ordered
+  // before every op.
+  if (s.carry.present())
+    for (std::uint32_t j = 0; j < acc.size(); ++j)
+      if (acc[j].slot == carry_slot && acc[j].layer == 0 && !acc[j].host && acc[j].begin == s.carry.input_offset()) {
+        trees[0].write(leaf(false, acc[j].begin), leaf(false, acc[j].end), -1, 0, data[j]);
+        break;
+      }
   auto guard_text = [&](access const& x, bool name_op) {
     return "the guard bytes after " + slot_label(s, x.layer, x.slot) + " (written by the executor's debug checks around " +
            (name_op ? op_name(s, x.op) : std::string("that op")) + ")";

@@ -19,6 +19,7 @@ enum class op_kind : std::uint8_t {
   prefetch,    //!< host-to-device copy of (a chunk of) a slot into a staging buffer
   gather,      //!< the before-forward collective hook of a layer (communication stream)
   reduce,      //!< the after-backward collective hook of a layer (communication stream)
+  advance,     //!< the forward lambda again, producing only the layer's carry out (a segment recomputation)
 };
 
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -30,6 +31,7 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::prefetch: return "prefetch";
     case op_kind::gather: return "gather";
     case op_kind::reduce: return "reduce";
+    case op_kind::advance: return "advance";
   }
   return "?";
 }
@@ -37,6 +39,10 @@ constexpr std::string_view to_string(op_kind k) noexcept {
 constexpr bool is_copy(op_kind k) noexcept { return k == op_kind::offload || k == op_kind::prefetch; }
 
 inline constexpr std::uint16_t no_slot = 0xffff;
+//! `op::slot` of a copy of the carry (`op::layer` is then the carry's index: the input of that layer).
+inline constexpr std::uint16_t carry_slot = 0xfffe;
+//! `op::carry_in` / `op::carry_out` of an op that reads or writes no carry.
+inline constexpr std::size_t no_carry = static_cast<std::size_t>(-1);
 
 //! One op. Ops are stored in host issue order; ops on one stream run in that order; an op also
 //! waits for the ops listed in `schedule::waits[wait_begin, wait_begin + wait_count)` (on other
@@ -51,6 +57,12 @@ struct op {
   std::size_t device_offset = 0;  //!< copies: device arena offset of this chunk
   std::size_t host_offset = 0;    //!< copies: host arena offset of this chunk
   std::size_t bytes = 0;          //!< copies: bytes in this chunk
+  //! forward, advance, recompute, backward: device offset of the carry the layer reads (its
+  //! input), or `no_carry`.
+  std::size_t carry_in = no_carry;
+  //! forward, advance, recompute: where the layer writes its carry out; backward of the last layer:
+  //! the stack's output (for the loss); otherwise `no_carry`.
+  std::size_t carry_out = no_carry;
   std::uint32_t wait_begin = 0;
   std::uint32_t wait_count = 0;
   std::int32_t event = -1;  //!< event recorded after this op, or -1 when nothing waits on it

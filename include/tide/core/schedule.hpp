@@ -37,6 +37,28 @@ struct layer_binding {
   friend constexpr bool operator==(layer_binding const&, layer_binding const&) = default;
 };
 
+//! Where the carries live (a stack without a carry: `bytes == 0`, nothing else set). Device
+//! buffers are `region_bytes` apart from `device_area`; buffer 0 holds the input (carry 0, which
+//! the user writes before a step) and buffer 1 the output (the last layer's carry out); the
+//! others hold snapshots and working carries as the reversal assigns them, reused without copies.
+struct carry_binding {
+  std::string_view name;
+  std::size_t bytes = 0;
+  std::size_t region_bytes = 0;       //!< bytes, aligned to the device alignment
+  std::size_t device_area = 0;        //!< device offset of buffer 0
+  std::uint32_t device_buffers = 0;   //!< buffers the reversal uses at once (input and output included)
+  std::size_t host_area = 0;          //!< host offset of host snapshot 0
+  std::size_t host_region_bytes = 0;  //!< bytes, aligned to the host alignment
+  std::uint32_t host_snapshots = 0;   //!< host snapshot slots the reversal uses
+  std::uint32_t device_snapshots = 0; //!< device snapshot slots the reversal uses (the input's included)
+  std::uint64_t advances = 0;         //!< layer forwards beyond the first sweep (advance ops)
+
+  constexpr bool present() const noexcept { return bytes != 0; }
+  constexpr std::size_t input_offset() const noexcept { return device_area; }
+  constexpr std::size_t output_offset() const noexcept { return device_area + region_bytes; }
+  friend constexpr bool operator==(carry_binding const&, carry_binding const&) = default;
+};
+
 //! The static buffer assignment.
 struct arena_layout {
   std::size_t device_bytes = 0;      //!< the whole device arena: the predicted device peak
@@ -49,6 +71,8 @@ struct arena_layout {
   std::uint32_t offload_buffers = 0;  //!< offload source buffers in the ring
   std::uint32_t staging_buffers = 0;  //!< staging buffers in the ring
   std::size_t remat_scratch_bytes = 0;
+  std::size_t carry_bytes = 0;        //!< device carry buffers, at `carry.device_area`
+  std::size_t host_carry_bytes = 0;   //!< host carry snapshots, at `carry.host_area`
   friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;
 };
 
@@ -63,6 +87,7 @@ struct schedule_view {
   buffer_spec buffers;
   pipeline_spec pipeline;
   collective_spec collectives;
+  carry_binding carry;
 
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
@@ -86,12 +111,13 @@ struct schedule {
   buffer_spec buffers;
   pipeline_spec pipeline;
   collective_spec collectives;
+  carry_binding carry;
 
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   constexpr schedule_view view() const& noexcept {
-    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives};
+    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
   }
   constexpr operator schedule_view() const& noexcept { return view(); }
   // A view of a temporary would dangle (`executor ex(b, build_schedule(...))`): keep the
@@ -104,7 +130,8 @@ struct schedule {
 inline std::string op_label(schedule_view const& s, op const& o) {
   char buf[160];
   std::string_view name;
-  if (o.slot != no_slot && o.layer < s.layers.size() && o.slot < s.layers[o.layer].slot_count)
+  if (o.slot == carry_slot) name = s.carry.name.empty() ? std::string_view("carry") : s.carry.name;
+  else if (o.slot != no_slot && o.layer < s.layers.size() && o.slot < s.layers[o.layer].slot_count)
     name = s.slots_of(o.layer)[o.slot].name;
   write_op_label(buf, o, name);
   return buf;

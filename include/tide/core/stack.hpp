@@ -24,6 +24,20 @@ namespace tide {
 struct slot_spec {
   std::string_view name;
   std::size_t bytes = dynamic_bytes;
+  //! The layer's input, which its recompute reads: it may be kept or offloaded, never
+  //! rematerialized (only re-running the earlier layers could rebuild it; a stack with a carry
+  //! does that: see `carry_spec`).
+  bool input = false;
+};
+
+//! The carry: the data that flows from each layer to the next (the residual stream of a
+//! transformer, the state u_n of a time stepper). Layer i reads carry i and writes carry i+1; the
+//! user writes carry 0 (the input) before a step, and the last layer's carry out is the stack's
+//! output. Where carries are stored, and which are recomputed from the nearest stored one, is the
+//! strategy's `checkpoints`. `bytes == 0`: the stack has no carry.
+struct carry_spec {
+  std::string_view name;
+  std::size_t bytes = 0;
 };
 
 //! A layer type: a name and the slots each layer of that type saves.
@@ -36,6 +50,7 @@ struct layer_spec {
 struct stack_spec {
   std::vector<layer_spec> types;
   std::vector<std::uint32_t> layer_types;  //!< type index of each layer, in forward order
+  carry_spec carry;                         //!< what flows between layers (none by default)
 
   //! Appends `count` layers of type `t`. A type with the same name is reused; one with the same
   //! name but other slots throws `schedule_error` (merging them would size the lambdas' spans
@@ -56,13 +71,16 @@ struct stack_spec {
   static constexpr std::size_t first_difference(layer_spec const& a, layer_spec const& b) noexcept {
     auto const n = a.slots.size() < b.slots.size() ? a.slots.size() : b.slots.size();
     for (std::size_t k = 0; k < n; ++k)
-      if (a.slots[k].name != b.slots[k].name || a.slots[k].bytes != b.slots[k].bytes) return k;
+      if (a.slots[k].name != b.slots[k].name || a.slots[k].bytes != b.slots[k].bytes || a.slots[k].input != b.slots[k].input)
+        return k;
     return a.slots.size() == b.slots.size() ? no_difference : n;
   }
   constexpr std::uint32_t layer_count() const noexcept {
     return static_cast<std::uint32_t>(layer_types.size());
   }
   constexpr layer_spec const& layer(std::uint32_t i) const { return types[layer_types[i]]; }
+  //! True when the stack declares a carry.
+  constexpr bool has_carry() const noexcept { return carry.bytes != 0; }
   //! The size of the largest slot of any layer type.
   constexpr std::size_t largest_slot_bytes() const noexcept {
     std::size_t r = 0;
@@ -83,7 +101,8 @@ struct stack_spec {
     if (k >= t.slots.size()) return "no slot";
     auto const& s = t.slots[k];
     return "'" + std::string(s.name) + "' of " +
-           (s.bytes == dynamic_bytes ? std::string("run-time size") : std::to_string(s.bytes) + " bytes");
+           (s.bytes == dynamic_bytes ? std::string("run-time size") : std::to_string(s.bytes) + " bytes") +
+           (s.input ? ", the input" : "");
   }
   [[noreturn]] static void throw_type_conflict(layer_spec const& first, layer_spec const& again, std::size_t k) {
     throw schedule_error("tide: two layer types are named '" + std::string(first.name) +
@@ -114,6 +133,12 @@ struct slot_sizes {
 //! Returns `s` with every dynamic size replaced from `sizes`; a name in `sizes` also overrides a
 //! static size only when the slot was dynamic. Throws `schedule_error` for a size left unknown.
 constexpr stack_spec bind_sizes(stack_spec s, slot_sizes const& sizes) {
+  if (s.carry.bytes == dynamic_bytes) {
+    s.carry.bytes = sizes.find(s.carry.name);
+    if (s.carry.bytes == dynamic_bytes)
+      throw schedule_error("the carry '" + std::string(s.carry.name) +
+                           "' has a run-time size and none was given: pass it in tide::slot_sizes");
+  }
   for (auto& t : s.types)
     for (auto& slot : t.slots)
       if (slot.bytes == dynamic_bytes) {
@@ -135,6 +160,25 @@ struct slot {
   static constexpr slot_spec value{Name.view(), Bytes};
   static constexpr std::string_view name = Name.view();
   static constexpr std::size_t bytes = Bytes;
+};
+
+//! A slot that is the layer's input (`slot_spec::input`): `tide::input_slot<"x", 1 << 20>`.
+template <fixed_string Name, std::size_t Bytes = dynamic_bytes>
+struct input_slot {
+  static constexpr slot_spec value{Name.view(), Bytes, true};
+  static constexpr std::string_view name = Name.view();
+  static constexpr std::size_t bytes = Bytes;
+};
+
+//! The stack's carry as a part of `tide::stack`: `tide::stack<tide::carry<"residual", N>, ...>`
+//! (without a size it is sized at run time, by name in `tide::slot_sizes`).
+template <fixed_string Name, std::size_t Bytes = dynamic_bytes>
+struct carry {
+  static_assert(Bytes != 0, "tide::carry<Name, Bytes>: a carry of zero bytes is no carry: drop it");
+  using tide_stack_part_tag = void;
+  static constexpr std::string_view name = Name.view();
+  static constexpr std::size_t bytes = Bytes;
+  static constexpr void append_to(stack_spec& s) { s.carry = {Name.view(), Bytes}; }
 };
 
 namespace detail {
@@ -172,7 +216,8 @@ constexpr void append_part(stack_spec& s) {
     P::append_to(s);
   else {
     static_assert(requires { typename P::tide_layer_tag; },
-                  "tide::stack<Parts...>: each part must be a tide::layer<...> or a tide::repeat<Layer, N>");
+                  "tide::stack<Parts...>: each part must be a tide::layer<...>, a tide::repeat<Layer, N> or a "
+                  "tide::carry<\"name\", bytes>");
     s.append(P::spec(), 1);
   }
 }
@@ -187,6 +232,19 @@ template <class Layer, std::uint32_t Count>
 struct layer_of<repeat<Layer, Count>> {
   using type = Layer;
 };
+//! A carry stands in the name check as a layer type no layer can clash with.
+struct carry_part {
+  using tide_layer_tag = void;
+  static constexpr layer_spec spec() { return {std::string_view("\0carry", 6), {}}; }
+};
+template <fixed_string Name, std::size_t Bytes>
+struct layer_of<carry<Name, Bytes>> {
+  using type = carry_part;
+};
+template <class P>
+inline constexpr int is_carry_part = 0;
+template <fixed_string Name, std::size_t Bytes>
+inline constexpr int is_carry_part<carry<Name, Bytes>> = 1;
 template <class... Parts>
 struct stack_parts {};
 
@@ -232,6 +290,8 @@ constexpr bool check_layer_names() {
 template <class... Parts>
 struct stack {
   static_assert(detail::check_layer_names<Parts...>());
+  static_assert((detail::is_carry_part<Parts> + ... + 0) <= 1,
+                "tide::stack<Parts...>: two tide::carry parts: a stack has one carry");
   using tide_stack_tag = void;
   static constexpr stack_spec spec() {
     stack_spec s;

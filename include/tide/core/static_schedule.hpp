@@ -25,12 +25,13 @@ struct static_schedule {
   buffer_spec buffers{};
   pipeline_spec pipeline{};
   collective_spec collectives{};
+  carry_binding carry{};
 
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(Layers); }
   constexpr schedule_view view() const& noexcept {
-    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives};
+    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
   }
   constexpr operator schedule_view() const& noexcept { return view(); }
   schedule_view view() const&& = delete;  // a view of a temporary would dangle
@@ -94,6 +95,7 @@ consteval auto make_schedule() {
     out.buffers = s.buffers;
     out.pipeline = s.pipeline;
     out.collectives = s.collectives;
+    out.carry = s.carry;
     return out;
   }
 }

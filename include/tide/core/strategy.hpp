@@ -6,18 +6,20 @@
 //! `make_schedule`.
 
 #include <tide/core/buffers.hpp>
+#include <tide/core/checkpoints.hpp>
 #include <tide/core/pipeline.hpp>
 #include <tide/core/policy.hpp>
 
 namespace tide {
 
-//! Policy, buffers, pipeline and collectives, by name:
+//! Policy, buffers, pipeline, collectives and checkpoints, by name:
 //! `tide::strategy{.policy = p, .pipeline = {.prefetch_distance = 2}}`.
 struct strategy {
   policy_spec policy;
   buffer_spec buffers;
   pipeline_spec pipeline;
   collective_spec collectives;
+  checkpoint_spec checkpoints;  //!< where a stack's carries live (a stack with a carry only)
 };
 
 //! A strategy as a type, from its parts in any order (each at most once; an absent part is the

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include <tide/core/buffers.hpp>
+#include <tide/core/checkpoints.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/policy.hpp>
 #include <tide/core/stack.hpp>
@@ -32,6 +33,11 @@ enum class schedule_issue_code : std::uint8_t {
   too_many_chunks,
   too_many_ops,
   size_overflow,
+  remat_of_input,
+  checkpoints_without_carry,
+  zero_snapshots,
+  host_tier_needs_reversal,
+  bad_reversal,
 };
 
 struct schedule_issue {
@@ -55,9 +61,16 @@ constexpr schedule_issue issue(schedule_issue_code code, std::string_view type =
 }
 //! The problems that do not depend on placements: the stack's types, the rules' names and
 //! ranges, the arenas' alignments.
-constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b) {
+constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec const& p, buffer_spec const& b,
+                                              checkpoint_spec const& k = {}) {
   using c = schedule_issue_code;
   if (s.layer_count() == 0) return detail::issue(c::empty_stack);
+  if (s.carry.bytes == dynamic_bytes) return detail::issue(c::dynamic_size, "(the carry)", s.carry.name);
+  if (!s.has_carry() && !k.stores_every_carry()) return detail::issue(c::checkpoints_without_carry);
+  if (s.has_carry() && k.reversal.empty()) {
+    if (k.device_snapshots == 0) return detail::issue(c::zero_snapshots, {}, s.carry.name);
+    if (k.host_snapshots > 0) return detail::issue(c::host_tier_needs_reversal, {}, s.carry.name, k.host_snapshots);
+  }
   for (auto const& t : s.types) {
     if (t.slots.size() >= no_slot) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1);
     for (std::size_t i = 0; i < t.slots.size(); ++i) {
@@ -134,6 +147,26 @@ inline std::string to_message(schedule_issue const& i) {
     case c::too_many_ops:
       return "tide: the schedule would have " + std::to_string(i.value) + " ops, more than the supported " +
              std::to_string(i.limit) + ": use a larger chunk size or fewer layers";
+    case c::remat_of_input:
+      return "tide: slot " + q(i.slot_name) + " of layer " + std::to_string(i.value) + " (" + q(i.type_name) +
+             ") is the layer's input, which its recompute reads: rematerializing it needs the earlier layers re-run. "
+             "Keep or offload it, or declare the stack's carry (stack_spec::carry, tide::carry<\"name\", bytes>) and "
+             "store fewer carries with strategy::checkpoints (.device_snapshots = N): tide then recomputes each "
+             "dropped carry from the nearest stored one";
+    case c::checkpoints_without_carry:
+      return "tide: the strategy's checkpoints drop or move carries but the stack declares no carry: declare it "
+             "(stack_spec::carry, tide::carry<\"name\", bytes>) or leave strategy::checkpoints at its default";
+    case c::zero_snapshots:
+      return "tide: the checkpoints store 0 carries of " + q(i.slot_name) +
+             " on the device: a reversal needs at least 1 device snapshot (the input's), "
+             "set checkpoint_spec::device_snapshots >= 1";
+    case c::host_tier_needs_reversal:
+      return "tide: the checkpoints ask for " + std::to_string(i.value) + " host snapshot(s) of carry " + q(i.slot_name) +
+             " but give no reversal: with a host tier the best reversal depends on the costs; pass "
+             "checkpoint_spec::reversal = tide::two_tier_plan(layers, device_snapshots, host_snapshots, costs).actions";
+    case c::bad_reversal:
+      return "tide: the checkpoints' reversal (checkpoint_spec::reversal) is invalid at action " + std::to_string(i.value) +
+             ": " + std::string(i.quantity);
     case c::size_overflow:
       return "tide: the " + std::string(i.quantity) +
              (i.slot_name.empty() ? std::string() : " of slot " + q(i.slot_name)) +
@@ -170,6 +203,16 @@ consteval void static_check() {
   static_assert(issue != c::too_many_slots, "tide: a layer type has too many slots");
   static_assert(issue != c::too_many_chunks, "tide: the chunk size splits a slot into too many chunks: use a larger one");
   static_assert(issue != c::too_many_ops, "tide: the schedule would have too many ops: use a larger chunk size or fewer layers");
+  static_assert(issue != c::remat_of_input,
+                "tide: a policy rematerializes a layer's input slot (tide::input_slot), which its recompute reads: keep "
+                "or offload it, or declare the stack's carry (tide::carry<\"name\", bytes>) and store fewer carries");
+  static_assert(issue != c::checkpoints_without_carry,
+                "tide: the strategy's checkpoints drop or move carries but the stack declares no carry: add "
+                "tide::carry<\"name\", bytes> to the stack");
+  static_assert(issue != c::zero_snapshots, "tide: the checkpoints store 0 carries on the device: use at least 1");
+  static_assert(issue != c::host_tier_needs_reversal,
+                "tide: host snapshots need an explicit reversal (tide::two_tier_plan(...).actions)");
+  static_assert(issue != c::bad_reversal, "tide: the checkpoints' reversal is invalid (tide::build_schedule names the action)");
   static_assert(issue != c::size_overflow,
                 "tide: a slot size, guard, alignment or arena total does not fit in std::size_t: check the slot sizes, "
                 "guard bytes and alignments (tide::build_schedule names the slot and the quantity)");

@@ -67,6 +67,10 @@ constexpr bool checked_add(std::size_t a, std::size_t b, std::size_t& out) noexc
   out = a + b;  // unsigned: wraps, never undefined
   return out >= a;
 }
+constexpr bool checked_mul(std::size_t a, std::size_t b, std::size_t& out) noexcept {
+  out = a * b;
+  return a == 0 || out / a == b;
+}
 constexpr bool checked_align_up(std::size_t n, std::size_t a, std::size_t& out) noexcept {
   if (a == 0 || !checked_add(n, a - 1, out)) return false;
   out = out / a * a;

@@ -104,6 +104,18 @@ struct layer_context {
   std::span<slot_binding const> bindings;
   std::string_view type_name;
   std::byte* device = nullptr;
+  std::byte* carry_in_data = nullptr;   //!< the layer's input carry (a stack with a carry), else null
+  std::byte* carry_out_data = nullptr;  //!< where its carry out goes (see the contexts), else null
+  std::size_t carry_bytes = 0;
+
+  //! The carry this layer reads (carry `layer`: the stack's input for layer 0), read-only; empty
+  //! when the stack has no carry.
+  std::span<std::byte const> carry_in() const noexcept { return {carry_in_data, carry_in_data ? carry_bytes : 0}; }
+  //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
+  template <class T>
+  std::span<T const> carry_in() const {
+    return typed_carry<T const>(carry_in());
+  }
 
   std::uint16_t slot_count() const noexcept { return static_cast<std::uint16_t>(bindings.size()); }
   //! Slot `k`'s name; every index-taking member throws `slot_error` when `k >= slot_count()`
@@ -145,6 +157,14 @@ struct layer_context {
     return detail::cached_slot_index<Name>(bindings, layer, type_name);
   }
   template <class T, class Byte>
+  std::span<T> typed_carry(std::span<Byte> s) const {
+    if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
+      throw slot_error("tide: the carry of layer " + std::to_string(layer) + " (" + std::to_string(s.size()) +
+                       " bytes) cannot be viewed as elements of " + std::to_string(sizeof(T)) + " bytes aligned to " +
+                       std::to_string(alignof(T)) + ": check the carry size and the arena alignment");
+    return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+  }
+  template <class T, class Byte>
   std::span<T> typed(std::span<Byte> s, std::uint16_t k) const {
     if constexpr (sizeof(T) == 1) {
       return {reinterpret_cast<T*>(s.data()), s.size()};
@@ -160,15 +180,28 @@ struct layer_context {
 };
 
 //! Given to the forward lambda. In forward mode every slot is to be written; in recompute mode
-//! (`recompute == true`) only the remat slots are, and the others hold their saved data.
+//! (`recompute == true`) only the remat slots are, and the others hold their saved data. In a
+//! stack with a carry the lambda reads `carry_in()` and writes all of `carry_out()` every time;
+//! a segment recomputation (`advance == true`, `recompute` too) wants the carry out alone.
 template <class Stream>
 struct forward_context : layer_context<Stream> {
   bool recompute = false;
+  bool advance = false;  //!< a segment recomputation: produce the carry out, no slot
 
   //! True when this call must produce slot `k`.
   bool produces(std::uint16_t k) const {
     auto const& b = this->binding(k);  // checked even when not recomputing
-    return !recompute || b.where == placement::remat;
+    return !recompute || (!advance && b.where == placement::remat);
+  }
+  //! Where the layer writes its carry out (carry `layer + 1`; for the last layer the stack's
+  //! output); empty when the stack has no carry. Written in every mode (a recompute's goes to a
+  //! buffer of its own).
+  std::span<std::byte> carry_out() const noexcept {
+    return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
+  }
+  template <class T>
+  std::span<T> carry_out() const {
+    return this->template typed_carry<T>(carry_out());
   }
   template <class T>
   bool produces(slot_handle<T> h) const {
@@ -197,9 +230,18 @@ struct forward_context : layer_context<Stream> {
 };
 
 //! Given to the backward lambda: every slot of the layer, wherever it was kept, prefetched or
-//! recomputed, read-only.
+//! recomputed, read-only; in a stack with a carry, `carry_in()` is the layer's input and, for the
+//! last layer, `output()` the stack's output (to seed the loss gradient).
 template <class Stream>
 struct backward_context : layer_context<Stream> {
+  //! The stack's output (the last layer's carry out) in the last layer's backward; else empty.
+  std::span<std::byte const> output() const noexcept {
+    return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
+  }
+  template <class T>
+  std::span<T const> output() const {
+    return this->template typed_carry<T const>(output());
+  }
   std::span<std::byte const> slot(std::uint16_t k) const {
     auto const& b = this->binding(k);
     return {this->device + b.backward_offset, b.bytes};

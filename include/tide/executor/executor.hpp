@@ -92,7 +92,7 @@ class executor {
     if (opt_.check_schedule) check_schedule(s_);
     for (std::uint32_t i = static_cast<std::uint32_t>(s_.ops.size()); i-- > 0;) {
       auto const& o = s_.ops[i];
-      if (o.kind == op_kind::prefetch) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
+      if (o.kind == op_kind::prefetch && o.slot != carry_slot) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
     }
     if (opt_.timeline) backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
@@ -114,6 +114,17 @@ class executor {
 
   schedule_view schedule() const noexcept { return s_; }
   tide::arenas memory() const noexcept { return arenas_; }
+  //! Where the user writes the stack's input (carry 0) before a step, in device memory; empty
+  //! when the stack has no carry. Tide never writes it.
+  std::span<std::byte> carry_input() const noexcept {
+    return s_.carry.present() ? std::span<std::byte>(arenas_.device + s_.carry.input_offset(), s_.carry.bytes) : std::span<std::byte>{};
+  }
+  //! The stack's output (the last layer's carry out), valid from the last forward until the next
+  //! step; empty when the stack has no carry.
+  std::span<std::byte const> carry_output() const noexcept {
+    return s_.carry.present() ? std::span<std::byte const>(arenas_.device + s_.carry.output_offset(), s_.carry.bytes)
+                              : std::span<std::byte const>{};
+  }
   Backend& backend() noexcept { return backend_; }
   std::uint64_t steps() const noexcept { return steps_; }
   executor_options const& options() const noexcept { return opt_; }
@@ -276,7 +287,7 @@ class executor {
   //! on the runtime's callback thread, where an exception would terminate); the message is
   //! formatted on the calling thread once the step has synchronized.
   struct debug_failure {
-    enum kind_t : std::uint8_t { none, guard, prefetch } kind = none;
+    enum kind_t : std::uint8_t { none, guard, prefetch, carry } kind = none;
     std::uint32_t op = 0;
     std::uint32_t slot = 0;  //!< index into the schedule's slot bindings
     std::size_t detail = 0;  //!< guard: the overwritten byte; prefetch: the slot's first prefetch op
@@ -289,6 +300,12 @@ class executor {
   [[noreturn]] void throw_debug_failure() {
     auto const f = std::exchange(debug_failure_, {});
     auto const& o = s_.ops[f.op];
+    if (f.kind == debug_failure::carry)
+      throw debug_check_error("tide: the forward lambda of layer " + std::to_string(o.layer) + " (op #" + std::to_string(f.op) +
+                              ", " + std::string(to_string(o.kind)) + ") did not write its carry out ('" +
+                              std::string(s_.carry.name) + "', " + std::to_string(s_.carry.bytes) +
+                              " bytes): every byte still holds the poison pattern; write ctx.carry_out() in every mode "
+                              "(forward, recompute and advance)");
     auto const& b = s_.slots[f.slot];
     if (f.kind == debug_failure::guard)
       throw debug_check_error("tide: the " + std::string(to_string(o.kind)) + " lambda of layer " +
@@ -373,6 +390,7 @@ class executor {
     switch (o.kind) {
       case op_kind::forward:
       case op_kind::recompute:
+      case op_kind::advance:
       case op_kind::backward:
       case op_kind::gather:
       case op_kind::reduce:
@@ -400,6 +418,14 @@ class executor {
     c.device = arenas_.device;
     return c;
   }
+  template <class Ctx>
+  Ctx layer_ctx(op const& o) {
+    auto c = layer_ctx<Ctx>(o.layer, o.stream);
+    if (o.carry_in != no_carry) c.carry_in_data = arenas_.device + o.carry_in;
+    if (o.carry_out != no_carry) c.carry_out_data = arenas_.device + o.carry_out;
+    c.carry_bytes = s_.carry.bytes;
+    return c;
+  }
 
   static void run_op(void* self, std::uint32_t i) noexcept { static_cast<executor*>(self)->run(i); }
   void run(std::uint32_t i) noexcept {
@@ -411,14 +437,16 @@ class executor {
     try {
       switch (o.kind) {
         case op_kind::forward:
-        case op_kind::recompute: {
-          auto c = layer_ctx<forward_context_type>(o.layer, o.stream);
-          c.recompute = o.kind == op_kind::recompute;
+        case op_kind::recompute:
+        case op_kind::advance: {
+          auto c = layer_ctx<forward_context_type>(o);
+          c.recompute = o.kind != op_kind::forward;
+          c.advance = o.kind == op_kind::advance;
           forward_.call(forward_.obj, c);
           break;
         }
         case op_kind::backward: {
-          auto c = layer_ctx<backward_context_type>(o.layer, o.stream);
+          auto c = layer_ctx<backward_context_type>(o);
           backward_.call(backward_.obj, c);
           break;
         }
@@ -441,18 +469,37 @@ class executor {
 
   void debug_before(stream_role role, op const& o, std::uint32_t i) {
     if (o.kind == op_kind::backward || o.kind == op_kind::recompute) backend_.host_task(role, task{&check_prefetched, this, i});
-    if constexpr (host_visible)
+    if constexpr (host_visible) {
       if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
         backend_.host_task(role, task{&write_guards, this, i});
+      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend_.host_task(role, task{&poison_carry_out, this, i});
+    }
   }
   void debug_after(stream_role role, op const& o, std::uint32_t i) {
-    if (o.kind == op_kind::prefetch) backend_.host_task(role, task{&count_prefetch, this, i});
+    bool const carry_copy = o.slot == carry_slot;
+    if (o.kind == op_kind::prefetch && !carry_copy) backend_.host_task(role, task{&count_prefetch, this, i});
     if constexpr (host_visible) {
       if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
         backend_.host_task(role, task{&check_guards, this, i});
-      if (o.kind == op_kind::forward || o.kind == op_kind::backward || o.kind == op_kind::offload)
+      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend_.host_task(role, task{&check_carry_out, this, i});
+      if (o.kind == op_kind::forward || o.kind == op_kind::backward || (o.kind == op_kind::offload && !carry_copy))
         backend_.host_task(role, task{&poison, this, i});
     }
+  }
+  //! A lambda that does not write its carry out would hand the next layer stale data: poison the
+  //! buffer first, and fail when every byte still holds the poison after the op.
+  static void poison_carry_out(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<executor*>(self);
+    if (e.failed_.load(std::memory_order_relaxed)) return;
+    std::memset(e.arenas_.device + e.s_.ops[i].carry_out, static_cast<int>(e.opt_.poison_pattern), e.s_.carry.bytes);
+  }
+  static void check_carry_out(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<executor*>(self);
+    if (e.failed_.load(std::memory_order_relaxed)) return;
+    auto const* p = e.arenas_.device + e.s_.ops[i].carry_out;
+    for (std::size_t k = 0; k < e.s_.carry.bytes; ++k)
+      if (p[k] != e.opt_.poison_pattern) return;
+    e.fail_debug({debug_failure::carry, i, 0, 0});
   }
 
   bool guarded(op const& o, slot_binding const& b) const {

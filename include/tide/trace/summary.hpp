@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <utility>
 #include <vector>
 
@@ -17,7 +18,7 @@ struct step_summary {
   double step_us = 0;                //!< from the step's start to the end of its last op
   double compute_us = 0;             //!< forward, recompute and backward time on the compute stream
   double forward_us = 0;             //!< of which forward
-  double recompute_us = 0;           //!< of which recompute
+  double recompute_us = 0;           //!< of which recompute (segment recomputations included)
   double backward_us = 0;            //!< of which backward
   double copy_us = 0;                //!< time any copy was running (union of intervals)
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
@@ -79,6 +80,7 @@ inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
       first_pre(s.slots.size(), -1), last_pre(s.slots.size(), -1);
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     auto const& o = s.ops[i];
+    if (o.slot == carry_slot) continue;  // the carry's copies: below
     auto const b = s.layers[o.layer].first_slot + (o.slot == no_slot ? 0 : o.slot);
     switch (o.kind) {
       case op_kind::forward: fwd[o.layer] = i; break;
@@ -118,6 +120,25 @@ inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
           break;
       }
     }
+  // The carry's buffers and host snapshots: each live from the first op that touches it to the
+  // last (they are reused in place, so this bounds what each holds).
+  if (s.carry.present()) {
+    std::map<std::pair<bool, std::size_t>, std::pair<std::int64_t, std::int64_t>> span;  // (host, offset) -> ops
+    auto touch = [&](bool host, std::size_t at, std::uint32_t i) {
+      auto [it, fresh] = span.try_emplace({host, at}, std::pair<std::int64_t, std::int64_t>{i, i});
+      if (!fresh) it->second.second = i;
+    };
+    for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+      auto const& o = s.ops[i];
+      if (o.carry_in != no_carry) touch(false, o.carry_in, i);
+      if (o.carry_out != no_carry) touch(false, o.carry_out, i);
+      if (o.slot == carry_slot) {
+        touch(false, o.device_offset, i);
+        touch(true, o.host_offset, i);
+      }
+    }
+    for (auto const& [where, ops] : span) live(where.first ? host : dev, ops.first, true, ops.second, s.carry.bytes);
+  }
   return {detail::sweep(dev), detail::sweep(host)};
 }
 
@@ -140,10 +161,11 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
     if (o.stream != stream_role::compute) continue;
     if (is_copy(o.kind)) {
       r.exposed_transfer_us += dur;  // a copy on the compute stream is never hidden
-    } else if (o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::backward) {
+    } else if (o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::advance ||
+               o.kind == op_kind::backward) {
       r.compute_us += dur;
       if (o.kind == op_kind::forward) r.forward_us += dur;
-      if (o.kind == op_kind::recompute) r.recompute_us += dur;
+      if (o.kind == op_kind::recompute || o.kind == op_kind::advance) r.recompute_us += dur;
       if (o.kind == op_kind::backward) r.backward_us += dur;
     }
   }

@@ -429,7 +429,9 @@ class cuda_backend {
   }
 
   std::string_view slot_name(op const& o) const noexcept {
-    if (!opt_.nvtx || o.layer >= names_.layers.size()) return {};
+    if (!opt_.nvtx) return {};
+    if (o.slot == carry_slot) return names_.carry.name;
+    if (o.layer >= names_.layers.size()) return {};
     auto const slots = names_.slots_of(o.layer);
     return o.slot < slots.size() ? slots[o.slot].name : std::string_view{};
   }

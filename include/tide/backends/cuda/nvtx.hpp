@@ -29,6 +29,7 @@ constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
   switch (k) {
     case op_kind::forward: return {0x4c, 0xaf, 0x50};
     case op_kind::recompute: return {0xff, 0x98, 0x00};
+    case op_kind::advance: return {0xff, 0xc1, 0x07};
     case op_kind::backward: return {0x21, 0x96, 0xf3};
     case op_kind::offload: return {0x9c, 0x27, 0xb0};
     case op_kind::prefetch: return {0x00, 0xbc, 0xd4};

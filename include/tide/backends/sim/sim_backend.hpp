@@ -98,7 +98,8 @@ class sim_backend {
     auto const& c = costs_->layers[o.layer];
     double d = 0;
     switch (o.kind) {
-      case op_kind::forward: d = c.forward_us; break;
+      case op_kind::forward:
+      case op_kind::advance: d = c.forward_us; break;  // a segment recomputation runs the whole layer
       case op_kind::recompute: d = o.layer < recompute_us_.size() ? recompute_us_[o.layer] : c.full_recompute_us(); break;
       case op_kind::backward: d = c.backward_us; break;
       case op_kind::gather: d = c.gather_us; break;

@@ -1,0 +1,311 @@
+// Carries and segment checkpointing: a stack whose layers pass a carry from one to the next, its
+// carries stored, offloaded or recomputed by the strategy's checkpoints, run on the host backend
+// with real data flowing through the carry (workload::carry_chain). Gradients are compared
+// bitwise against storing every carry.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include <tide/plan/checkpointing.hpp>
+#include <tide/tide.hpp>
+
+#include "workload.hpp"
+
+using namespace tide;
+
+namespace {
+
+stack_spec carry_stack(std::uint32_t layers, std::size_t carry_bytes = 1000) {
+  stack_spec st;
+  st.append({"blk", {{"h", 4096}, {"act", 333}, {"w", 64}}}, layers);
+  st.carry = {"x", carry_bytes};
+  return st;
+}
+
+policy_spec remat_h() {
+  policy_spec p;
+  p.rules.push_back({.where = placement::remat, .slots = {"h"}});
+  p.rules.push_back({.where = placement::offload, .slots = {"act"}});
+  return p;
+}
+
+std::uint64_t count(schedule const& s, op_kind k) {
+  std::uint64_t n = 0;
+  for (auto const& o : s.ops) n += o.kind == k;
+  return n;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (std::exception const& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+// Every carry stored, Revolve with s = 1..L device snapshots, with and without latency hiding and
+// slot remat/offload: the same gradients, bit for bit; each schedule's advances are Revolve's
+// optimum, and the forward lambda runs L + advances + recomputes times.
+TEST(Carry, RevolveGradientsBitwiseEqualStoreAll) {
+  host_backend b;
+  for (std::uint32_t L : {1u, 2u, 5u, 9u, 14u}) {
+    auto const st = carry_stack(L);
+    auto const all = build_schedule(st, strategy{});
+    EXPECT_EQ(all.carry.advances, 0u);
+    auto const want = workload::run_carry_chain(b, all, 3);
+    for (std::uint32_t s = 1; s <= L; ++s)
+      for (bool hiding : {true, false})
+        for (bool slots : {false, true}) {
+          strategy how{.checkpoints = {.device_snapshots = s}};
+          how.pipeline.latency_hiding = hiding;
+          if (slots) how.policy = remat_h();
+          auto const sch = build_schedule(st, how);
+          auto const what = "L=" + std::to_string(L) + " s=" + std::to_string(s) + (hiding ? " hiding" : "") + (slots ? " slots" : "");
+          EXPECT_EQ(sch.carry.advances, static_cast<std::uint64_t>(revolve_extra_forwards(L, s))) << what;
+          EXPECT_EQ(count(sch, op_kind::advance), sch.carry.advances) << what;
+          EXPECT_LE(sch.carry.device_snapshots, s) << what;
+          std::uint64_t forwards = 0;
+          EXPECT_EQ(workload::run_carry_chain(b, sch, 3, {.debug_checks = true, .check_schedule = true}, &forwards), want) << what;
+          EXPECT_EQ(forwards, L + sch.carry.advances + count(sch, op_kind::recompute)) << what;
+        }
+  }
+}
+
+// Fewer snapshots, less device memory: the carry's buffers are part of the predicted peak.
+TEST(Carry, SnapshotsCostDeviceMemoryInThePrediction) {
+  auto const st = carry_stack(32, 1 << 20);
+  std::size_t last = 0;
+  for (std::uint32_t s : {1u, 2u, 4u, 8u, 32u}) {
+    auto const sch = build_schedule(st, {.checkpoints = {.device_snapshots = s}});
+    EXPECT_EQ(sch.arena.carry_bytes, std::size_t{sch.carry.device_buffers} * sch.carry.region_bytes);
+    EXPECT_LE(sch.carry.device_buffers, s + 3) << s;  // snapshots, the working carry, the output, a recompute's
+    EXPECT_GT(sch.peak_device_bytes(), last) << s;
+    last = sch.peak_device_bytes();
+    check_schedule(sch);
+  }
+}
+
+// Two tiers: the reversal from two_tier_plan (device snapshots, host snapshots, copies on the
+// d2h/h2d streams), expanded by the builder, proven by the checker and bitwise equal on a paced
+// link (copies slow enough to race with compute if a wait were missing).
+TEST(Carry, TwoTierReversalBitwiseEqualStoreAll) {
+  host_backend fast;
+  host_backend_options po;
+  po.d2h = po.h2d = {4e9, 20e-6};
+  host_backend paced(po);
+  for (std::uint32_t L : {3u, 8u, 17u, 24u})
+    for (std::int64_t sd : {1, 2, 3})
+      for (std::int64_t sh : {1, 2, 4}) {
+        auto const st = carry_stack(L, 4096);
+        auto const all = build_schedule(st, strategy{});
+        auto const want = workload::run_carry_chain(fast, all, 2);
+        auto const plan = two_tier_plan(L, sd, sh, chain_costs::constant(10, 20, 5, 5));
+        auto const sch = build_schedule(st, {.policy = remat_h(),
+                                             .checkpoints = {.device_snapshots = static_cast<std::uint32_t>(sd),
+                                                             .host_snapshots = static_cast<std::uint32_t>(sh),
+                                                             .reversal = plan.actions}});
+        auto const what = "L=" + std::to_string(L) + " sd=" + std::to_string(sd) + " sh=" + std::to_string(sh);
+        EXPECT_EQ(static_cast<std::int64_t>(sch.carry.advances), plan.extra_forwards) << what;
+        EXPECT_LE(sch.carry.host_snapshots, static_cast<std::uint32_t>(sh)) << what;
+        EXPECT_EQ(sch.arena.host_carry_bytes, std::size_t{sch.carry.host_snapshots} * sch.carry.host_region_bytes) << what;
+        EXPECT_EQ(workload::run_carry_chain(L % 2 ? paced : fast, sch, 2, {.debug_checks = true, .check_schedule = true}), want)
+            << what << "\n" << describe(sch);
+      }
+}
+
+// Random stacks, slot policies, pipelines, collectives and checkpoints (one tier and two): every
+// schedule the builder accepts runs bitwise equal to storing every carry.
+TEST(Carry, StressRandomStacksAndCheckpoints) {
+  std::mt19937_64 rng(20261130);
+  auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
+  host_backend fast;
+  host_backend_options po;
+  po.d2h = po.h2d = {4e9, 20e-6};
+  host_backend paced(po);
+  std::vector<std::string_view> const names = {"d0", "d1", "d2", "d3"};
+  for (int i = 0; i < 60; ++i) {
+    stack_spec st;
+    auto const n_types = uni(1, 3);
+    std::vector<layer_spec> types;
+    char const* type_names[] = {"t0", "t1", "t2"};
+    for (std::uint64_t t = 0; t < n_types; ++t) {
+      layer_spec ls{type_names[t], {}};
+      for (std::uint64_t k = 0, n = uni(0, 4); k < n; ++k) ls.slots.push_back({names[k], static_cast<std::size_t>(uni(1, 50000))});
+      types.push_back(ls);
+    }
+    auto const L = static_cast<std::uint32_t>(uni(1, 40));
+    for (std::uint32_t l = 0; l < L; ++l) st.append(types[uni(0, n_types - 1)]);
+    st.carry = {"x", static_cast<std::size_t>(uni(1, 20000))};
+    policy_spec p;
+    p.allow_unused_rules = true;
+    for (std::uint64_t r = 0, n = uni(0, 3); r < n; ++r) {
+      rule_spec rs{.where = static_cast<placement>(uni(0, 2)), .first_layer = static_cast<std::uint32_t>(uni(0, L - 1))};
+      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, L));
+      if (uni(0, 1)) rs.slots.push_back(names[uni(0, names.size() - 1)]);
+      if (!rs.slots.empty() && !st.has_slot(rs.slots[0])) rs.slots.clear();
+      p.rules.push_back(rs);
+    }
+    strategy how{.policy = p};
+    how.buffers.staging_buffers = static_cast<std::uint32_t>(uni(1, 3));
+    how.buffers.guard_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 64));
+    how.buffers.share_phase_regions = uni(0, 1);
+    how.buffers.device_alignment = std::size_t{1} << uni(0, 8);
+    how.buffers.host_alignment = std::size_t{1} << uni(0, 6);
+    how.pipeline = {.latency_hiding = uni(0, 3) != 0,
+                    .prefetch_distance = static_cast<std::uint32_t>(uni(0, 3)),
+                    .chunk_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 14)),
+                    .max_offloads_in_flight = static_cast<std::uint32_t>(uni(1, 3))};
+    how.collectives = {.before_forward = uni(0, 3) == 0, .after_backward = uni(0, 3) == 0};
+    auto const sd = static_cast<std::uint32_t>(uni(1, L + 1));
+    auto const sh = static_cast<std::uint32_t>(uni(0, 1) ? 0 : uni(1, 6));
+    how.checkpoints.device_snapshots = uni(0, 5) ? sd : every_carry;
+    if (sh > 0 && how.checkpoints.device_snapshots != every_carry) {
+      how.checkpoints.host_snapshots = sh;
+      how.checkpoints.reversal =
+          two_tier_plan(L, sd, sh, chain_costs::constant(static_cast<double>(uni(1, 20)), static_cast<double>(uni(1, 40)),
+                                                         static_cast<double>(uni(0, 30)), static_cast<double>(uni(0, 30))))
+              .actions;
+    }
+    auto const all = build_schedule(st, strategy{});
+    auto const want = workload::run_carry_chain(fast, all, 2);
+    auto const s = build_schedule(st, how);
+    auto& b = i % 2 ? paced : fast;
+    ASSERT_EQ(workload::run_carry_chain(b, s, 2, {.debug_checks = true, .check_schedule = true}), want)
+        << "case " << i << "\n" << describe(s);
+  }
+}
+
+// The checker proves the carries' data flow: an advance reading the wrong buffer, or a copy's
+// wait removed, is caught and named.
+TEST(Carry, CheckerCatchesAMisroutedCarry) {
+  auto const st = carry_stack(9);
+  auto const good = build_schedule(st, {.checkpoints = {.device_snapshots = 2}});
+  check_schedule(good);
+  auto bad = good;
+  for (auto& o : bad.ops)
+    if (o.kind == op_kind::advance) {
+      o.carry_in = o.carry_out;  // reads what it is about to write
+      break;
+    }
+  auto const msg = error_of([&] { check_schedule(bad); });
+  EXPECT_NE(msg.find("carry"), std::string::npos) << msg;
+
+  auto bad2 = good;
+  for (auto& o : bad2.ops)
+    if (o.kind == op_kind::forward && o.layer == 0) o.carry_in = good.carry.output_offset();
+  EXPECT_NE(error_of([&] { check_schedule(bad2); }).find("input buffer"), std::string::npos);
+
+  auto const two = build_schedule(st, {.checkpoints = {.device_snapshots = 2, .host_snapshots = 2,
+                                                       .reversal = two_tier_plan(9, 2, 2, chain_costs::constant(10, 20, 5, 5)).actions}});
+  check_schedule(two);
+  bool cut = false;
+  auto bad3 = two;
+  for (std::uint32_t i = 0; i < bad3.ops.size() && !cut; ++i)
+    if (bad3.ops[i].kind == op_kind::prefetch && bad3.ops[i].slot == carry_slot && bad3.ops[i].wait_count > 0) {
+      bad3.ops[i].wait_count = 0;  // no longer waits for the offload that wrote its host slot
+      cut = true;
+    }
+  ASSERT_TRUE(cut);
+  auto const msg3 = error_of([&] { check_schedule(bad3); });
+  EXPECT_TRUE(msg3.find("race") != std::string::npos || msg3.find("data flow") != std::string::npos) << msg3;
+}
+
+// Bad input: each a clear error naming what is wrong, and the next build or step still works.
+TEST(Carry, BadInputIsNamed) {
+  auto const st = carry_stack(6);
+  auto const zero = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 0}}); });
+  EXPECT_NE(zero.find("device_snapshots >= 1"), std::string::npos) << zero;
+  auto const host = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .host_snapshots = 2}}); });
+  EXPECT_NE(host.find("two_tier_plan"), std::string::npos) << host;
+
+  stack_spec plain;
+  plain.append({"blk", {{"input", 4096, true}, {"h", 100}}}, 4);
+  auto const nocarry = error_of([&] { build_schedule(plain, {.checkpoints = {.device_snapshots = 2}}); });
+  EXPECT_NE(nocarry.find("declares no carry"), std::string::npos) << nocarry;
+  policy_spec remat_input;
+  remat_input.rules.push_back({.where = placement::remat, .slots = {"input"}, .first_layer = 2});
+  auto const input = error_of([&] { build_schedule(plain, {.policy = remat_input}); });
+  EXPECT_NE(input.find("slot 'input' of layer 2"), std::string::npos) << input;
+  EXPECT_NE(input.find("declare the stack's carry"), std::string::npos) << input;
+  policy_spec remat_any;
+  remat_any.rules.push_back({.where = placement::remat});
+  EXPECT_NE(error_of([&] { build_schedule(plain, {.policy = remat_any}); }).find("is the layer's input"), std::string::npos);
+
+  // A reversal that is not one: backward before the turn; a slot beyond the cap; ends early.
+  auto rev = revolve_schedule(6, 2);
+  auto const cap = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 1, .reversal = rev}}); });
+  EXPECT_NE(cap.find("beyond checkpoint_spec::device_snapshots"), std::string::npos) << cap;
+  auto early = rev;
+  early.resize(early.size() / 2);
+  auto const ends = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = early}}); });
+  EXPECT_NE(ends.find("ends before the backward of layer 0"), std::string::npos) << ends;
+  std::vector<chain_action> jump{chain_action::backward(5)};
+  auto const j = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = jump}}); });
+  EXPECT_NE(j.find("action 0"), std::string::npos) << j;
+
+  // A carry of SIZE_MAX / 2 bytes overflows the arena: named, not wrapped.
+  auto huge = st;
+  huge.carry.bytes = std::size_t(-1) / 2;
+  auto const over = error_of([&] { build_schedule(huge, strategy{}); });
+  EXPECT_NE(over.find("carry"), std::string::npos) << over;
+}
+
+// A forward lambda that does not write its carry out: the debug checks poison the buffer and
+// name the layer; the executor's next step (with a correct lambda) still succeeds.
+TEST(Carry, UnwrittenCarryOutIsADebugFailureNamingTheLayer) {
+  auto const st = carry_stack(5);
+  auto const sch = build_schedule(st, {.checkpoints = {.device_snapshots = 2}});
+  host_backend b;
+  executor ex(b, sch, {.debug_checks = true, .check_schedule = true});
+  workload::carry_chain w(sch);
+  w.write_input(ex.carry_input());
+  std::int64_t skipped = -1;
+  auto lazy = [&](auto const& c) {
+    if (c.advance && skipped < 0) {  // forgets its carry out when it first recomputes a segment
+      skipped = c.layer;
+      return;
+    }
+    w.forward(c);
+  };
+  auto back = [&](auto const& c) { w.backward(c); };
+  auto const msg = error_of([&] { ex.step(lazy, back); });
+  ASSERT_GE(skipped, 0);
+  EXPECT_NE(msg.find("layer " + std::to_string(skipped) + " "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did not write its carry out"), std::string::npos) << msg;
+  workload::carry_chain fresh(sch);
+  fresh.write_input(ex.carry_input());
+  EXPECT_NO_THROW(ex.step([&](auto const& c) { fresh.forward(c); }, [&](auto const& c) { fresh.backward(c); }));
+}
+
+// Type-level: a tide::carry part sets the stack's carry; a layer can declare its input slot.
+TEST(Carry, TypeLevelCarryAndInputSlot) {
+  using blk = tide::layer<"blk", tide::input_slot<"in", 256>, tide::slot<"h", 512>>;
+  using net = tide::stack<tide::carry<"x", 128>, tide::repeat<blk, 4>>;
+  auto const st = net::spec();
+  EXPECT_EQ(st.carry.name, "x");
+  EXPECT_EQ(st.carry.bytes, 128u);
+  EXPECT_TRUE(st.layer(0).slots[0].input);
+  constexpr auto s = tide::make_schedule<net>();
+  static_assert(s.carry.bytes == 128 && s.carry.advances == 0);
+  EXPECT_EQ(check_schedule(s).replayed_device_bytes, s.peak_device_bytes());
+}
+
+// The sim charges an advance a whole forward: fewer snapshots, more time.
+TEST(Carry, SimChargesSegmentRecomputation) {
+  auto const st = carry_stack(16);
+  cost_table costs;
+  costs.layers.assign(16, layer_cost{.forward_us = 100, .backward_us = 200});
+  double last = 0;
+  for (std::uint32_t s : {16u, 4u, 2u, 1u}) {
+    auto const sch = build_schedule(st, {.checkpoints = {.device_snapshots = s}});
+    auto const us = simulate_step_us(sch, costs);
+    EXPECT_GE(us, 16 * 300.0 + 100.0 * static_cast<double>(sch.carry.advances) - 1e-6) << s;
+    EXPECT_GT(us, last) << s;
+    last = us;
+  }
+}
