@@ -192,7 +192,7 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
       for (std::uint64_t k = 0; k <= n_derived; ++k) {
         auto const bits = uni(0, 20);
         auto const bytes = static_cast<std::size_t>(uni(std::uint64_t{1} << bits, (std::uint64_t{2} << bits) - 1));
-        ls.slots.push_back({k == at ? workload::chain::input : derived_names[k - (k > at)], bytes});
+        ls.slots.push_back({k == at ? workload::chain::input : derived_names[k - (k > at)], bytes, k == at});
       }
       types.push_back(ls);
     }
@@ -209,9 +209,8 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
     for (auto n : derived_names)
       if (st.has_slot(n)) present.push_back(n);
     // Never remat "input": recompute mode cannot rebuild it (it is the previous layer's output,
-    // long overwritten), and the builder accepting such a policy is a known bug handled
-    // separately (see ChainWorkloadDetectsRematOfTheInput). Input is kept or offloaded; derived
-    // slots get anything.
+    // long overwritten), and the builder rejects it (see ChainWorkloadDetectsRematOfTheInput).
+    // Input is kept or offloaded; derived slots get anything.
     policy_spec p;
     p.allow_unused_rules = true;  // random rules often shadow one another
     auto const n_rules = uni(0, 5);
@@ -260,21 +259,27 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
 
 // The chain workload sees what the synthetic one cannot: the input slot rematerialized. Recompute
 // mode does not rebuild the input (its data, the previous layer's output, is gone), so the
-// backward reads whatever the scratch holds. Either the builder rejects the policy (the fix being
-// made in core/build.hpp) or the gradients differ from keep-all.
+// backward reads whatever the scratch holds: undeclared, the gradients differ from keep-all. A
+// slot declared as the layer's input (slot_spec::input) makes the builder reject every such
+// policy, naming the slot and the layer and saying to declare a carry.
 TEST(Executor, ChainWorkloadDetectsRematOfTheInput) {
+  stack_spec undeclared;
+  undeclared.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
   stack_spec st;
-  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  st.append({"blk", {{"input", 4096, true}, {"h", 1000}, {"act", 333}}}, 5);
   host_backend b;
   auto const keep = build_schedule(st, strategy{});
   auto const want = workload::run_chain(b, keep, 2);
   for (auto const& p : {rules({{.where = placement::remat, .slots = {"input"}}}), rules({r_remat({})}),
                         rules({r_remat({"input", "h"}, 2, 4)})}) {
+    auto const s = build_schedule(undeclared, {.policy = p});
+    EXPECT_NE(workload::run_chain(b, s, 2), want) << describe(s);
     try {
-      auto const s = build_schedule(st, {.policy = p});
-      EXPECT_NE(workload::run_chain(b, s, 2), want) << describe(s);
-    } catch (schedule_error const&) {
-      // rejected: as good
+      build_schedule(st, {.policy = p});
+      ADD_FAILURE() << "a remat of the declared input was accepted";
+    } catch (schedule_error const& e) {
+      EXPECT_NE(std::string(e.what()).find("is the layer's input"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("declare the stack's carry"), std::string::npos) << e.what();
     }
   }
   // And a sound policy on the same stack matches keep-all, so the difference above is the remat.

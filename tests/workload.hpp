@@ -187,7 +187,7 @@ struct chain {
 // As `chain`, but the activation flowing between layers is the stack's carry, which tide stores,
 // offloads or recomputes by the schedule's checkpoints: the forward reads `carry_in()` (layer 0:
 // the batch the step wrote into the executor's input buffer), derives every slot it must produce
-// and writes all of `carry_out()`, in every mode. Backward folds its carry in, its slots and the
+// and writes all of `carry_out()` when it must (forward and advance; a recompute writes slots). Backward folds its carry in, its slots and the
 // gradient from above; the last layer's loss gradient comes from the stack's output. A carry
 // recomputed from the wrong state, or read after it was overwritten, changes the gradients.
 struct carry_chain {
@@ -215,8 +215,10 @@ struct carry_chain {
     auto const hx = fold(param[c.layer], x);
     for (std::uint16_t k = 0; k < c.slot_count(); ++k)
       if (c.produces(k)) derive(c.slot(k), hx + 0x9E3779B97F4A7C15ull * (k + 1), x);
-    derive(c.carry_out(), hx, x);
-    ++forwards;
+    if (c.produces_carry()) {
+      derive(c.carry_out(), hx, x);
+      ++forwards;
+    }
   }
 
   template <class Ctx>

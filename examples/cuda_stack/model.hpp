@@ -52,7 +52,7 @@ struct dims {
 };
 
 //! The layer type; its slots are sized at run time from the dims (`make_stack`).
-using block = tide::layer<"block", tide::slot<"input">, tide::slot<"pre">, tide::slot<"act">>;
+using block = tide::layer<"block", tide::input_slot<"input">, tide::slot<"pre">, tide::slot<"act">>;
 
 //! The slots as typed handles, resolved at compile time.
 inline constexpr auto input = tide::slot_handle_of<block, "input", float>;

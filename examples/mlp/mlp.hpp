@@ -26,7 +26,7 @@ struct config {
 };
 
 //! The layer type: its slots, sized at run time from the config (`make_stack`).
-using layer = tide::layer<"mlp", tide::slot<"input">, tide::slot<"pre_act">, tide::slot<"act">, tide::slot<"inv_rms">>;
+using layer = tide::layer<"mlp", tide::input_slot<"input">, tide::slot<"pre_act">, tide::slot<"act">, tide::slot<"inv_rms">>;
 
 //! The slots as typed handles, resolved at compile time (a misspelled name does not compile).
 inline constexpr auto input_slot = tide::slot_handle_of<layer, "input", float>;

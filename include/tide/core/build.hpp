@@ -427,10 +427,9 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
       w.wait(last_prefetch_of_layer[l]);
       if (first_backward_area_use_compute && buffers.share_phase_regions) w.wait(last_offload);
       first_backward_area_use_compute = false;
-      // With a carry, the recompute also writes the layer's carry out: into a buffer of its own.
-      std::int32_t const scratch = carries ? take_buffer() : none;
-      emit_layer_op({op_kind::recompute, compute, no_slot, l}, in, scratch);
-      if (scratch >= 0) free_bufs.push_back(static_cast<std::uint32_t>(scratch));
+      // It reads the layer's carry in and writes the remat slots alone: no carry out (a selective
+      // recompute may be far cheaper than the layer's forward).
+      emit_layer_op({op_kind::recompute, compute, no_slot, l}, carries ? in : none, none);
     }
     w.wait(last_prefetch_of_layer[l]);
     op o{op_kind::backward, compute, no_slot, l};

@@ -212,10 +212,13 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
     if (o.carry_in != no_carry || o.carry_out != no_carry) check_fail(what() + " is no layer op but names a carry");
     return;
   }
-  bool const wants_out = o.kind != op_kind::backward || o.layer == L - 1;
+  bool const wants_out = o.kind == op_kind::forward || o.kind == op_kind::advance ||
+                         (o.kind == op_kind::backward && o.layer == L - 1);
   if (o.carry_in == no_carry) check_fail(what() + " reads no carry: the layer's input would be missing");
   if (wants_out != (o.carry_out != no_carry))
-    check_fail(what() + (wants_out ? " has no carry out" : " names a carry out, which only the last layer's backward reads"));
+    check_fail(what() + (wants_out ? " has no carry out"
+                                   : " names a carry out, which only forwards and advances write and only the last "
+                                     "layer's backward reads"));
   fits(o.carry_in, "carry in");
   if (wants_out) fits(o.carry_out, "carry out");
   if (o.kind == op_kind::forward && o.layer == 0 && o.carry_in != c.input_offset())

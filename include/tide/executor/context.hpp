@@ -181,8 +181,9 @@ struct layer_context {
 
 //! Given to the forward lambda. In forward mode every slot is to be written; in recompute mode
 //! (`recompute == true`) only the remat slots are, and the others hold their saved data. In a
-//! stack with a carry the lambda reads `carry_in()` and writes all of `carry_out()` every time;
-//! a segment recomputation (`advance == true`, `recompute` too) wants the carry out alone.
+//! stack with a carry the lambda reads `carry_in()` in every mode; a forward also writes all of
+//! `carry_out()`, a segment recomputation (`advance == true`, `recompute` too) writes the carry
+//! out and no slot, and a recompute writes its remat slots and no carry (`produces_carry()`).
 template <class Stream>
 struct forward_context : layer_context<Stream> {
   bool recompute = false;
@@ -193,9 +194,10 @@ struct forward_context : layer_context<Stream> {
     auto const& b = this->binding(k);  // checked even when not recomputing
     return !recompute || (!advance && b.where == placement::remat);
   }
+  //! True when this call must write `carry_out()`: a forward or an advance of a stack with a carry.
+  bool produces_carry() const noexcept { return this->carry_out_data != nullptr; }
   //! Where the layer writes its carry out (carry `layer + 1`; for the last layer the stack's
-  //! output); empty when the stack has no carry. Written in every mode (a recompute's goes to a
-  //! buffer of its own).
+  //! output); empty in a recompute and when the stack has no carry.
   std::span<std::byte> carry_out() const noexcept {
     return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
   }

@@ -132,6 +132,15 @@ class plan_search {
 
   std::size_t decisions() const noexcept { return slots_.size(); }
 
+  //! False for a layer's input slot (`slot_spec::input`): its recompute reads it, so it is kept
+  //! or offloaded, never rematerialized.
+  bool remat_ok(std::size_t i) const noexcept { return !stack_.layer(slots_[i].layer).slots[slots_[i].slot].input; }
+  bool runnable(std::vector<placement> const& d) const noexcept {
+    for (std::size_t i = 0; i < d.size(); ++i)
+      if (d[i] == placement::remat && !remat_ok(i)) return false;
+    return true;
+  }
+
   //! The candidate's buffers, pipeline and collectives with `p` as the policy.
   static tide::strategy with_policy(tide::strategy const& candidate, policy_spec p) {
     auto r = candidate;
@@ -141,6 +150,10 @@ class plan_search {
 
   //! Builds and (when it fits) simulates one candidate; updates the best plan.
   double evaluate(std::vector<placement> const& d, strategy const& pc, std::size_t* peak = nullptr) {
+    if (!runnable(d)) {
+      if (peak) *peak = std::numeric_limits<std::size_t>::max();
+      return std::numeric_limits<double>::infinity();
+    }
     auto const pol = policy_from_decisions(stack_, d);
     auto const how = with_policy(pc, pol);
     auto const s = build_schedule(stack_, how);
@@ -164,6 +177,7 @@ class plan_search {
   }
   //! The device peak only (no simulation).
   std::size_t peak_of(std::vector<placement> const& d, strategy const& pc, std::size_t* host = nullptr) {
+    if (!runnable(d)) return std::numeric_limits<std::size_t>::max();
     auto const s = build_schedule(stack_, with_policy(pc, policy_from_decisions(stack_, d)));
     ++best_.evaluations;
     best_.smallest_device_bytes = std::min(best_.smallest_device_bytes, s.peak_device_bytes());
@@ -223,6 +237,8 @@ class plan_search {
       // Nothing fit: report the smallest peak of the extremes too (everything rematted, or
       // everything offloaded with each pipeline), so the answer says how far off the budget is.
       std::vector<placement> all(slots_.size(), placement::remat);
+      for (std::size_t i = 0; i < all.size(); ++i)
+        if (!remat_ok(i)) all[i] = placement::offload;
       peak_of(all, opt_.candidates.front());
       std::fill(all.begin(), all.end(), placement::offload);
       for (auto const& pc : opt_.candidates) peak_of(all, pc);
@@ -264,6 +280,7 @@ class plan_search {
       return r + o;
     };
     for (auto action : {placement::keep, placement::offload, placement::remat}) {
+      if (action == placement::remat && !remat_ok(i)) continue;
       d[i] = action;
       if (action == placement::remat) remat_flags_[first_[l] + k] = true;
       auto& layer_bytes = layer_bytes_[2 * l + (action == placement::offload)];
@@ -323,6 +340,7 @@ class plan_search {
       // Skip without building what cannot fit or cannot be faster: the kept bytes alone over
       // the budget, or compute plus recomputes already as slow as p (as in `branch`).
       std::size_t kept = 0;
+      if (!runnable(c)) return false;
       for (std::size_t i = 0; i < n; ++i) {
         flags[i] = c[i] == placement::remat;
         if (c[i] == placement::keep) kept += stack_.layer(slots_[i].layer).slots[slots_[i].slot].bytes;
@@ -474,7 +492,8 @@ class plan_search {
   std::vector<move> greedy_order(std::vector<std::uint32_t> const& pool, bool offload_too, host_room room) const {
     auto const L = stack_.layer_count();
     std::vector<std::vector<std::uint32_t>> left(L);  // pool slots of each layer not taken yet
-    for (auto i : pool) left[slots_[i].layer].push_back(i);
+    for (auto i : pool)
+      if (remat_ok(i) || offload_too) left[slots_[i].layer].push_back(i);  // an input slot: offload or nothing
     std::vector<double> sum(L, 0);  // the rematted slots' summed recompute costs
     auto added = [&](std::uint32_t l, double c) {
       auto const full = costs_.layers[l].full_recompute_us();
@@ -489,15 +508,22 @@ class plan_search {
     auto rank = [&](std::uint32_t l) {
       pick p;
       double c_all = 0, b_all = 0;
+      bool inputs = false;
       for (std::size_t k = 0; k < left[l].size(); ++k) {
         auto const i = left[l][k];
-        auto const r = added(l, recompute_of(i)), b = bytes_of(i);
-        c_all += recompute_of(i);
-        b_all += b;
-        if (r / b < p.ratio) p = {r / b, k, placement::remat};
+        auto const b = bytes_of(i);
+        if (remat_ok(i)) {
+          auto const r = added(l, recompute_of(i));
+          c_all += recompute_of(i);
+          b_all += b;
+          if (r / b < p.ratio) p = {r / b, k, placement::remat};
+        } else {
+          inputs = true;
+        }
         if (offload_too && exposed_of(i) / b < p.ratio && room.fits(i)) p = {exposed_of(i) / b, k, placement::offload};
       }
-      if (left[l].size() > 1 && added(l, c_all) / b_all < p.ratio) p = {added(l, c_all) / b_all, left[l].size(), placement::remat};
+      if (!inputs && left[l].size() > 1 && added(l, c_all) / b_all < p.ratio)
+        p = {added(l, c_all) / b_all, left[l].size(), placement::remat};
       best[l] = p;
     };
     for (std::uint32_t l = 0; l < L; ++l) rank(l);
@@ -506,8 +532,9 @@ class plan_search {
     for (;;) {
       std::uint32_t l = L;
       for (std::uint32_t m = 0; m < L; ++m)
-        if (!left[m].empty() && (l == L || best[m].ratio < best[l].ratio)) l = m;
-      if (l == L) break;
+        if (!left[m].empty() && best[m].ratio < std::numeric_limits<double>::infinity() && (l == L || best[m].ratio < best[l].ratio))
+          l = m;
+      if (l == L) break;  // what is left can be neither rematerialized nor offloaded
       auto& lt = left[l];
       auto const p = best[l];
       if (p.index == lt.size()) {  // the whole rest of the layer, cheapest per byte first
@@ -659,15 +686,51 @@ class plan_search {
 
 }  // namespace detail
 
-//! Plans `stack` under `costs` and `opt`: the fastest simulated schedule that fits, or
-//! `fits == false` with the smallest device peak reached.
-inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
+namespace detail {
+inline plan plan_slots(stack_spec const& stack, cost_table const& costs, plan_options const& opt) {
   detail::plan_search search(stack, costs, opt);
   bool const exact = opt.method == plan_method::exact ||
                      (opt.method == plan_method::automatic && search.decisions() <= opt.exact_max_decisions);
   if (exact) search.exact();
   else search.heuristic();
   return search.result();
+}
+}  // namespace detail
+
+//! The device snapshot counts the planner tries for a stack of `layers` layers with a carry:
+//! every carry stored, then 2^k for 2^k < layers - 1, largest first (Revolve's cost grows slowly
+//! as s halves: a few counts span the trade between snapshot memory and segment recomputation).
+inline std::vector<std::uint32_t> snapshot_candidates(std::uint32_t layers) {
+  std::vector<std::uint32_t> r{every_carry};
+  std::uint32_t top = 1;
+  while (layers >= 2 && std::uint64_t{top} * 2 < layers - 1) top *= 2;
+  for (std::uint32_t s = top; s >= 1 && layers >= 3; s /= 2) r.push_back(s);
+  return r;
+}
+
+//! Plans `stack` under `costs` and `opt`: the fastest simulated schedule that fits, or
+//! `fits == false` with the smallest device peak reached. For a stack with a carry it chooses the
+//! carries' checkpoints with the slots' placements: the slots are planned for each of
+//! `snapshot_candidates` (a dropped carry costs its segment recomputations, advances the sim
+//! charges a whole forward each, and its snapshots' memory is in the device peak) and the fastest
+//! plan that fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized.
+inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
+  if (!stack.has_carry()) return detail::plan_slots(stack, costs, opt);
+  plan best;
+  best.smallest_device_bytes = std::numeric_limits<std::size_t>::max();
+  std::size_t evaluations = 0;
+  for (auto s : snapshot_candidates(stack.layer_count())) {
+    auto o = opt;
+    if (o.candidates.empty()) o.candidates = default_candidates(stack);
+    for (auto& c : o.candidates) c.checkpoints = {.device_snapshots = s};
+    auto p = detail::plan_slots(stack, costs, o);
+    evaluations += p.evaluations;
+    auto const smallest = std::min(best.smallest_device_bytes, p.smallest_device_bytes);
+    if (p.fits && (!best.fits || p.step_us < best.step_us)) best = std::move(p);
+    best.smallest_device_bytes = smallest;
+  }
+  best.evaluations = evaluations;
+  return best;
 }
 
 }  // namespace tide

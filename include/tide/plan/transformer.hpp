@@ -18,8 +18,9 @@
 //! Compute: a layer's forward is the sum of its matrix products (2 FLOPs per multiply-add) and
 //! causal attention over `hardware_spec::mfu` of peak, plus elementwise work over HBM
 //! bandwidth. Backward is twice the matrix work and 2.5 times the attention (flash-attention's
-//! backward recomputes the scores). Recomputing a slot costs its producing op; rematting
-//! `layer_input` would mean rerunning the previous layer, so it costs a full forward.
+//! backward recomputes the scores). Recomputing a slot costs its producing op. `layer_input` is
+//! the layer's input (`slot_spec::input`): only rerunning the previous layers could rebuild it,
+//! so it is kept or offloaded, never rematerialized.
 
 #include <algorithm>
 #include <cstddef>
@@ -199,7 +200,7 @@ inline stack_spec transformer_stack(transformer_spec const& m) {
     auto const desc = detail::describe_layer(m, moe);
     layer_spec t{moe ? "moe" : "dense", {}};
     for (auto const& sl : desc.slots)
-      t.slots.push_back({sl.name, static_cast<std::size_t>(sl.bytes)});
+      t.slots.push_back({sl.name, static_cast<std::size_t>(sl.bytes), sl.whole_forward});  // layer_input: the input
     s.append(t);
   }
   return s;
