@@ -7,19 +7,20 @@
 //   - the configuration asked for: `--snapshots S` device snapshots (the initial state included)
 //     and, with `--host-snapshots H > 0`, H host snapshots (tide::two_tier_plan), else one tier
 //     (tide::revolve_schedule, binomial checkpointing: optimal forward recomputations);
-// each schedule checked and timed in tide's model first (tide::evaluate_chain), then run on real
-// data: states in arenas (tide::arena_pool) under `--device-budget`, copies between the tiers
-// with memcpy. The gradients are bitwise equal whatever the schedule (each backward step reads
-// the same state), and a Taylor test shows the gradient is right: the remainder
-// |J(m + h dm) - J(m) - h <g, dm>| falls as h^2.
+// each timed in tide's chain model (tide::evaluate_chain), then run by tide's executor: the time
+// stepper is a stack of one layer per step whose carry is the state; the strategy's checkpoints
+// store, offload and recompute the states, the builder expands them into ops, the checker proves
+// them, and the host backend runs them with real data (copies between the tiers on its d2h and
+// h2d threads, overlapped with the steps) under `--device-budget`. The gradients are bitwise
+// equal whatever the schedule (each backward step reads the same state), and a Taylor test shows
+// the gradient is right: the remainder |J(m + h dm) - J(m) - h <g, dm>| falls as h^2.
 //
 //   adjoint [--steps N] [--size N] [--snapshots S] [--host-snapshots H] [--device-budget BYTES]
 //           [--json] [--trace FILE] [--check]
 //
 // `--check` exits 1 unless the gradients are bitwise equal, the one-tier run's extra forward
 // steps equal the closed form t(n, s) - (n - 1) (docs/checkpointing.md), and the Taylor order is
-// at least 1.9. Copies here are synchronous host copies; on a GPU they would run on tide's copy
-// streams, overlapped with the steps (the time two_tier_plan's model charges them).
+// at least 1.9.
 #include <tide/plan/checkpointing.hpp>
 #include <tide/tide.hpp>
 
@@ -30,7 +31,6 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
-#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,31 +53,18 @@ struct options {
   std::string trace;
 };
 
-//! Page-aligned host memory for the state arenas; nullptr when there is not that much.
-struct aligned_allocator {
-  std::byte* allocate(std::size_t bytes, std::size_t alignment) noexcept {
-    return static_cast<std::byte*>(::operator new(bytes, std::align_val_t{alignment}, std::nothrow));
-  }
-  void deallocate(std::byte* p, std::size_t, std::size_t alignment) noexcept { ::operator delete(p, std::align_val_t{alignment}); }
-};
-
-//! One interval of the run, for the trace: compute (advance, turn, backward) or a copy.
-struct span_record {
-  std::string name;
-  int track = 0;  // 0 compute, 1 device to host, 2 host to device
-  double begin_us = 0, end_us = 0;
-};
-
 struct outcome {
   std::string name;
   std::string error;  // out_of_memory under the budget
   int device_snapshots = 0, host_snapshots = 0;
   std::vector<double> grad;
   std::int64_t forward_steps = 0;
+  std::uint64_t advances = 0;     // the schedule's segment recomputations
   std::size_t device_bytes = 0, host_bytes = 0;
   double ms = 0;
-  double predicted_us = 0;  // tide's model (evaluate_chain) with the measured costs
-  std::vector<span_record> spans;
+  double predicted_us = 0;  // tide's chain model (evaluate_chain) with the measured costs
+  tide::schedule schedule;
+  tide::timeline timeline;
 };
 
 std::uint64_t checksum(std::vector<double> const& v) {
@@ -90,73 +77,58 @@ std::uint64_t checksum(std::vector<double> const& v) {
   return h;
 }
 
-//! Runs the reversal `actions` on real states. Device memory: the working state, the adjoint
-//! state and the device snapshots, one arena under `budget` (tide::out_of_memory beyond it); host
-//! memory: the host snapshots.
-outcome reverse(adjoint::problem const& P, std::string name, std::span<tide::chain_action const> actions, int device_slots,
-                int host_slots, tide::chain_costs const& costs, std::size_t budget) {
+//! The time stepper as a tide stack: one layer per step, no saved slots, the state s[n] as the
+//! carry (layer n reads s[n] and writes s[n + 1]).
+tide::stack_spec stepper(adjoint::problem const& P) {
+  tide::stack_spec st;
+  st.append({"step", {}}, static_cast<std::uint32_t>(P.steps));
+  st.carry = {"state", P.state_size() * sizeof(double)};
+  return st;
+}
+
+//! Runs the adjoint with tide's executor on the host backend (threads as streams: copies between
+//! the tiers run on the d2h and h2d threads, overlapped with the steps). The schedule stores,
+//! offloads and recomputes the states as `checkpoints` says; its device arena (the carry buffers)
+//! and the adjoint state are under `budget` (tide::out_of_memory beyond it).
+outcome reverse(adjoint::problem const& P, std::string name, tide::checkpoint_spec checkpoints,
+                std::span<tide::chain_action const> model_actions, tide::chain_costs const& costs, std::size_t budget) {
   outcome o;
   o.name = std::move(name);
-  o.device_snapshots = device_slots;
-  o.host_snapshots = host_slots;
+  o.device_snapshots = static_cast<int>(std::min<std::uint64_t>(checkpoints.device_snapshots, static_cast<std::uint64_t>(P.steps)));
+  o.host_snapshots = static_cast<int>(checkpoints.host_snapshots);
+  o.predicted_us = tide::evaluate_chain(P.steps, o.device_snapshots, o.host_snapshots, costs, model_actions).time_us;
   auto const S = P.state_size();
-  auto const bytes = S * sizeof(double);
-  o.predicted_us = tide::evaluate_chain(P.steps, device_slots, host_slots, costs, actions).time_us;  // also checks them
-  o.device_bytes = (static_cast<std::size_t>(device_slots) + 2) * bytes;
-  o.host_bytes = static_cast<std::size_t>(host_slots) * bytes;
-  tide::arena_pool<aligned_allocator> device_pool("adjoint: device states", budget);
-  tide::arena_pool<aligned_allocator> host_pool("adjoint: host states", std::numeric_limits<std::size_t>::max());
-  tide::arena_block device, host;
+  auto const mu_bytes = S * sizeof(double);  // the adjoint state: device memory of the user's own
+  o.schedule = tide::build_schedule(stepper(P), tide::strategy{.checkpoints = std::move(checkpoints)});
+  o.advances = o.schedule.carry.advances;
+  o.device_bytes = o.schedule.peak_device_bytes() + mu_bytes;
+  o.host_bytes = o.schedule.peak_host_bytes();
+  tide::host_backend backend({.device_budget = budget > mu_bytes ? budget - mu_bytes : 0});
+  std::vector<double> mu(S, 0.0);
+  o.grad.assign(P.cells(), 0.0);
   try {
-    device = device_pool.reserve(o.device_bytes, 4096);
-    host = host_pool.reserve(o.host_bytes, 4096);
+    tide::executor ex(backend, o.schedule, {.debug_checks = false, .check_schedule = true, .timeline = &o.timeline});
+    auto in = ex.carry_input();
+    std::fill(in.begin(), in.end(), std::byte{0});  // state 0: at rest (+0.0 is all zero bytes)
+    auto forward = [&](auto const& c) {
+      if (!c.produces_carry()) return;  // no recomputes: the stack saves no slots
+      auto const from = c.template carry_in<double>();
+      auto const to = c.template carry_out<double>();
+      std::copy(from.begin(), from.end(), to.begin());
+      adjoint::step(P, static_cast<int>(c.layer), to);
+      ++o.forward_steps;
+    };
+    auto backward = [&](auto const& c) {
+      auto const s = c.template carry_in<double>();
+      if (c.layer + 1 == static_cast<std::uint32_t>(P.steps)) adjoint::seed(P, s, mu);
+      adjoint::backward(P, static_cast<int>(c.layer), s, mu, o.grad);
+    };
+    auto const t0 = clock_type::now();
+    ex.step(forward, backward);
+    o.ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
   } catch (tide::out_of_memory const& e) {
     o.error = e.what();
-    return o;
   }
-  auto* base = reinterpret_cast<double*>(device.data);
-  std::span<double> work(base, S), mu(base + S, S);
-  auto dslot = [&](std::int32_t k) { return std::span<double>(base + (2 + static_cast<std::size_t>(k)) * S, S); };
-  auto hslot = [&](std::int32_t k) {
-    return std::span<double>(reinterpret_cast<double*>(host.data) + static_cast<std::size_t>(k) * S, S);
-  };
-  auto copy = [](std::span<double const> from, std::span<double> to) { std::memcpy(to.data(), from.data(), to.size_bytes()); };
-  // A freed slot is poisoned: a schedule that read it again would show NaN in the gradient.
-  auto poison = [](std::span<double> v) { std::fill(v.begin(), v.end(), std::numeric_limits<double>::quiet_NaN()); };
-  std::fill(work.begin(), work.end(), 0.0);  // state 0: at rest
-  o.grad.assign(P.cells(), 0.0);
-  auto const t0 = clock_type::now();
-  auto now_us = [&] { return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count(); };
-  for (auto const& a : actions) {
-    auto const begin = now_us();
-    int track = 0;
-    switch (a.op) {
-      case tide::chain_op::advance:
-        for (auto i = a.state; i < a.to; ++i) adjoint::step(P, i, work);
-        o.forward_steps += a.to - a.state;
-        break;
-      case tide::chain_op::turn:
-        adjoint::seed(P, work, mu);
-        o.forward_steps += 1;
-        break;
-      case tide::chain_op::store: copy(work, dslot(a.slot)); break;
-      case tide::chain_op::restore: copy(dslot(a.slot), work); break;
-      case tide::chain_op::free: poison(dslot(a.slot)); break;
-      case tide::chain_op::backward: adjoint::backward(P, a.state, work, mu, o.grad); break;
-      case tide::chain_op::offload:
-        copy(dslot(a.slot), hslot(a.host));
-        track = 1;
-        break;
-      case tide::chain_op::prefetch:
-        copy(hslot(a.host), dslot(a.slot));
-        track = 2;
-        break;
-      case tide::chain_op::free_host: poison(hslot(a.host)); break;
-    }
-    if (a.op != tide::chain_op::free && a.op != tide::chain_op::free_host)
-      o.spans.push_back({tide::to_string(a), track, begin, now_us()});
-  }
-  o.ms = now_us() / 1000;
   return o;
 }
 
@@ -206,19 +178,6 @@ taylor_result taylor_test(adjoint::problem const& P, std::vector<double> const& 
   return r;
 }
 
-void write_trace(std::string const& file, outcome const& o) {
-  std::ofstream out(file);
-  char const* tracks[] = {"compute", "device to host", "host to device"};
-  out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
-  out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"" << tide::json_escaped(o.name) << "\"}}";
-  for (int t = 0; t < 3; ++t)
-    out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << t << ",\"args\":{\"name\":\"" << tracks[t] << "\"}}";
-  for (auto const& s : o.spans)
-    out << ",\n{\"name\":\"" << tide::json_escaped(s.name) << "\",\"ph\":\"X\",\"pid\":1,\"tid\":" << s.track
-        << ",\"ts\":" << s.begin_us << ",\"dur\":" << (s.end_us - s.begin_us) << "}";
-  out << "\n]}\n";
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -243,14 +202,17 @@ int main(int argc, char** argv) {
   auto const P = adjoint::make_problem(o.size, o.steps);
   auto const costs = measure_costs(P);
   std::vector<outcome> runs;
-  runs.push_back(reverse(P, "store all", tide::revolve_schedule(o.steps, o.steps), o.steps, 0, costs, o.device_budget));
+  runs.push_back(reverse(P, "store all", {}, tide::revolve_schedule(o.steps, o.steps), costs, o.device_budget));
   if (s < o.steps)
-    runs.push_back(reverse(P, "revolve, " + std::to_string(s) + " snapshots", tide::revolve_schedule(o.steps, s), s, 0, costs,
-                           o.device_budget));
+    runs.push_back(reverse(P, "revolve, " + std::to_string(s) + " snapshots", {.device_snapshots = static_cast<std::uint32_t>(s)},
+                           tide::revolve_schedule(o.steps, s), costs, o.device_budget));
   if (two_tier) {
     auto const plan = tide::two_tier_plan(o.steps, s, o.host_snapshots, costs);
-    runs.push_back(reverse(P, "two tiers, " + std::to_string(s) + " + " + std::to_string(o.host_snapshots) + " host", plan.actions, s,
-                           o.host_snapshots, costs, o.device_budget));
+    runs.push_back(reverse(P, "two tiers, " + std::to_string(s) + " + " + std::to_string(o.host_snapshots) + " host",
+                           {.device_snapshots = static_cast<std::uint32_t>(s),
+                            .host_snapshots = static_cast<std::uint32_t>(o.host_snapshots),
+                            .reversal = plan.actions},
+                           plan.actions, costs, o.device_budget));
   }
   auto const& chosen = runs.back();
   if (!chosen.error.empty()) {
@@ -276,6 +238,7 @@ int main(int argc, char** argv) {
         continue;
       }
       j.field("forward_steps", r.forward_steps)
+          .field("advance_ops", r.advances)
           .field("extra_forward_steps", r.forward_steps - o.steps)
           .field("peak_device_bytes", r.device_bytes)
           .field("peak_host_bytes", r.host_bytes)
@@ -322,7 +285,10 @@ int main(int argc, char** argv) {
     for (auto e : taylor.remainders) std::printf(" %.3e", e);
     std::printf("\n  order %.3f (2 for a correct gradient)\n", taylor.order);
   }
-  if (!o.trace.empty()) write_trace(o.trace, chosen);
+  if (!o.trace.empty()) {
+    std::ofstream out(o.trace);
+    tide::write_chrome_trace(out, chosen.timeline, chosen.schedule, chosen.name);
+  }
   if (o.check && (!equal || !counts_ok || !(taylor.order >= 1.9))) {
     std::fprintf(stderr, "adjoint: check failed:%s%s%s\n", equal ? "" : " gradients differ;",
                  counts_ok ? "" : " extra forward steps differ from the closed form;", taylor.order >= 1.9 ? "" : " Taylor order below 1.9");
