@@ -4,7 +4,9 @@
 // bitwise against storing every carry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -35,6 +37,14 @@ std::uint64_t count(schedule const& s, op_kind k) {
   std::uint64_t n = 0;
   for (auto const& o : s.ops) n += o.kind == k;
   return n;
+}
+
+//! The executor test's knob (meson option stress_cases, env TIDE_STRESS_CASES): 500 in the main
+//! build, fewer under the sanitizers, which run ~10x slower.
+int stress_cases() {
+  int cases = 500;
+  if (char const* e = std::getenv("TIDE_STRESS_CASES")) cases = std::atoi(e);
+  return cases;
 }
 
 template <class F>
@@ -131,7 +141,8 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
   po.d2h = po.h2d = {4e9, 20e-6};
   host_backend paced(po);
   std::vector<std::string_view> const names = {"d0", "d1", "d2", "d3"};
-  for (int i = 0; i < 60; ++i) {
+  int const cases = std::max(20, stress_cases() / 5);
+  for (int i = 0; i < cases; ++i) {
     stack_spec st;
     auto const n_types = uni(1, 3);
     std::vector<layer_spec> types;
@@ -324,7 +335,8 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
   host_backend b;
   int fits = 0, dropped = 0, offloaded_inputs = 0;
   std::vector<std::string_view> const names = {"d0", "d1", "d2"};
-  for (int i = 0; i < 40; ++i) {
+  int const cases = stress_cases() >= 500 ? 40 : 12;
+  for (int i = 0; i < cases; ++i) {
     bool const with_carry = i % 2 == 0;
     stack_spec st;
     std::vector<layer_spec> types;
@@ -367,9 +379,9 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
     else
       ASSERT_EQ(workload::run_chain(b, s, 2, opts), workload::run_chain(b, keep, 2)) << "case " << i << "\n" << describe(s);
   }
-  std::printf("plans that fit: %d of 40; dropping carries: %d; offloading an input slot: %d layers\n", fits, dropped,
+  std::printf("plans that fit: %d of %d; dropping carries: %d; offloading an input slot: %d layers\n", fits, cases, dropped,
               offloaded_inputs);
-  EXPECT_GE(fits, 20);
-  EXPECT_GT(dropped, 0);
+  EXPECT_GE(fits, cases / 2);
+  if (cases >= 40) EXPECT_GT(dropped, 0);  // the statistics need the whole run
   EXPECT_GT(offloaded_inputs, 0);
 }
