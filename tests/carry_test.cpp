@@ -382,6 +382,8 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
   std::printf("plans that fit: %d of %d; dropping carries: %d; offloading an input slot: %d layers\n", fits, cases, dropped,
               offloaded_inputs);
   EXPECT_GE(fits, cases / 2);
-  if (cases >= 40) EXPECT_GT(dropped, 0);  // the statistics need the whole run
+  if (cases >= 40) {
+    EXPECT_GT(dropped, 0);  // the statistics need the whole run
+  }
   EXPECT_GT(offloaded_inputs, 0);
 }

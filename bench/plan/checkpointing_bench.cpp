@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 
 #include <tide/plan/checkpointing.hpp>
+#include <tide/tide.hpp>
 
 namespace {
 
@@ -42,6 +43,33 @@ void two_tier_100k_steps_20_plus_host(benchmark::State& state) {
   state.counters["segments"] = r.method == tide::two_tier_method::segments ? 1 : 0;
 }
 BENCHMARK(two_tier_100k_steps_20_plus_host)->Arg(50)->Arg(500)->Unit(benchmark::kMillisecond);
+
+// The op program of a 100,000-layer stack with a carry (no slots), built by build_schedule from
+// the checkpoints: Revolve with 20 device snapshots (Arg 0), or those plus 50 host snapshots and
+// two_tier_plan's reversal (Arg 50, the reversal made once, outside the timing). Counters: ops,
+// waits, the bytes of both, and the advances.
+void carry_schedule_100k_layers_20_snapshots(benchmark::State& state) {
+  auto const host = state.range(0);
+  tide::stack_spec st;
+  st.append({"step", {}}, static_cast<std::uint32_t>(steps));
+  st.carry = {"state", 1 << 20};
+  tide::strategy how{.checkpoints = {.device_snapshots = static_cast<std::uint32_t>(device_snapshots)}};
+  if (host > 0) {
+    how.checkpoints.host_snapshots = static_cast<std::uint32_t>(host);
+    how.checkpoints.reversal = tide::two_tier_plan(steps, device_snapshots, host, tide::chain_costs::constant(1.0, 2.0, 0.2, 0.2)).actions;
+  }
+  tide::schedule s;
+  for (auto _ : state) {
+    tide::build_schedule_into(s, st, how);
+    benchmark::DoNotOptimize(s.ops.data());
+  }
+  state.counters["ops"] = static_cast<double>(s.ops.size());
+  state.counters["waits"] = static_cast<double>(s.waits.size());
+  state.counters["program_bytes"] = static_cast<double>(s.ops.capacity() * sizeof(tide::op) + s.waits.capacity() * 4);
+  state.counters["advances"] = static_cast<double>(s.carry.advances);
+  state.counters["carry_buffers"] = static_cast<double>(s.carry.device_buffers);
+}
+BENCHMARK(carry_schedule_100k_layers_20_snapshots)->Arg(0)->Arg(50)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -238,13 +238,11 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     actions.push_back(chain_action::turn(static_cast<std::int32_t>(L - 1)));
     for (std::uint32_t l = L; l-- > 0;) actions.push_back(chain_action::backward(static_cast<std::int32_t>(l)));
   }
-  {
-    std::size_t extra = 0;  // ops beyond 5 per layer: advances and the carry's copies
-    for (auto const& x : actions)
-      if (x.op == chain_op::advance) extra += x.to > x.state ? static_cast<std::size_t>(x.to - x.state) : 0;
-      else if (x.op == chain_op::offload || x.op == chain_op::prefetch) ++extra;
-    if (n_ops + extra > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops + extra, max_ops));
-  }
+  std::size_t extra_ops = 0;  // beyond 5 per layer: advances and the carry's copies (at most)
+  for (auto const& x : actions)
+    if (x.op == chain_op::advance) extra_ops += x.to > x.state ? static_cast<std::size_t>(x.to - x.state) : 0;
+    else if (x.op == chain_op::offload || x.op == chain_op::prefetch) ++extra_ops;
+  if (n_ops + extra_ops > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops + extra_ops, max_ops));
   auto& cb = s.carry;
   if (carries) {
     cb.name = stack.carry.name;
@@ -258,9 +256,9 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
 
   // 4. The op program.
   detail::program_writer w(s);
-  s.ops.reserve(n_ops);
+  s.ops.reserve(n_ops + extra_ops);
   s.waits.reserve(2 * n_ops);
-  w.clocks.reserve(n_ops);
+  w.clocks.reserve(n_ops + extra_ops);
   auto const compute = stream_role::compute;
   auto const d2h = hiding ? stream_role::d2h : compute;
   auto const h2d = hiding ? stream_role::h2d : compute;

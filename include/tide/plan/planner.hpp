@@ -238,7 +238,7 @@ class plan_search {
       // everything offloaded with each pipeline), so the answer says how far off the budget is.
       std::vector<placement> all(slots_.size(), placement::remat);
       for (std::size_t i = 0; i < all.size(); ++i)
-        if (!remat_ok(i)) all[i] = placement::offload;
+        if (!remat_ok(i)) all[i] = placement::keep;  // an input slot: kept (the offload extreme is below)
       peak_of(all, opt_.candidates.front());
       std::fill(all.begin(), all.end(), placement::offload);
       for (auto const& pc : opt_.candidates) peak_of(all, pc);
