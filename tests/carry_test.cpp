@@ -307,6 +307,15 @@ TEST(Carry, TypeLevelCarryAndInputSlot) {
   constexpr auto s = tide::make_schedule<net>();
   static_assert(s.carry.bytes == 128 && s.carry.advances == 0);
   EXPECT_EQ(check_schedule(s).replayed_device_bytes, s.peak_device_bytes());
+  // Revolve with 2 snapshots at compile time: its advances in a constant expression, and the
+  // same program as the run-time builder's.
+  using two = tide::strategy_of<tide::checkpoints<tide::device_snapshots<2>>, tide::policy<tide::remat<tide::slot_names<"h">>>>;
+  constexpr auto r = tide::make_schedule<net, two>();
+  static_assert(r.carry.advances == 1);  // t(4, 2) - 3 = (2 * 4 - C(4, 3)) - 3
+  auto const rt = build_schedule(st, two::spec());
+  ASSERT_EQ(rt.ops.size(), r.ops.size());
+  for (std::size_t i = 0; i < rt.ops.size(); ++i) EXPECT_EQ(rt.ops[i], r.ops[i]) << i;
+  check_schedule(r);
 }
 
 // The sim charges an advance a whole forward: fewer snapshots, more time.

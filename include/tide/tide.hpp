@@ -5,12 +5,14 @@
 #include <tide/core/buffers.hpp>
 #include <tide/core/build.hpp>
 #include <tide/core/check.hpp>
+#include <tide/core/checkpoints.hpp>
 #include <tide/core/describe.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/link_model.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/pipeline.hpp>
 #include <tide/core/policy.hpp>
+#include <tide/core/reversal.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/static_schedule.hpp>

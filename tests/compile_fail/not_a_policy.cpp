@@ -1,4 +1,4 @@
-// expect: each argument must be a tide::policy<...>, tide::buffers<...>, tide::pipeline<...> or tide::collectives<...>
+// expect: each argument must be a tide::policy<...>, tide::buffers<...>, tide::pipeline<...>, tide::collectives<...> or tide::checkpoints<...>
 #include <tide/tide.hpp>
 // A rule where a policy belongs: tide::strategy_of<tide::policy<tide::offload<>>> was meant.
 using l = tide::layer<"l", tide::slot<"a", 64>>;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <tide/core/reversal.hpp>
+#include <tide/core/vocabulary.hpp>
 
 namespace tide {
 
@@ -33,6 +34,25 @@ struct checkpoint_spec {
     return device_snapshots == every_carry && host_snapshots == 0 && reversal.empty();
   }
   friend constexpr bool operator==(checkpoint_spec const&, checkpoint_spec const&) = default;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint knobs (one tier: a host tier needs a reversal, made at run time by two_tier_plan)
+
+//! `checkpoint_spec::device_snapshots`.
+template <std::uint32_t N>
+struct device_snapshots : detail::field_knob<checkpoint_spec, &checkpoint_spec::device_snapshots, N, "device_snapshots"> {
+  static_assert(N >= 1, "tide::device_snapshots<N>: N must be at least 1 (the input's snapshot)");
+};
+
+//! The checkpoints as a part of `tide::strategy_of`: `tide::checkpoints<tide::device_snapshots<4>>`.
+template <class... Knobs>
+struct checkpoints {
+  static_assert((detail::knob_for<Knobs, checkpoint_spec> && ...),
+                "tide::checkpoints<...>: each argument must be a checkpoint knob: tide::device_snapshots<N>");
+  static_assert(detail::distinct_knobs<Knobs...>(), "tide::checkpoints<...>: a knob is given twice: give each once");
+  using tide_checkpoints_tag = void;
+  static constexpr checkpoint_spec spec() { return detail::apply_knobs<checkpoint_spec, Knobs...>(); }
 };
 
 }  // namespace tide

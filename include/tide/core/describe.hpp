@@ -56,6 +56,14 @@ inline std::string describe(strategy const& st) {
   if (st.policy.allow_unused_rules) r += "\n    (unused rules allowed)";
   r += "\n  buffers: " + detail::describe_buffers(st.buffers) + "\n  pipeline: " + detail::describe_pipeline(st.pipeline) +
        "\n  collectives: " + detail::describe_collectives(st.collectives) + "\n";
+  auto const& k = st.checkpoints;
+  if (!k.stores_every_carry()) {
+    r += "  checkpoints: " +
+         (k.device_snapshots == every_carry ? std::string("every carry") : std::to_string(k.device_snapshots)) +
+         " on the device, " + std::to_string(k.host_snapshots) + " on the host" +
+         (k.reversal.empty() ? std::string(", Revolve") : ", a reversal of " + std::to_string(k.reversal.size()) + " actions") +
+         "\n";
+  }
   return r;
 }
 
@@ -77,6 +85,12 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
        " x = " + format_bytes(static_cast<double>(a.staging_ring_bytes)) + ", remat scratch " +
        format_bytes(static_cast<double>(a.remat_scratch_bytes)) + (s.buffers.share_phase_regions ? ", phases share" : "") +
        "), peak host " + format_bytes(static_cast<double>(a.host_bytes)) + "\n";
+  if (s.carry.present())
+    r += "  carry '" + std::string(s.carry.name) + "' " + format_bytes(static_cast<double>(s.carry.bytes)) + ": " +
+         std::to_string(s.carry.device_buffers) + " device buffers (" + format_bytes(static_cast<double>(a.carry_bytes)) +
+         ", " + std::to_string(s.carry.device_snapshots) + " snapshots), " + std::to_string(s.carry.host_snapshots) +
+         " host snapshots (" + format_bytes(static_cast<double>(a.host_carry_bytes)) + "), " +
+         std::to_string(s.carry.advances) + " advances\n";
   if (opt.layers) {
     for (std::uint32_t l = 0; l < s.layer_count(); ++l) {
       r += "  layer " + std::to_string(l) + " (" + std::string(s.layers[l].type_name) + "):";

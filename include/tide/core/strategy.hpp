@@ -32,16 +32,21 @@ struct strategy_of {
   template <class P> static constexpr int is_buffers = requires { typename P::tide_buffers_tag; };
   template <class P> static constexpr int is_pipeline = requires { typename P::tide_pipeline_tag; };
   template <class P> static constexpr int is_collectives = requires { typename P::tide_collectives_tag; };
+  template <class P> static constexpr int is_checkpoints = requires { typename P::tide_checkpoints_tag; };
 
  public:
-  static_assert(((is_policy<Parts> + is_buffers<Parts> + is_pipeline<Parts> + is_collectives<Parts> == 1) && ...),
+  static_assert(((is_policy<Parts> + is_buffers<Parts> + is_pipeline<Parts> + is_collectives<Parts> + is_checkpoints<Parts> ==
+                  1) &&
+                 ...),
                 "tide::strategy_of<...>: each argument must be a tide::policy<...>, tide::buffers<...>, "
-                "tide::pipeline<...> or tide::collectives<...>");
+                "tide::pipeline<...>, tide::collectives<...> or tide::checkpoints<...>");
   static_assert((is_policy<Parts> + ... + 0) <= 1, "tide::strategy_of<...>: two policies: give one tide::policy<...>");
   static_assert((is_buffers<Parts> + ... + 0) <= 1, "tide::strategy_of<...>: two buffers: give one tide::buffers<...>");
   static_assert((is_pipeline<Parts> + ... + 0) <= 1, "tide::strategy_of<...>: two pipelines: give one tide::pipeline<...>");
   static_assert((is_collectives<Parts> + ... + 0) <= 1,
                 "tide::strategy_of<...>: two collectives: give one tide::collectives<...>");
+  static_assert((is_checkpoints<Parts> + ... + 0) <= 1,
+                "tide::strategy_of<...>: two checkpoints: give one tide::checkpoints<...>");
   using tide_strategy_tag = void;
 
   static constexpr strategy spec() {
@@ -56,6 +61,7 @@ struct strategy_of {
     if constexpr (is_policy<P>) s.policy = P::spec();
     else if constexpr (is_buffers<P>) s.buffers = P::spec();
     else if constexpr (is_pipeline<P>) s.pipeline = P::spec();
+    else if constexpr (is_checkpoints<P>) s.checkpoints = P::spec();
     else s.collectives = P::spec();
   }
 };

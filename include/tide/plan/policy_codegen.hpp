@@ -67,7 +67,8 @@ inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<pl
 
 //! A strategy as one C++ type, for users who want the schedule fixed at compile time:
 //! `using <name> = tide::strategy_of<tide::policy<...>, tide::buffers<...>, tide::pipeline<...>>;`
-//! (knobs at their defaults are left out).
+//! (knobs at their defaults are left out). Throws `schedule_error` for checkpoints with a host tier
+//! or an explicit reversal, which have no type-level spelling.
 inline std::string to_cpp_types(strategy const& st, std::string_view name = "planned") {
   std::string r = "using " + std::string(name) + " = tide::strategy_of<\n    tide::policy<";
   if (st.policy.allow_unused_rules) r += "\n        tide::allow_unused_rules";
@@ -118,6 +119,12 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
   if (st.collectives.before_forward) ck.push_back("tide::before_forward");
   if (st.collectives.after_backward) ck.push_back("tide::after_backward");
   knobs("collectives", ck);
+  auto const& k = st.checkpoints;
+  if (k.host_snapshots > 0 || !k.reversal.empty())
+    throw schedule_error("tide::to_cpp_types: checkpoints with a host tier or an explicit reversal have no type-level "
+                         "spelling (the reversal is made at run time): build the schedule from the strategy value");
+  if (k.device_snapshots != every_carry)
+    knobs("checkpoints", {"tide::device_snapshots<" + std::to_string(k.device_snapshots) + ">"});
   return r + ">;\n";
 }
 
