@@ -262,6 +262,20 @@ TEST(Carry, BadInputIsNamed) {
   auto const j = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = jump}}); });
   EXPECT_NE(j.find("action 0"), std::string::npos) << j;
 
+  // A carry too large for the device budget: out_of_memory naming the carry and what it takes;
+  // then a schedule that fits runs on the same backend.
+  {
+    auto const big = carry_stack(6, 1 << 20);
+    auto const all = build_schedule(big, strategy{});
+    auto const two = build_schedule(big, {.checkpoints = {.device_snapshots = 2}});
+    host_backend small({.device_budget = two.peak_device_bytes()});
+    auto const oom = error_of([&] { executor ex(small, all); });
+    EXPECT_NE(oom.find("the carry 'x' (1048576 bytes) takes"), std::string::npos) << oom;
+    EXPECT_NE(oom.find("store fewer carries"), std::string::npos) << oom;
+    host_backend roomy;
+    EXPECT_EQ(workload::run_carry_chain(small, two, 2), workload::run_carry_chain(roomy, all, 2));
+  }
+
   // A carry of SIZE_MAX / 2 bytes overflows the arena: named, not wrapped.
   auto huge = st;
   huge.carry.bytes = std::size_t(-1) / 2;
@@ -342,7 +356,7 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
   auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
   auto real = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   host_backend b;
-  int fits = 0, dropped = 0, offloaded_inputs = 0;
+  int fits = 0, dropped = 0, offloaded_inputs = 0, host_tier = 0;
   std::vector<std::string_view> const names = {"d0", "d1", "d2"};
   int const cases = stress_cases() >= 500 ? 40 : 12;
   for (int i = 0; i < cases; ++i) {
@@ -380,6 +394,7 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
     ASSERT_LE(s.peak_device_bytes(), budget) << "case " << i;
     ASSERT_LE(s.peak_host_bytes(), po.host_budget) << "case " << i;
     dropped += s.carry.advances > 0;
+    host_tier += s.carry.host_snapshots > 0;
     for (std::uint32_t l = 0; l < L; ++l)
       offloaded_inputs += !with_carry && s.view().slots_of(l)[0].where == placement::offload;
     auto const opts = executor_options{.debug_checks = true, .check_schedule = true};
@@ -388,8 +403,8 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
     else
       ASSERT_EQ(workload::run_chain(b, s, 2, opts), workload::run_chain(b, keep, 2)) << "case " << i << "\n" << describe(s);
   }
-  std::printf("plans that fit: %d of %d; dropping carries: %d; offloading an input slot: %d layers\n", fits, cases, dropped,
-              offloaded_inputs);
+  std::printf("plans that fit: %d of %d; dropping carries: %d (with host snapshots: %d); offloading an input slot: %d layers\n",
+              fits, cases, dropped, host_tier, offloaded_inputs);
   EXPECT_GE(fits, cases / 2);
   if (cases >= 40) {
     EXPECT_GT(dropped, 0);  // the statistics need the whole run

@@ -30,6 +30,7 @@
 #include <tide/backends/sim/sim_backend.hpp>
 
 #include <tide/plan/calibrate.hpp>
+#include <tide/plan/checkpointing.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>

@@ -33,6 +33,9 @@ struct out_of_memory : error {
               " bytes"),
         requested(req),
         budget(cap) {}
+  //! The same failure with `context` appended (what in the arena takes the memory).
+  out_of_memory(out_of_memory const& e, std::string const& context)
+      : error(std::string(e.what()) + context), requested(e.requested), budget(e.budget) {}
 };
 
 //! A user lambda asked for a slot that the layer does not save, or misused one it does.

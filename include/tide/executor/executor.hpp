@@ -96,7 +96,17 @@ class executor {
     }
     if (opt_.timeline) backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
-    arenas_ = backend_.setup(backend_setup::of(s_));
+    try {
+      arenas_ = backend_.setup(backend_setup::of(s_));
+    } catch (out_of_memory const& e) {
+      if (!s_.carry.present()) throw;
+      auto const& c = s_.carry;
+      throw out_of_memory(e, "; the carry '" + std::string(c.name) + "' (" + std::to_string(c.bytes) + " bytes) takes " +
+                                 std::to_string(s_.arena.carry_bytes) + " device bytes in " + std::to_string(c.device_buffers) +
+                                 " buffers and " + std::to_string(s_.arena.host_carry_bytes) + " host bytes in " +
+                                 std::to_string(c.host_snapshots) +
+                                 " snapshots: store fewer carries (checkpoint_spec::device_snapshots, host_snapshots)");
+    }
   }
   //! Waits for a step still enqueued (its errors cannot be thrown from here; its hooks, which may
   //! be gone, are not told).

@@ -38,6 +38,7 @@
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/build.hpp>
 #include <tide/core/strategy.hpp>
+#include <tide/plan/checkpointing.hpp>
 #include <tide/plan/policy_codegen.hpp>
 #include <tide/plan/simulate.hpp>
 
@@ -708,21 +709,50 @@ inline std::vector<std::uint32_t> snapshot_candidates(std::uint32_t layers) {
   return r;
 }
 
+//! The chain costs of a stack with a carry under `costs`: each layer's forward and backward, and
+//! one carry's copy each way over the link (what `two_tier_plan` weighs).
+inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& costs) {
+  chain_costs c;
+  c.forward_us.clear();
+  c.backward_us.clear();
+  for (auto const& l : costs.layers) {
+    c.forward_us.push_back(l.forward_us);
+    c.backward_us.push_back(l.backward_us);
+  }
+  c.d2h_us = costs.link.d2h.seconds(stack.carry.bytes) * 1e6;
+  c.h2d_us = costs.link.h2d.seconds(stack.carry.bytes) * 1e6;
+  return c;
+}
+
 //! Plans `stack` under `costs` and `opt`: the fastest simulated schedule that fits, or
 //! `fits == false` with the smallest device peak reached. For a stack with a carry it chooses the
 //! carries' checkpoints with the slots' placements: the slots are planned for each of
 //! `snapshot_candidates` (a dropped carry costs its segment recomputations, advances the sim
-//! charges a whole forward each, and its snapshots' memory is in the device peak) and the fastest
-//! plan that fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized.
+//! charges a whole forward each, and its snapshots' memory is in the device peak) and, where the
+//! host budget leaves room, for each count with as many host snapshots again (the reversal of
+//! least time in the chain model, `two_tier_plan` with `carry_chain_costs`); the fastest plan that
+//! fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized.
 inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
   if (!stack.has_carry()) return detail::plan_slots(stack, costs, opt);
+  costs.check_against(stack);
+  auto const L = stack.layer_count();
+  std::vector<checkpoint_spec> tries;
+  for (auto s : snapshot_candidates(L)) tries.push_back({.device_snapshots = s});
+  if (opt.host_budget >= stack.carry.bytes) {
+    auto const chain = carry_chain_costs(stack, costs);
+    for (auto s : snapshot_candidates(L)) {
+      if (s == every_carry) continue;
+      auto const h = static_cast<std::uint32_t>(std::min<std::uint64_t>(s, opt.host_budget / stack.carry.bytes));
+      tries.push_back({.device_snapshots = s, .host_snapshots = h, .reversal = two_tier_plan(L, s, h, chain).actions});
+    }
+  }
   plan best;
   best.smallest_device_bytes = std::numeric_limits<std::size_t>::max();
   std::size_t evaluations = 0;
-  for (auto s : snapshot_candidates(stack.layer_count())) {
+  for (auto const& k : tries) {
     auto o = opt;
     if (o.candidates.empty()) o.candidates = default_candidates(stack);
-    for (auto& c : o.candidates) c.checkpoints = {.device_snapshots = s};
+    for (auto& c : o.candidates) c.checkpoints = k;
     auto p = detail::plan_slots(stack, costs, o);
     evaluations += p.evaluations;
     auto const smallest = std::min(best.smallest_device_bytes, p.smallest_device_bytes);
