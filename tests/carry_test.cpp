@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <random>
 #include <string>
 
@@ -214,6 +215,15 @@ TEST(Carry, CheckerCatchesAMisroutedCarry) {
     if (o.kind == op_kind::forward && o.layer == 0) o.carry_in = good.carry.output_offset();
   EXPECT_NE(error_of([&] { check_schedule(bad2); }).find("input buffer"), std::string::npos);
 
+  // An advance that writes the output buffer: no read sees it, but the user's output is gone.
+  auto bad4 = good;
+  for (auto it = bad4.ops.rbegin(); it != bad4.ops.rend(); ++it)
+    if (it->kind == op_kind::advance) {
+      it->carry_out = good.carry.output_offset();
+      break;
+    }
+  EXPECT_NE(error_of([&] { check_schedule(bad4); }).find("of the output buffer"), std::string::npos);
+
   auto const two = build_schedule(st, {.checkpoints = {.device_snapshots = 2, .host_snapshots = 2,
                                                        .reversal = two_tier_plan(9, 2, 2, chain_costs::constant(10, 20, 5, 5)).actions}});
   check_schedule(two);
@@ -258,6 +268,12 @@ TEST(Carry, BadInputIsNamed) {
   early.resize(early.size() / 2);
   auto const ends = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = early}}); });
   EXPECT_NE(ends.find("ends before the backward of layer 0"), std::string::npos) << ends;
+  std::vector<chain_action> far{chain_action::store(0, 2'000'000'000), chain_action::turn(5)};  // no table of 2e9 slots
+  auto const f = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2'100'000'000, .reversal = far}}); });
+  EXPECT_NE(f.find("action 0"), std::string::npos) << f;
+  std::vector<chain_action> wrap{chain_action::advance(std::numeric_limits<std::int32_t>::min(), 5)};
+  EXPECT_NE(error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = wrap}}); }).find("action 0"),
+            std::string::npos);
   std::vector<chain_action> jump{chain_action::backward(5)};
   auto const j = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = jump}}); });
   EXPECT_NE(j.find("action 0"), std::string::npos) << j;
@@ -330,6 +346,19 @@ TEST(Carry, TypeLevelCarryAndInputSlot) {
   ASSERT_EQ(rt.ops.size(), r.ops.size());
   for (std::size_t i = 0; i < rt.ops.size(); ++i) EXPECT_EQ(rt.ops[i], r.ops[i]) << i;
   check_schedule(r);
+}
+
+// The planner's snapshot counts keep recomputation within 16 forwards a layer: a long stack does
+// not get s = 1 (quadratic ops), a short one does.
+TEST(Carry, SnapshotCandidatesBoundTheRecomputation) {
+  auto const few = snapshot_candidates(20);
+  EXPECT_EQ(few.front(), every_carry);
+  EXPECT_EQ(few.back(), 1u);
+  auto const many = snapshot_candidates(30000);
+  EXPECT_GT(many.back(), 1u);
+  for (auto s : many) {
+    if (s != every_carry) EXPECT_LE(revolve_extra_forwards(30000, s), 16 * 30000) << s;
+  }
 }
 
 // The sim charges an advance a whole forward: fewer snapshots, more time.

@@ -110,6 +110,18 @@ TEST(Calibrate, RecoversKnownCostsOfASyntheticWorkload) {
   EXPECT_TRUE(why.empty()) << why;
 }
 
+// A stack that declares its layers' input slot (as the transformer preset does): calibration
+// rematerializes every other slot to time recomputes, never the input (which the builder rejects).
+TEST(Calibrate, StackWithInputSlots) {
+  stack_spec st;
+  st.append({"blk", {{"in", 4096, true}, {"a", 4096}}}, 3);
+  host_backend backend;
+  synthetic w;
+  auto const c = calibrate(st, backend, w, w, {.repeats = 1, .measure_link = false});
+  ASSERT_EQ(c.layer_count(), 3u);
+  for (auto const& l : c.layers) EXPECT_GE(l.recompute_us, 0) << "a recompute was timed";
+}
+
 TEST(Calibrate, FitLineRecoversLatencyAndBandwidth) {
   std::vector<std::pair<double, double>> xy;
   for (double b : {1e3, 5e3, 2e4, 1e5}) xy.push_back({b, 10e-6 + b / 1e9});

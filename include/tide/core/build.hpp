@@ -238,10 +238,15 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     actions.push_back(chain_action::turn(static_cast<std::int32_t>(L - 1)));
     for (std::uint32_t l = L; l-- > 0;) actions.push_back(chain_action::backward(static_cast<std::int32_t>(l)));
   }
-  std::size_t extra_ops = 0;  // beyond 5 per layer: advances and the carry's copies (at most)
+  // Ops beyond 5 per layer (the first sweep's forwards are among those): the later advances and
+  // the carry's copies. The actions are not validated yet: out-of-range advances are left to the
+  // walk below, which names them.
+  std::size_t extra_ops = 0, advanced = 0;
   for (auto const& x : actions)
-    if (x.op == chain_op::advance) extra_ops += x.to > x.state ? static_cast<std::size_t>(x.to - x.state) : 0;
+    if (x.op == chain_op::advance && x.state >= 0 && x.to > x.state && x.to <= static_cast<std::int64_t>(L))
+      advanced += static_cast<std::size_t>(std::int64_t{x.to} - x.state);  // others: bad_reversal below
     else if (x.op == chain_op::offload || x.op == chain_op::prefetch) ++extra_ops;
+  extra_ops += advanced > L ? advanced - L : 0;
   if (n_ops + extra_ops > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops + extra_ops, max_ops));
   auto& cb = s.carry;
   if (carries) {
@@ -451,8 +456,13 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
   std::uint32_t const hcap = ck.host_snapshots;
   for (std::size_t at = 0; at < actions.size(); ++at) {
     auto const& x = actions[at];
-    auto const dslot_ok = [&] { return x.slot >= 0 && static_cast<std::uint32_t>(x.slot) < dcap; };
-    auto const hslot_ok = [&] { return x.host >= 0 && static_cast<std::uint32_t>(x.host) < hcap; };
+    // A reversal uses fewer slots than it has actions: that bounds the tables below too.
+    auto const dslot_ok = [&] {
+      return x.slot >= 0 && static_cast<std::uint32_t>(x.slot) < dcap && static_cast<std::size_t>(x.slot) < actions.size();
+    };
+    auto const hslot_ok = [&] {
+      return x.host >= 0 && static_cast<std::uint32_t>(x.host) < hcap && static_cast<std::size_t>(x.host) < actions.size();
+    };
     auto const grow = [&] {
       if (dslots.size() <= static_cast<std::size_t>(x.slot)) dslots.resize(static_cast<std::size_t>(x.slot) + 1);
     };

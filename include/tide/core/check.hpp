@@ -230,11 +230,14 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
                ", not at the output buffer (" + std::to_string(c.output_offset()) + ") the user reads");
 }
 
-//! One op's device accesses do not overlap (its carries among its slots), and no op writes the
-//! input buffer, which is the user's. Only for schedules with a carry (without one,
-//! check_bindings and check_layout prove it).
+//! One op's device accesses do not overlap (its carries among its slots), no op writes the input
+//! buffer, which is the user's, and only the last layer's forward writes the output buffer, which
+//! the user reads after the step. Only for schedules with a carry (without one, check_bindings and
+//! check_layout prove the first).
 inline void check_disjoint_accesses(schedule_view const& s, checked_program const& p) {
   auto const in_begin = s.carry.input_offset(), in_end = in_begin + s.carry.bytes;  // no overflow: proven
+  auto const out_begin = s.carry.output_offset(), out_end = out_begin + s.carry.bytes;
+  auto const last = static_cast<std::uint32_t>(s.layers.size()) - 1;
   std::vector<access const*> mine;
   for (std::uint32_t i = 0; i + 1 < p.first_access.size(); ++i) {
     mine.clear();
@@ -244,6 +247,9 @@ inline void check_disjoint_accesses(schedule_view const& s, checked_program cons
       if (a.write && a.begin < in_end && in_begin < a.end)
         check_fail("carry: " + op_name(s, i) + " writes device bytes " + bytes_text(std::max(a.begin, in_begin), std::min(a.end, in_end)) +
                    " of the input buffer, which holds the user's carry 0");
+      if (a.write && a.begin < out_end && out_begin < a.end && !(s.ops[i].kind == op_kind::forward && s.ops[i].layer == last))
+        check_fail("carry: " + op_name(s, i) + " writes device bytes " + bytes_text(std::max(a.begin, out_begin), std::min(a.end, out_end)) +
+                   " of the output buffer, which only the last layer's forward writes (the user reads it after the step)");
       mine.push_back(&a);
     }
     std::sort(mine.begin(), mine.end(), [](auto x, auto y) { return x->begin < y->begin; });

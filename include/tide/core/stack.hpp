@@ -88,6 +88,13 @@ struct stack_spec {
       for (auto const& s : t.slots) r = s.bytes > r ? s.bytes : r;
     return r;
   }
+  //! True when some layer type declares a slot of this name as its input (`slot_spec::input`).
+  constexpr bool is_input_slot(std::string_view name) const noexcept {
+    for (auto const& t : types)
+      for (auto const& s : t.slots)
+        if (s.name == name && s.input) return true;
+    return false;
+  }
   //! True when some layer type has a slot of this name.
   constexpr bool has_slot(std::string_view name) const noexcept {
     for (auto const& t : types)

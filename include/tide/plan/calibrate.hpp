@@ -103,8 +103,15 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     c.op_overhead_us = detail::median(gaps);
   }
 
-  if (opt.measure_recompute) {
-    auto remat = build_schedule(stack, {.policy = {rule_spec{.where = placement::remat}}});
+  // Every slot rematerialized but the layers' inputs (slot_spec::input), which no recompute rebuilds.
+  rule_spec all_but_inputs{.where = placement::remat};
+  for (auto const& t : stack.types)
+    for (auto const& sl : t.slots)
+      if (!stack.is_input_slot(sl.name) &&
+          std::find(all_but_inputs.slots.begin(), all_but_inputs.slots.end(), sl.name) == all_but_inputs.slots.end())
+        all_but_inputs.slots.push_back(sl.name);
+  if (opt.measure_recompute && !all_but_inputs.slots.empty()) {
+    auto remat = build_schedule(stack, {.policy = {all_but_inputs}});
     detail::measured_steps(backend, remat, opt.repeats, forward, backward, runs);
     per_layer(remat, op_kind::recompute, [](layer_cost& lc, double us) { lc.recompute_us = us; });
   }

@@ -157,7 +157,11 @@ class plan_search {
     }
     auto const pol = policy_from_decisions(stack_, d);
     auto const how = with_policy(pc, pol);
-    auto const s = build_schedule(stack_, how);
+    schedule s;
+    if (try_build_schedule_into(s, stack_, how)) {  // e.g. too many ops: cannot be a plan
+      if (peak) *peak = std::numeric_limits<std::size_t>::max();
+      return std::numeric_limits<double>::infinity();
+    }
     ++best_.evaluations;
     auto const dev = s.peak_device_bytes();
     if (peak) *peak = dev;
@@ -179,7 +183,9 @@ class plan_search {
   //! The device peak only (no simulation).
   std::size_t peak_of(std::vector<placement> const& d, strategy const& pc, std::size_t* host = nullptr) {
     if (!runnable(d)) return std::numeric_limits<std::size_t>::max();
-    auto const s = build_schedule(stack_, with_policy(pc, policy_from_decisions(stack_, d)));
+    schedule s;
+    if (try_build_schedule_into(s, stack_, with_policy(pc, policy_from_decisions(stack_, d))))
+      return std::numeric_limits<std::size_t>::max();
     ++best_.evaluations;
     best_.smallest_device_bytes = std::min(best_.smallest_device_bytes, s.peak_device_bytes());
     if (host) *host = s.peak_host_bytes();
@@ -700,12 +706,15 @@ inline plan plan_slots(stack_spec const& stack, cost_table const& costs, plan_op
 
 //! The device snapshot counts the planner tries for a stack of `layers` layers with a carry:
 //! every carry stored, then 2^k for 2^k < layers - 1, largest first (Revolve's cost grows slowly
-//! as s halves: a few counts span the trade between snapshot memory and segment recomputation).
+//! as s halves: a few counts span the trade between snapshot memory and segment recomputation),
+//! while the recomputation stays within 16 forwards a layer (s = 1 costs about L / 2 a layer:
+//! quadratic ops for long stacks, and never the fastest plan that fits where a larger s does).
 inline std::vector<std::uint32_t> snapshot_candidates(std::uint32_t layers) {
   std::vector<std::uint32_t> r{every_carry};
   std::uint32_t top = 1;
   while (layers >= 2 && std::uint64_t{top} * 2 < layers - 1) top *= 2;
-  for (std::uint32_t s = top; s >= 1 && layers >= 3; s /= 2) r.push_back(s);
+  for (std::uint32_t s = top; s >= 1 && layers >= 3; s /= 2)
+    if (revolve_extra_forwards(layers, s) <= 16 * std::int64_t{layers}) r.push_back(s);
   return r;
 }
 
