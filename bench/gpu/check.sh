@@ -107,7 +107,7 @@ if [[ -f $build/build.ninja ]]; then
 else
   logged setup 120 meson setup "$build" "${options[@]}"
 fi
-targets=(tests/cuda/cuda_test examples/cuda_stack/cuda_stack bench/gpu/gpu_bench)
+targets=(tests/cuda/cuda_test examples/cuda_stack/cuda_stack examples/adjoint/adjoint_cuda bench/gpu/gpu_bench)
 # Built only when NCCL was found, and then run by the CUDA suite too. (A variable, not a pipe:
 # grep -q quitting early would fail the pipe under pipefail.)
 all_targets=$(ninja -C "$build" -t targets all)
