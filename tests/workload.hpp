@@ -94,24 +94,44 @@ void derive(std::span<std::byte> dst, std::uint64_t seed, std::span<Byte> src) {
   for (std::size_t i = 0, n = words(dst.size()); i < n; ++i) store_word(dst, i, mix(seed + i) ^ load_word(src, i % sw));
 }
 
-struct chain {
-  static constexpr std::string_view input = "input";
+//! What both chain workloads keep across steps: the step, each layer's parameter and gradient,
+//! and the gradient reaching the batch.
+struct chain_params {
   std::uint64_t step = 0;
+  std::vector<std::uint64_t> param, grad;  // per layer
+  std::uint64_t input_grad = 0;            // fold of the gradient reaching the batch
+
+  explicit chain_params(std::uint32_t layers) : param(layers), grad(layers, 0) {
+    for (std::uint32_t l = 0; l < layers; ++l) param[l] = mix(0xC4A1 + l);
+  }
+  //! Ends a step: appends its gradients (per layer, then the batch's) to `out`, applies them to
+  //! the parameters and clears them.
+  void update(std::vector<std::uint64_t>& out) {
+    for (std::size_t l = 0; l < grad.size(); ++l) {
+      out.push_back(grad[l]);
+      param[l] = mix(param[l] ^ grad[l]);
+      grad[l] = 0;
+    }
+    out.push_back(input_grad);
+    input_grad = 0;
+    ++step;
+  }
+};
+
+struct chain : chain_params {
+  static constexpr std::string_view input = "input";
   std::vector<std::size_t> in_bytes, out_bytes;  // per layer; out_bytes[l] == in_bytes[l + 1]
-  std::vector<std::uint64_t> param, grad;        // per layer
-  std::uint64_t input_grad = 0;                  // fold of the gradient reaching the batch
   std::vector<std::byte> work, g, g_next;        // working activation, gradient (out, in)
   std::size_t work_bytes = 0, g_bytes = 0;
 
   //! Every layer of `s` must have a slot named "input".
-  explicit chain(tide::schedule_view s) : param(s.layer_count()), grad(s.layer_count(), 0) {
+  explicit chain(tide::schedule_view s) : chain_params(s.layer_count()) {
     for (std::uint32_t l = 0; l < s.layer_count(); ++l) {
       std::size_t n = 0;
       for (auto const& b : s.slots_of(l))
         if (b.name == input) n = b.bytes;
       if (n == 0) throw std::logic_error("chain: every layer needs a slot named 'input'");
       in_bytes.push_back(n);
-      param[l] = mix(0xC4A1 + l);
     }
     for (std::uint32_t l = 0; l < s.layer_count(); ++l)
       out_bytes.push_back(l + 1 < s.layer_count() ? in_bytes[l + 1] : in_bytes[l]);
@@ -167,19 +187,6 @@ struct chain {
     g_bytes = gi.size();
     if (l == 0) input_grad = fold(input_grad, std::span<std::byte const>(g.data(), g_bytes));
   }
-
-  //! Ends a step: appends its gradients (per layer, then the batch's) to `out`, applies them to
-  //! the parameters and clears them.
-  void update(std::vector<std::uint64_t>& out) {
-    for (std::size_t l = 0; l < grad.size(); ++l) {
-      out.push_back(grad[l]);
-      param[l] = mix(param[l] ^ grad[l]);
-      grad[l] = 0;
-    }
-    out.push_back(input_grad);
-    input_grad = 0;
-    ++step;
-  }
 };
 
 // ---- the chain through a carry: layer l reads carry l and writes carry l + 1 ----------------
@@ -190,18 +197,14 @@ struct chain {
 // and writes all of `carry_out()` when it must (forward and advance; a recompute writes slots). Backward folds its carry in, its slots and the
 // gradient from above; the last layer's loss gradient comes from the stack's output. A carry
 // recomputed from the wrong state, or read after it was overwritten, changes the gradients.
-struct carry_chain {
-  std::uint64_t step = 0;
-  std::vector<std::uint64_t> param, grad;
-  std::uint64_t input_grad = 0;
+struct carry_chain : chain_params {
   std::vector<std::byte> g, g_next;
   std::size_t bytes = 0;
   std::uint64_t forwards = 0;  // forward-lambda calls that wrote a carry (advances included)
 
   explicit carry_chain(tide::schedule_view s)
-      : param(s.layer_count()), grad(s.layer_count(), 0), g(s.carry.bytes), g_next(s.carry.bytes), bytes(s.carry.bytes) {
+      : chain_params(s.layer_count()), g(s.carry.bytes), g_next(s.carry.bytes), bytes(s.carry.bytes) {
     if (bytes == 0) throw std::logic_error("carry_chain: the stack has no carry");
-    for (std::uint32_t l = 0; l < s.layer_count(); ++l) param[l] = mix(0xC4A1 + l);
   }
 
   //! Writes this step's batch into the input buffer.
@@ -238,17 +241,6 @@ struct carry_chain {
       store_word(std::span(g_next), i, mix(h + i) ^ load_word(x, i) ^ load_word(go, i));
     std::swap(g, g_next);
     if (l == 0) input_grad = fold(input_grad, std::span<std::byte const>(g.data(), bytes));
-  }
-
-  void update(std::vector<std::uint64_t>& out) {
-    for (std::size_t l = 0; l < grad.size(); ++l) {
-      out.push_back(grad[l]);
-      param[l] = mix(param[l] ^ grad[l]);
-      grad[l] = 0;
-    }
-    out.push_back(input_grad);
-    input_grad = 0;
-    ++step;
   }
 };
 

@@ -67,16 +67,6 @@ struct outcome {
   tide::timeline timeline;
 };
 
-std::uint64_t checksum(std::vector<double> const& v) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
-  for (double x : v) {
-    unsigned char b[sizeof x];
-    std::memcpy(b, &x, sizeof x);
-    for (auto c : b) h = (h ^ c) * 1099511628211ull;
-  }
-  return h;
-}
-
 //! The time stepper as a tide stack: one layer per step, no saved slots, the state s[n] as the
 //! carry (layer n reads s[n] and writes s[n + 1]).
 tide::stack_spec stepper(adjoint::problem const& P) {
@@ -244,7 +234,7 @@ int main(int argc, char** argv) {
           .field("peak_host_bytes", r.host_bytes)
           .field("step_ms", r.ms, 3)
           .field("predicted_ms", r.predicted_us / 1000, 3)
-          .field("gradient_checksum", example::hex(checksum(r.grad)));
+          .field("gradient_checksum", example::hex(adjoint::checksum(r.grad)));
     }
     example::json_object out;
     out.field("steps", o.steps)
@@ -257,7 +247,7 @@ int main(int argc, char** argv) {
         .field("peak_device_bytes", chosen.device_bytes)
         .field("peak_host_bytes", chosen.host_bytes)
         .field("step_ms", chosen.ms, 3)
-        .field("gradient_checksum", example::hex(checksum(chosen.grad)))
+        .field("gradient_checksum", example::hex(adjoint::checksum(chosen.grad)))
         .field("gradients_bitwise_equal", equal)
         .field("taylor_order", taylor.order, 3)
         .raw("runs", example::json_array(rs, true));
@@ -276,7 +266,7 @@ int main(int argc, char** argv) {
       }
       t.row({r.name, std::to_string(r.forward_steps), std::to_string(r.forward_steps - o.steps),
              tide::format_bytes(static_cast<double>(r.device_bytes)), tide::format_bytes(static_cast<double>(r.host_bytes)),
-             example::fixed(r.ms, 1), example::fixed(r.predicted_us / 1000, 1), example::hex(checksum(r.grad))});
+             example::fixed(r.ms, 1), example::fixed(r.predicted_us / 1000, 1), example::hex(adjoint::checksum(r.grad))});
     }
     t.print();
     std::printf("\ngradients %s; one-tier extra forward steps %lld, closed form t(n, s) - (n - 1) = %lld\n",

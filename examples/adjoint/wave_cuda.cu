@@ -139,16 +139,6 @@ struct outcome {
   double ms = 0;
 };
 
-std::uint64_t checksum(std::vector<double> const& v) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
-  for (double x : v) {
-    unsigned char b[sizeof x];
-    std::memcpy(b, &x, sizeof x);
-    for (auto c : b) h = (h ^ c) * 1099511628211ull;
-  }
-  return h;
-}
-
 outcome reverse(adjoint::problem const& P, device_problem const& D, std::string name, tide::checkpoint_spec checkpoints) {
   outcome o;
   o.name = std::move(name);
@@ -250,7 +240,7 @@ int main(int argc, char** argv) {
           .field("peak_device_bytes", r.device_bytes)
           .field("peak_host_bytes", r.host_bytes)
           .field("step_ms", r.ms, 3)
-          .field("gradient_checksum", example::hex(checksum(r.grad)));
+          .field("gradient_checksum", example::hex(adjoint::checksum(r.grad)));
     }
     example::json_object out;
     out.field("steps", steps)
@@ -264,7 +254,7 @@ int main(int argc, char** argv) {
     example::table t({{"strategy", -32}, {"advances", 9}, {"device", 11}, {"host", 11}, {"ms", 9}, {"grad checksum", -16, 2}});
     for (auto const& r : runs)
       t.row({r.name, std::to_string(r.advances), tide::format_bytes(static_cast<double>(r.device_bytes)),
-             tide::format_bytes(static_cast<double>(r.host_bytes)), example::fixed(r.ms, 2), example::hex(checksum(r.grad))});
+             tide::format_bytes(static_cast<double>(r.host_bytes)), example::fixed(r.ms, 2), example::hex(adjoint::checksum(r.grad))});
     t.print();
     std::printf("\nGPU gradients %s; largest difference to the CPU's %.3e of its largest value\n", equal ? "bitwise equal" : "DIFFER",
                 relative);

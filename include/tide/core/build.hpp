@@ -469,6 +469,21 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     auto const hgrow = [&] {
       if (hslots.size() <= static_cast<std::size_t>(x.host)) hslots.resize(static_cast<std::size_t>(x.host) + 1);
     };
+    // The action's device (host) slot is in range and holds a carry.
+    auto const dslot_held = [&] {
+      return dslot_ok() && static_cast<std::size_t>(x.slot) < dslots.size() && dslots[static_cast<std::size_t>(x.slot)].buffer >= 0;
+    };
+    auto const hslot_held = [&] {
+      return hslot_ok() && static_cast<std::size_t>(x.host) < hslots.size() && hslots[static_cast<std::size_t>(x.host)].state >= 0;
+    };
+    auto const host_at = [&] { return cb.host_area + cb.host_region_bytes * static_cast<std::size_t>(x.host); };
+    // The action's device slot takes `buffer`, holding carry `state`.
+    auto const hold = [&](std::int32_t buffer, std::int32_t state) {
+      dslots[static_cast<std::size_t>(x.slot)] = {buffer, state};
+      ++cbuf[static_cast<std::size_t>(buffer)].refs;
+      ++held;
+      cb.device_snapshots = std::max(cb.device_snapshots, held);
+    };
     if (next_backward < 0 && x.op != chain_op::free && x.op != chain_op::free_host)
       return bad(at, "it follows the backward of layer 0, which ends the step (only frees may)");
     switch (x.op) {
@@ -510,14 +525,10 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
         grow();
         if (dslots[static_cast<std::size_t>(x.slot)].buffer >= 0) return bad(at, "it stores into a device slot that is not empty");
         if (x.state != working_state || !have_working) return bad(at, "it stores a carry that is not the working carry");
-        dslots[static_cast<std::size_t>(x.slot)] = {working, working_state};
-        ++cbuf[static_cast<std::size_t>(working)].refs;  // a stack without a carry has no stores
-        ++held;
-        cb.device_snapshots = std::max(cb.device_snapshots, held);
+        hold(working, working_state);  // a stack without a carry has no stores
         break;
       case chain_op::restore: {
-        if (!dslot_ok() || static_cast<std::size_t>(x.slot) >= dslots.size() || dslots[static_cast<std::size_t>(x.slot)].buffer < 0)
-          return bad(at, "it restores from a device slot that holds no carry");
+        if (!dslot_held()) return bad(at, "it restores from a device slot that holds no carry");
         auto const old = working;
         working = dslots[static_cast<std::size_t>(x.slot)].buffer;
         working_state = dslots[static_cast<std::size_t>(x.slot)].state;
@@ -526,8 +537,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
         break;
       }
       case chain_op::free: {
-        if (!dslot_ok() || static_cast<std::size_t>(x.slot) >= dslots.size() || dslots[static_cast<std::size_t>(x.slot)].buffer < 0)
-          return bad(at, "it frees a device slot that holds no carry");
+        if (!dslot_held()) return bad(at, "it frees a device slot that holds no carry");
         auto& d = dslots[static_cast<std::size_t>(x.slot)];
         --cbuf[static_cast<std::size_t>(d.buffer)].refs;
         release_if_unused(d.buffer);
@@ -548,8 +558,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
         break;
       }
       case chain_op::offload: {
-        if (!dslot_ok() || static_cast<std::size_t>(x.slot) >= dslots.size() || dslots[static_cast<std::size_t>(x.slot)].buffer < 0)
-          return bad(at, "it offloads a device slot that holds no carry");
+        if (!dslot_held()) return bad(at, "it offloads a device slot that holds no carry");
         if (!hslot_ok()) return bad(at, "it names a host snapshot slot beyond checkpoint_spec::host_snapshots");
         hgrow();
         auto& h = hslots[static_cast<std::size_t>(x.host)];
@@ -557,7 +566,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
         auto const& d = dslots[static_cast<std::size_t>(x.slot)];
         op o{op_kind::offload, d2h, carry_slot, static_cast<std::uint32_t>(d.state)};
         o.device_offset = carry_at(d.buffer);
-        o.host_offset = cb.host_area + cb.host_region_bytes * static_cast<std::size_t>(x.host);
+        o.host_offset = host_at();
         o.bytes = cb.bytes;
         wait_to_read(d.buffer);
         w.wait(h.writer);
@@ -569,8 +578,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
         break;
       }
       case chain_op::prefetch: {
-        if (!hslot_ok() || static_cast<std::size_t>(x.host) >= hslots.size() || hslots[static_cast<std::size_t>(x.host)].state < 0)
-          return bad(at, "it prefetches from a host slot that holds no carry");
+        if (!hslot_held()) return bad(at, "it prefetches from a host slot that holds no carry");
         if (!dslot_ok()) return bad(at, "it names a device snapshot slot beyond checkpoint_spec::device_snapshots");
         grow();
         if (dslots[static_cast<std::size_t>(x.slot)].buffer >= 0) return bad(at, "it prefetches into a device slot that is not empty");
@@ -578,22 +586,18 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
         auto const b = take_buffer();
         op o{op_kind::prefetch, h2d, carry_slot, static_cast<std::uint32_t>(h.state)};
         o.device_offset = carry_at(b);
-        o.host_offset = cb.host_area + cb.host_region_bytes * static_cast<std::size_t>(x.host);
+        o.host_offset = host_at();
         o.bytes = cb.bytes;
         w.wait(h.writer);
         wait_to_write(b);
         auto const idx = w.emit(o);
         note(idx, none, b);
         h.reader = idx;
-        dslots[static_cast<std::size_t>(x.slot)] = {b, h.state};
-        ++cbuf[static_cast<std::size_t>(b)].refs;
-        ++held;
-        cb.device_snapshots = std::max(cb.device_snapshots, held);
+        hold(b, h.state);
         break;
       }
       case chain_op::free_host:
-        if (!hslot_ok() || static_cast<std::size_t>(x.host) >= hslots.size() || hslots[static_cast<std::size_t>(x.host)].state < 0)
-          return bad(at, "it frees a host slot that holds no carry");
+        if (!hslot_held()) return bad(at, "it frees a host slot that holds no carry");
         hslots[static_cast<std::size_t>(x.host)].state = -1;
         break;
       default: return bad(at, "it is no chain action");
