@@ -103,7 +103,9 @@ TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
     for (bool hide : {true, false})
       for (std::size_t chunk : {std::size_t{0}, std::size_t{1000}, std::size_t{4096}})
         for (bool share : {true, false})
-          for (collective_spec c : {collective_spec{}, collective_spec{.before_forward = true, .after_backward = true}}) {
+          for (collective_spec c : {collective_spec{}, collective_spec{.before_forward = true, .after_backward = true},
+                                    collective_spec{.before_forward = true, .before_backward = true, .after_backward = true},
+                                    collective_spec{.before_backward = true}}) {
             auto const s = build_schedule(
                 dense4(), {.policy = p,
                            .buffers = {.guard_bytes = chunk == 1000 ? std::size_t{64} : std::size_t{0}, .share_phase_regions = share},
@@ -112,7 +114,7 @@ TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
             EXPECT_EQ(check_error(s), "no error") << describe(s);
             ++n;
           }
-  EXPECT_EQ(n, 5 * 2 * 3 * 2 * 2);
+  EXPECT_EQ(n, 5 * 2 * 3 * 2 * 4);
 }
 
 // ---- completeness --------------------------------------------------------------------------------
@@ -256,6 +258,17 @@ TEST(CheckComplete, CollectivesAreRequiredWhereTheScheduleAsksForThem) {
   auto unasked = s;
   unasked.collectives = {};
   expect_rejected(unasked, {"gathers though the schedule's collectives do not"});
+
+  auto r = build_schedule(dense4(), {.policy = remat_b_offload_a(),
+                                     .pipeline = chunked,
+                                     .collectives = {.before_forward = true, .before_backward = true, .after_backward = true}});
+  ASSERT_EQ(check_error(r), "no error");
+  auto no_regather = r;
+  erase_op(no_regather, find_op(no_regather, op_kind::regather, 1));
+  expect_rejected(no_regather, {"completeness: layer 1 has no regather op"});
+  auto unasked_regather = r;
+  unasked_regather.collectives.before_backward = false;
+  expect_rejected(unasked_regather, {"regathers though the schedule's collectives do not"});
 }
 
 // ---- malformed tables and hostile offsets ------------------------------------------------------------
@@ -656,7 +669,8 @@ struct composer {
     pipeline_spec pl{.latency_hiding = hide, .prefetch_distance = distance, .chunk_bytes = chunk, .max_offloads_in_flight = in_flight};
     bool const gather = pick(4) == 0;
     bool const reduce = pick(4) == 0;
-    collective_spec c{.before_forward = gather, .after_backward = reduce};
+    // Regathers with both (no draw of their own: the seed's programs stay what they were).
+    collective_spec c{.before_forward = gather, .before_backward = gather && reduce, .after_backward = reduce};
     try {
       out = build_schedule(st, {.policy = p, .buffers = b, .pipeline = pl, .collectives = c});
     } catch (schedule_error const&) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <random>
@@ -868,6 +869,50 @@ TEST(Hooks, NamedHooksGetTheirOpKindsAndLayers) {
   exec.step(noop, noop, hooks{.after_backward = copied});
   EXPECT_TRUE(copied.calls.empty());
   EXPECT_EQ(copied.finished, 0);
+}
+
+// FSDP-style: weights gathered before each forward and again before each recompute and backward.
+// Each regather runs before its layer's recompute and backward, the first of the backward sweep's
+// only after the forward of the layer before last (two receive buffers), and one object passed as
+// all three hooks is told once.
+TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"}), r_remat({"y"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true, .before_backward = true, .after_backward = true}});
+  host_backend b;
+  executor exec(b, s);
+  std::mutex m;
+  std::vector<std::string> order;
+  auto note = [&](std::string what) {
+    std::lock_guard lock(m);
+    order.push_back(std::move(what));
+  };
+  auto fwd = [&](forward_context<stream_role> const& c) { note((c.recompute ? "recompute " : "forward ") + std::to_string(c.layer)); };
+  auto bwd = [&](backward_context<stream_role> const& c) { note("backward " + std::to_string(c.layer)); };
+  struct all_kinds {
+    std::function<void(std::string)> note;
+    int finished = 0;
+    void operator()(collective_context<stream_role> const& c) { note(std::string(to_string(c.kind)) + " " + std::to_string(c.layer)); }
+    void finish_step() { ++finished; }
+  } h{note};
+  exec.step(fwd, bwd, hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)});
+  EXPECT_EQ(h.finished, 1);
+  auto at = [&](std::string const& what) {
+    auto const i = std::find(order.begin(), order.end(), what);
+    EXPECT_NE(i, order.end()) << what;
+    EXPECT_EQ(std::count(order.begin(), order.end(), what), 1) << what;
+    return i - order.begin();
+  };
+  for (std::uint32_t l = 0; l < 6; ++l) {
+    auto const L = std::to_string(l);
+    EXPECT_LT(at("gather " + L), at("forward " + L));
+    EXPECT_LT(at("regather " + L), at("recompute " + L));
+    EXPECT_LT(at("recompute " + L), at("backward " + L));
+    EXPECT_LT(at("backward " + L), at("reduce " + L));
+    if (l + 2 < 6) EXPECT_LT(at("backward " + std::to_string(l + 2)), at("regather " + L));  // two buffers
+  }
+  EXPECT_LT(at("forward 4"), at("regather 5"));
+  EXPECT_LT(at("forward 5"), at("regather 4"));
 }
 
 TEST(Hooks, OneObjectByReferenceAsBothHooksIsToldOnce) {

@@ -7,12 +7,17 @@
 // measured one.
 //
 //   plan [--seq N] [--micro-batch N] [--budget-fraction F] [--small] [--json] [--trace FILE]
+//   plan --published [--json]
 //
 // --budget-fraction: the activation budget as a share of the keep-all peak (default 0.35).
 // --small: a fast configuration (short sequences, fewer layers) for the test suite.
 // --json: the tables as JSON on stdout. --trace FILE: the Chrome trace of the last planned
 // schedule in the sim, and FILE.host.json the measured host run of the calibration.
+// --published: the published GB200 experiment from physics (published.hpp): per strategy the step,
+// model TFLOP/s per device, whole-device and activation peaks, host bytes, whether it fits and
+// the largest micro-batch that fits; with --json the same rows as JSON.
 #include "example.hpp"
+#include "published.hpp"
 
 #include <tide/tide.hpp>  // the planner, calibration, simulation, host backend and traces
 #include <tide/plan/policy_codegen.hpp>  // to_cpp_types (not in tide.hpp)
@@ -33,6 +38,7 @@ struct args {
   double budget_fraction = 0.35;
   bool small = false;
   bool json = false;
+  bool published = false;
   std::string trace;
 };
 
@@ -44,6 +50,7 @@ args parse(int argc, char** argv) {
       .option("--budget-fraction", a.budget_fraction, "F", "the activation budget as a share of the keep-all peak")
       .flag("--small", a.small, "a fast configuration (short sequences, fewer layers)")
       .flag("--json", a.json, "the tables as JSON on stdout")
+      .flag("--published", a.published, "the published GB200 experiment (DeepSeek-V3, Llama 3.1 405B) from physics")
       .option("--trace", a.trace, "FILE", "the sim's trace of the last planned schedule, and FILE.host.json");
   cli.parse(argc, argv);
   if (a.micro_batch == 0 || !(a.budget_fraction > 0)) cli.fail("need a positive --micro-batch and --budget-fraction");
@@ -58,9 +65,73 @@ void spin_us(double us) {
 
 }  // namespace
 
+int published_experiment(bool json) {
+  using namespace tide;
+  std::vector<example::json_object> rows;
+  for (auto const& hw : {hardware::gb200(), hardware::vera_rubin()})
+    for (auto const& s : published::setups()) {
+      resident_memory res;
+      published::rows_of(s, hw, false, &res);
+      auto const out = published::run(s, hw);
+      if (!json) {
+        auto const params = transformer_parameters(s.model);
+        std::printf("\n== %s (%.0fB parameters, %s), micro-batch %llu, seq %llu, on 128 x %s: FSDP %u, EP %u, TP %u\n",
+                    std::string(s.model.name).c_str(), params.total / 1e9, std::string(to_string(s.model.matmul)).c_str(),
+                    static_cast<unsigned long long>(s.model.micro_batch), static_cast<unsigned long long>(s.model.seq_len),
+                    std::string(hw.name).c_str(), s.training.layout.fsdp, s.training.layout.expert_parallel,
+                    s.model.tensor_parallel);
+        std::printf("  resident %.1f GiB (weights %.1f, gradients %.1f, optimizer %.1f, gathered %.1f, gradient buffer %.1f, "
+                    "workspace %.1f, logits %.1f, all-to-all %.1f, collective buffers %.1f, fragmentation %.1f) of %.1f GiB "
+                    "HBM; host %.1f GiB pinnable\n",
+                    published::gib(res.total()), published::gib(res.weights), published::gib(res.gradients),
+                    published::gib(res.optimizer), published::gib(res.gathered_weights), published::gib(res.gradient_buffer),
+                    published::gib(res.workspace), published::gib(res.logits), published::gib(res.layer_workspace),
+                    published::gib(res.collective_buffers), published::gib(res.fragmentation),
+                    published::gib(hw.hbm_bytes), published::gib(hw.pinnable_host_bytes()));
+        example::table t({{"strategy", -22}, {"step ms", 10}, {"TFLOP/s", 9}, {"device GiB", 11}, {"activ. GiB", 11},
+                          {"host GiB", 9}, {"fits", 5}, {"largest mb", 10}},
+                         "  ");
+        for (auto const& r : out)
+          t.row({r.strategy, example::fixed(r.step_ms, 1), example::fixed(r.tflops_per_device, 1),
+                 example::fixed(r.device_peak_gib, 1), example::fixed(r.activation_peak_gib, 1), example::fixed(r.host_gib, 1),
+                 r.fits ? "yes" : "no", std::to_string(r.largest_microbatch)});
+        t.print();
+        auto find = [&](std::string_view k) -> published::row const* {
+          for (auto const& r : out)
+            if (r.strategy == k) return &r;
+          return nullptr;
+        };
+        auto const* lhs = find("offload-lhs");
+        auto const* remat = find("full-remat");
+        auto const* naive = find("offload-naive");
+        auto const* pipe = find("offload-lhs-pipelined");
+        if (lhs && remat && naive && pipe)
+          std::printf("  offload-lhs vs full-remat %.3fx, vs offload-naive %.3fx; pipelined vs lhs %+.2f%%\n",
+                      remat->step_ms / lhs->step_ms, naive->step_ms / lhs->step_ms,
+                      100 * (lhs->step_ms / pipe->step_ms - 1));
+      }
+      for (auto const& r : out)
+        rows.emplace_back()
+            .field("model", r.model)
+            .field("hardware", r.hardware)
+            .field("microbatch", r.microbatch)
+            .field("strategy", r.strategy)
+            .field("step_ms", r.step_ms)
+            .field("tflops_per_device", r.tflops_per_device)
+            .field("device_peak_gib", r.device_peak_gib)
+            .field("activation_peak_gib", r.activation_peak_gib)
+            .field("host_gib", r.host_gib)
+            .field("fits", r.fits)
+            .field("largest_microbatch", r.largest_microbatch);
+    }
+  if (json) std::printf("%s\n", example::json_array(rows, true).c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   using namespace tide;
   auto const a = parse(argc, argv);
+  if (a.published) return published_experiment(a.json);
   std::vector<transformer_spec> model_list = {
       models::deepseek_v3(a.seq ? a.seq : 4096, a.micro_batch, 1),
       models::llama3_405b(a.seq ? a.seq : 8192, a.micro_batch, 8),
@@ -70,7 +141,8 @@ int main(int argc, char** argv) {
       m.seq_len = a.seq ? a.seq : 512;
       m.layer_count = 12;
     }
-  std::vector<hardware_spec> machines = {hardware::h100_sxm(), hardware::h200_sxm(), hardware::gh200(), hardware::gb200()};
+  std::vector<hardware_spec> machines = {hardware::h100_sxm(), hardware::h200_sxm(), hardware::gh200(), hardware::gb200(),
+                                         hardware::vera_rubin()};
 
   std::vector<example::json_object> strategy_json;
   schedule last_plan;

@@ -32,6 +32,7 @@
 #include <tide/plan/calibrate.hpp>
 #include <tide/plan/checkpointing.hpp>
 #include <tide/plan/hardware.hpp>
+#include <tide/plan/training.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
 #include <tide/plan/compare.hpp>

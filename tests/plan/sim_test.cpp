@@ -166,6 +166,25 @@ TEST(Sim, CollectivesRunOnTheCommStream) {
   EXPECT_DOUBLE_EQ(r.trace.ops.front().end_us, 50);  // gather of layer 0 first
 }
 
+// Regathers (the weights again before each backward, as FSDP does) by hand: three layers, forward
+// 100, backward 200, gather 50. Gathers: g0 0-50, g1 50-100, g2 (after f0) 150-200; forwards end at
+// 150, 250, 350. Regathers continue the sequence with two buffers: rg2 after f1, rg1 after f2, rg0
+// after b2. With 80 us each they hide (b2 350-550, b1 550-750, b0 750-950); with 300 us they do
+// not: rg2 250-550, rg1 550-850, rg0 850-1150, and b0 runs 1150-1350.
+TEST(Sim, RegathersRunOnTheCommStreamOneLayerAhead) {
+  for (auto [regather, step] : {std::pair{80.0, 950.0}, std::pair{300.0, 1350.0}}) {
+    auto costs = uniform_costs(3, layer_cost{.forward_us = 100, .backward_us = 200, .gather_us = 50, .regather_us = regather});
+    auto s = build_schedule(three::spec(), {.policy = keep_all::spec(),
+                                            .collectives = {.before_forward = true, .before_backward = true}});
+    auto r = simulate(s, costs);
+    EXPECT_DOUBLE_EQ(r.summary.step_us, step) << "regather " << regather;
+    double comm_busy = 0;
+    for (auto const& sp : r.trace.ops)
+      if (sp.stream == comm) comm_busy += sp.end_us - sp.begin_us;
+    EXPECT_DOUBLE_EQ(comm_busy, 3 * 50 + 3 * regather);
+  }
+}
+
 TEST(Sim, IsDeterministic) {
   stack_spec st;
   st.append({"dense", {{"x", 512}, {"q", 4096}, {"up", 10000}}}, 5).append({"moe", {{"x", 512}, {"e", 7777}}}, 20);

@@ -76,8 +76,9 @@ struct nccl_call {
 };
 
 //! The hooks: pass the same object as both hooks, by reference,
-//! `tide::hooks{.before_forward = std::ref(h), .after_backward = std::ref(h)}` (or only the one the
-//! schedule makes room for); it dispatches on `ctx.kind` (`gather` or `reduce`).
+//! `tide::hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)}`
+//! (or only those the schedule makes room for); it dispatches on `ctx.kind` (`gather`, `regather`
+//! or `reduce`).
 //!
 //! Failure agreement: each hook's group also all-reduces (max) one int saying whether this rank's
 //! step failed, so a rank whose lambda threw still makes the same NCCL calls as its peers (no
@@ -94,9 +95,10 @@ class nccl_hooks {
  public:
   //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure
   //! flags (device and pinned host) on the current device, which must be the communicator's.
-  nccl_hooks(ncclComm_t comm, std::uint32_t layer_count) : comm_(comm), before_(layer_count), after_(layer_count) {
+  nccl_hooks(ncclComm_t comm, std::uint32_t layer_count)
+      : comm_(comm), before_(layer_count), before_backward_(layer_count), after_(layer_count) {
     TIDE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
-    auto const n = 2 * std::size_t{layer_count} + 1;
+    auto const n = 3 * std::size_t{layer_count} + 1;
     TIDE_CUDA_CHECK(cudaMalloc(&device_flags_, n * sizeof(int)));
     if (auto const e = cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable); e != cudaSuccess) {
       static_cast<void>(cudaFree(device_flags_));
@@ -131,14 +133,20 @@ class nccl_hooks {
                          ncclDataType_t type = ncclFloat32) {
     return add(before_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
   }
+  //! Before layer `layer`'s recompute and backward: gather every rank's `send_count` elements into
+  //! `recv` again (FSDP and ZeRO-3 free the gathered weights after the forward).
+  nccl_hooks& all_gather_before_backward(std::uint32_t layer, void const* send, void* recv, std::size_t send_count,
+                                         ncclDataType_t type = ncclFloat32) {
+    return add(before_backward_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
+  }
 
   //! Enqueues the calls registered for `ctx.layer` and `ctx.kind` on `ctx.stream`, with the
   //! failure flag in the same group. Called even after this rank's step failed
   //! (`ctx.step_failed`), so that its peers are not left waiting.
   void operator()(collective_context<cudaStream_t> const& ctx) {
-    auto const& calls = (ctx.kind == op_kind::gather ? before_ : after_).at(ctx.layer);
+    auto const& calls = (ctx.kind == op_kind::gather ? before_ : ctx.kind == op_kind::regather ? before_backward_ : after_).at(ctx.layer);
     if (calls.empty()) return;
-    auto const slot = 2 * std::size_t{ctx.layer} + (ctx.kind == op_kind::gather ? 0 : 1);
+    auto const slot = 3 * std::size_t{ctx.layer} + (ctx.kind == op_kind::gather ? 0 : ctx.kind == op_kind::regather ? 1 : 2);
     int* const sent = host_flags_ + 2 * slot;  // [sent, received]: pinned, stable until the step syncs
     sent[0] = ctx.step_failed ? rank_ + 1 : 0;
     sent[1] = 0;
@@ -230,7 +238,7 @@ class nccl_hooks {
 
   ncclComm_t comm_;
   int rank_ = 0;
-  std::vector<list> before_, after_;
+  std::vector<list> before_, before_backward_, after_;
   int* device_flags_ = nullptr;  // one per (layer, hook kind)
   int* host_flags_ = nullptr;    // two per (layer, hook kind): sent, received
   std::vector<std::uint32_t> used_;  // this step's flag slots

@@ -57,6 +57,15 @@ struct program_writer {
     clocks.push_back(mine);
     return idx;
   }
+  //! Emits `o` after `after` alone, leaving the waits gathered for the next op pending.
+  constexpr std::uint32_t emit_aside(op o, std::int64_t after) {
+    auto held = std::move(pending);
+    pending.clear();
+    wait(after);
+    auto const idx = emit(o);
+    pending = std::move(held);
+    return idx;
+  }
 };
 
 }  // namespace detail
@@ -294,7 +303,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
   // Per (slot binding, chunk): the offload op, so the matching prefetch chunk waits on it.
   std::vector<std::uint32_t> first_chunk_op(s.slots.size(), 0);
   std::vector<std::int64_t> last_offload_of_layer(L, -1), forward_op(L, -1), backward_op(L, -1),
-      last_prefetch_of_layer(L, -1), gather_op(L, -1);
+      last_prefetch_of_layer(L, -1), gather_op(L, -1), regather_op(L, -1);
 
   // The carry's device buffers: 0 holds the input (the user writes it), 1 the output; the others
   // are handed out and taken back as the reversal stores, restores and frees carries. A buffer
@@ -424,8 +433,19 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     while (next_prefetch < n_off && issue_at[offloaded[n_off - 1 - next_prefetch]] == static_cast<std::int64_t>(t))
       emit_prefetches_of(offloaded[n_off - 1 - next_prefetch++]);
   };
+  // Regathers (before backward) run one layer ahead like the gathers, continuing their sequence:
+  // each waits for the user of the gather two before it, so the hook needs two receive buffers.
+  auto const emit_regather = [&](std::uint32_t l, std::int64_t after) {
+    regather_op[l] = w.emit_aside({op_kind::regather, stream_role::comm, no_slot, l}, after);
+  };
   auto emit_backward = [&](std::uint32_t l, std::int32_t in) {
     auto const& lb = s.layers[l];
+    if (collectives.before_backward) {
+      auto const forward_of = [&](std::uint32_t m) { return collectives.before_forward ? forward_op[m] : -1; };
+      if (l == L - 1) emit_regather(l, L >= 2 ? forward_of(L - 2) : -1);
+      if (l >= 1) emit_regather(l - 1, l + 1 < L ? backward_op[l + 1] : forward_of(L - 1));
+      w.wait(regather_op[l]);
+    }
     if (lb.remat_bytes > 0) {
       w.wait(last_prefetch_of_layer[l]);
       if (first_backward_area_use_compute && buffers.share_phase_regions) w.wait(last_offload);

@@ -285,7 +285,7 @@ inline checked_program check_program(schedule_view const& s) {
     auto const& o = s.ops[i];
     auto const st = static_cast<std::size_t>(o.stream);
     if (o.layer >= L) check_fail("structure: op #" + str(i) + " names layer " + str(o.layer) + " beyond the " + str(L) + "-layer stack");
-    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::advance))
+    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::regather))
       check_fail("structure: op #" + str(i) + " has no valid kind");
     bool const carry_copy = is_copy(o.kind) && o.slot == carry_slot;
     if (o.slot != no_slot && !carry_copy && o.slot >= s.layers[o.layer].slot_count)
@@ -342,7 +342,7 @@ inline checked_program check_program(schedule_view const& s) {
 
   // Completeness: one forward, backward (and recompute where needed) per layer, in order.
   constexpr auto absent = std::numeric_limits<std::uint32_t>::max();
-  std::array<std::vector<std::uint32_t>, 7> by_kind;  // per op_kind, per layer: its op
+  std::array<std::vector<std::uint32_t>, 9> by_kind;  // per op_kind, per layer: its op
   for (auto& v : by_kind) v.assign(L, absent);
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];
@@ -358,6 +358,7 @@ inline checked_program check_program(schedule_view const& s) {
   auto const& rec = by_kind[static_cast<std::size_t>(op_kind::recompute)];
   auto const& gat = by_kind[static_cast<std::size_t>(op_kind::gather)];
   auto const& col = by_kind[static_cast<std::size_t>(op_kind::reduce)];
+  auto const& reg = by_kind[static_cast<std::size_t>(op_kind::regather)];
   auto ordered = [&](std::uint32_t a, std::uint32_t b, std::string const& what) {
     if (!p.before(a, b))
       check_fail("ordering: " + op_name(s, b) + " is not ordered after " + op_name(s, a) + " (" + what + ")");
@@ -387,6 +388,14 @@ inline checked_program check_program(schedule_view const& s) {
     if (!s.collectives.before_forward && gat[l] != absent)
       check_fail("completeness: " + op_name(s, gat[l]) + " gathers though the schedule's collectives do not");
     if (gat[l] != absent) ordered(gat[l], fwd[l], "a layer's forward follows its gather");
+    if (s.collectives.before_backward && reg[l] == absent)
+      check_fail("completeness: " + layer + " has no regather op though the schedule's collectives regather before backward");
+    if (!s.collectives.before_backward && reg[l] != absent)
+      check_fail("completeness: " + op_name(s, reg[l]) + " regathers though the schedule's collectives do not");
+    if (reg[l] != absent) {
+      ordered(reg[l], bwd[l], "a layer's backward follows its regather");
+      if (rec[l] != absent) ordered(reg[l], rec[l], "a layer's recompute follows its regather");
+    }
     if (s.collectives.after_backward && col[l] == absent)
       check_fail("completeness: " + layer + " has no reduce op though the schedule's collectives reduce after backward");
     if (!s.collectives.after_backward && col[l] != absent)
@@ -445,7 +454,7 @@ inline checked_program check_program(schedule_view const& s) {
   std::uint64_t total = 0;
   for (auto const& o : s.ops)
     total += is_copy(o.kind)                                                ? 2
-             : o.kind == op_kind::gather || o.kind == op_kind::reduce ? 0
+             : is_collective(o.kind)                                  ? 0
                                                                           : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u) + 2;
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
@@ -508,6 +517,7 @@ inline checked_program check_program(schedule_view const& s) {
         add(false, true, o.device_offset, o.bytes, slot, chunk_start);
         break;
       case op_kind::gather:
+      case op_kind::regather:
       case op_kind::reduce: break;
     }
   }

@@ -33,9 +33,16 @@ inline std::string describe_buffers(buffer_spec const& b) {
          (b.share_phase_regions ? ", phases share regions" : ", phases apart");
 }
 inline std::string describe_collectives(collective_spec const& c) {
-  if (!c.before_forward && !c.after_backward) return "none";
-  return std::string(c.before_forward ? "gather before forward" : "") + (c.before_forward && c.after_backward ? ", " : "") +
-         (c.after_backward ? "reduce after backward" : "");
+  std::string r;
+  auto add = [&](bool on, char const* what) {
+    if (!on) return;
+    if (!r.empty()) r += ", ";
+    r += what;
+  };
+  add(c.before_forward, "gather before forward");
+  add(c.before_backward, "regather before backward");
+  add(c.after_backward, "reduce after backward");
+  return r.empty() ? "none" : r;
 }
 }  // namespace detail
 

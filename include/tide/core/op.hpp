@@ -20,6 +20,7 @@ enum class op_kind : std::uint8_t {
   gather,      //!< the before-forward collective hook of a layer (communication stream)
   reduce,      //!< the after-backward collective hook of a layer (communication stream)
   advance,     //!< the forward lambda again, producing only the layer's carry out (a segment recomputation)
+  regather,    //!< the before-backward collective hook of a layer (communication stream)
 };
 
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -32,11 +33,16 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::gather: return "gather";
     case op_kind::reduce: return "reduce";
     case op_kind::advance: return "advance";
+    case op_kind::regather: return "regather";
   }
   return "?";
 }
 
 constexpr bool is_copy(op_kind k) noexcept { return k == op_kind::offload || k == op_kind::prefetch; }
+//! A collective hook's op: gather, regather or reduce (on the communication stream).
+constexpr bool is_collective(op_kind k) noexcept {
+  return k == op_kind::gather || k == op_kind::regather || k == op_kind::reduce;
+}
 
 inline constexpr std::uint16_t no_slot = 0xffff;
 //! `op::slot` of a copy of the carry (`op::layer` is then the carry's index: the input of that layer).

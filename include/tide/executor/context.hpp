@@ -261,8 +261,8 @@ struct backward_context : layer_context<Stream> {
   }
 };
 
-//! Given to collective hooks: `kind` is `op_kind::gather` (before a layer's forward) or
-//! `op_kind::reduce` (after its backward).
+//! Given to collective hooks: `kind` is `op_kind::gather` (before a layer's forward),
+//! `op_kind::regather` (before its recompute and backward) or `op_kind::reduce` (after its backward).
 //!
 //! Collective hooks run even after another op of the step failed (`step_failed` is then true),
 //! so that a rank can tell its peers instead of leaving them blocked in a collective.

@@ -10,6 +10,7 @@
 //! the first error (a user exception, a debug check, a backend failure); `step` is both. Nothing
 //! is allocated per step.
 
+#include <array>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -54,24 +55,29 @@ struct no_hook {
 
 //! The collective hooks of a step, by name: `tide::hooks{.after_backward = reduce_grads}`. Each is
 //! called as `h(tide::collective_context<Stream> const&)` on the communication stream, where the
-//! schedule's `collective_spec` made room for it. A hook that keeps state across the step (an
-//! NCCL adapter) is passed as `std::ref(h)`; a hook with `finish_step()` is told once the step has
-//! synchronized (one object passed as both hooks, once).
-template <class BeforeForward = no_hook, class AfterBackward = no_hook>
+//! schedule's `collective_spec` made room for it: `before_forward` (a gather), `before_backward`
+//! (a regather before the layer's recompute and backward), `after_backward` (a reduce). A hook that
+//! keeps state across the step (an NCCL adapter) is passed as `std::ref(h)`; a hook with
+//! `finish_step()` is told once the step has synchronized (one object passed as several hooks, once).
+template <class BeforeForward = no_hook, class AfterBackward = no_hook, class BeforeBackward = no_hook>
 struct hooks {
   BeforeForward before_forward{};
+  BeforeBackward before_backward{};
   AfterBackward after_backward{};
 };
-
 namespace detail {
 template <class T>
 struct is_hooks : std::false_type {};
-template <class B, class A>
-struct is_hooks<hooks<B, A>> : std::true_type {};
+template <class B, class A, class G>
+struct is_hooks<hooks<B, A, G>> : std::true_type {};
 template <class T>
 struct is_reference_wrapper : std::false_type {};
 template <class T>
 struct is_reference_wrapper<std::reference_wrapper<T>> : std::true_type {};
+//! False when `H` (as called: const when the hooks object is) has a `finish_step()` only on a
+//! non-const object, which could then not be told that the step ended.
+template <class H>
+concept finish_callable = !(requires(std::remove_const_t<H>& h) { h.finish_step(); } && !requires(H& h) { h.finish_step(); });
 }  // namespace detail
 
 template <class Backend>
@@ -172,19 +178,20 @@ class executor {
                   "tide::executor: the third argument must be tide::hooks{.before_forward = ..., .after_backward = ...}");
     // As called: const when the hooks object is (and the hook is not a std::ref).
     using gather_t = std::remove_reference_t<decltype(unwrap(hooks.before_forward))>;
+    using regather_t = std::remove_reference_t<decltype(unwrap(hooks.before_backward))>;
     using reduce_t = std::remove_reference_t<decltype(unwrap(hooks.after_backward))>;
     static_assert(std::is_invocable_v<std::remove_const_t<gather_t>&, collective_context_type const&>,
                   "tide::executor: hooks::before_forward must be callable as h(tide::collective_context<Stream> const&)");
+    static_assert(std::is_invocable_v<std::remove_const_t<regather_t>&, collective_context_type const&>,
+                  "tide::executor: hooks::before_backward must be callable as h(tide::collective_context<Stream> const&)");
     static_assert(std::is_invocable_v<std::remove_const_t<reduce_t>&, collective_context_type const&>,
                   "tide::executor: hooks::after_backward must be callable as h(tide::collective_context<Stream> const&)");
     static_assert(std::is_invocable_v<gather_t&, collective_context_type const&> &&
+                      std::is_invocable_v<regather_t&, collective_context_type const&> &&
                       std::is_invocable_v<reduce_t&, collective_context_type const&>,
                   "tide::executor: a hook's call operator is not const but the tide::hooks object is: pass the hook "
                   "by std::ref, or the hooks object non-const");
-    static_assert(!(requires(std::remove_const_t<gather_t>& g) { g.finish_step(); } &&
-                    !requires(gather_t& g) { g.finish_step(); }) &&
-                      !(requires(std::remove_const_t<reduce_t>& r) { r.finish_step(); } &&
-                        !requires(reduce_t& r) { r.finish_step(); }),
+    static_assert(detail::finish_callable<gather_t> && detail::finish_callable<regather_t> && detail::finish_callable<reduce_t>,
                   "tide::executor: a hook's finish_step() is not const but the tide::hooks object is, so it could "
                   "not be told that the step ended: pass the hook by std::ref, or the hooks object non-const");
     if (pending_) wait();
@@ -193,12 +200,14 @@ class executor {
                   "concurrent)");
     step_flag guard{in_step_};
     auto& gather = unwrap(hooks.before_forward);
+    auto& regather = unwrap(hooks.before_backward);
     auto& reduce = unwrap(hooks.after_backward);
     forward_ = erase<forward_context_type>(forward);
     backward_ = erase<backward_context_type>(backward);
     gather_ = erase<collective_context_type>(gather);
+    regather_ = erase<collective_context_type>(regather);
     reduce_ = erase<collective_context_type>(reduce);
-    finish_ = finisher(gather, reduce);
+    finish_ = {{finisher(gather), finisher(regather), finisher(reduce)}};
     finishing_hooks_on_error([&] { issue(); });
     pending_ = true;
     guard.armed = false;
@@ -212,7 +221,7 @@ class executor {
     pending_ = false;
     step_flag guard{in_step_};
     finishing_hooks_on_error([&] { complete(); });
-    finish_.call(finish_);
+    finish_();
   }
 
   //! True between `enqueue` and `wait`.
@@ -229,7 +238,7 @@ class executor {
       f();
     } catch (...) {
       try {
-        finish_.call(finish_);
+        finish_();
       } catch (...) {
       }
       throw;
@@ -252,29 +261,29 @@ class executor {
   }
 
   //! Tells hooks with `finish_step()` that the step has synchronized; they may throw (the NCCL
-  //! hooks throw there when a peer's step failed). One object passed as both hooks is told once.
-  struct finish_hooks {
-    void* gather = nullptr;
-    void* reduce = nullptr;
-    void (*call)(finish_hooks const&) = [](finish_hooks const&) {};
+  //! hooks throw there when a peer's step failed). One object passed as several hooks is told once.
+  struct finisher_of {
+    void const* obj = nullptr;
+    void (*call)(void const*) = nullptr;  // null: no finish_step()
   };
-  template <class Gather, class Reduce>
-  static finish_hooks finisher(Gather& gather, Reduce& reduce) {
-    finish_hooks f{const_cast<void*>(static_cast<void const*>(std::addressof(gather))),
-                   const_cast<void*>(static_cast<void const*>(std::addressof(reduce)))};
-    constexpr bool g = requires { gather.finish_step(); };
-    constexpr bool r = requires { reduce.finish_step(); };
-    if constexpr (g || r)
-      f.call = [](finish_hooks const& h) {
-        if constexpr (g) static_cast<Gather*>(h.gather)->finish_step();
-        if constexpr (r) {
-          if constexpr (std::is_same_v<std::remove_cv_t<Gather>, std::remove_cv_t<Reduce>>)
-            if (h.gather == h.reduce) return;
-          static_cast<Reduce*>(h.reduce)->finish_step();
-        }
-      };
-    return f;
+  template <class Hook>
+  static finisher_of finisher(Hook& h) {
+    if constexpr (requires { h.finish_step(); })
+      return {std::addressof(h), [](void const* p) { const_cast<Hook*>(static_cast<Hook const*>(p))->finish_step(); }};
+    else
+      return {};
   }
+  struct finish_hooks {
+    std::array<finisher_of, 3> hooks{};
+    void operator()() const {
+      for (std::size_t i = 0; i < hooks.size(); ++i) {
+        if (!hooks[i].call) continue;
+        bool told = false;
+        for (std::size_t j = 0; j < i; ++j) told |= hooks[j].call == hooks[i].call && hooks[j].obj == hooks[i].obj;
+        if (!told) hooks[i].call(hooks[i].obj);
+      }
+    }
+  };
 
   template <class Ctx>
   struct erased {
@@ -350,7 +359,7 @@ class executor {
       // The failing op's own hook counts as issued once the backend took it.
       for (std::uint32_t i = hook_enqueued_ == issued ? issued + 1 : issued; i < n; ++i) {
         auto const& o = s_.ops[i];
-        if (o.kind != op_kind::gather && o.kind != op_kind::reduce) continue;
+        if (!is_collective(o.kind)) continue;
         try {
           backend_.run(o.stream, i, o, task{&run_op, this, i});
         } catch (...) {
@@ -403,6 +412,7 @@ class executor {
       case op_kind::advance:
       case op_kind::backward:
       case op_kind::gather:
+      case op_kind::regather:
       case op_kind::reduce:
         backend_.run(role, i, o, task{&run_op, this, i});
         hook_enqueued_ = i;
@@ -443,7 +453,7 @@ class executor {
     bool const failed = failed_.load(std::memory_order_relaxed);
     // Drain: skip user work after a failure, but still call collective hooks (told so), so a
     // distributed peer is informed rather than left waiting.
-    if (failed && o.kind != op_kind::gather && o.kind != op_kind::reduce) return;
+    if (failed && !is_collective(o.kind)) return;
     try {
       switch (o.kind) {
         case op_kind::forward:
@@ -461,9 +471,10 @@ class executor {
           break;
         }
         case op_kind::gather:
+        case op_kind::regather:
         case op_kind::reduce: {
           collective_context_type c{o.layer, backend_.stream(o.stream), o.kind, failed};
-          auto const& hook = o.kind == op_kind::gather ? gather_ : reduce_;
+          auto const& hook = o.kind == op_kind::gather ? gather_ : o.kind == op_kind::regather ? regather_ : reduce_;
           hook.call(hook.obj, c);
           break;
         }
@@ -586,6 +597,7 @@ class executor {
   erased<forward_context_type> forward_;
   erased<backward_context_type> backward_;
   erased<collective_context_type> gather_;
+  erased<collective_context_type> regather_;
   erased<collective_context_type> reduce_;
   finish_hooks finish_;
   bool pending_ = false;  // enqueued, not yet waited for

@@ -23,12 +23,20 @@ TIDE_DESIGNATED_INIT_BEGIN
 namespace tide {
 
 struct strategy_options {
-  std::size_t device_budget = std::numeric_limits<std::size_t>::max();
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< for activations (the schedule's peak)
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();
+  //! What the device holds besides activations (`transformer_resident_memory`): added to each
+  //! row's device peak.
+  std::size_t resident_bytes = 0;
+  //! The collective hooks every row's schedule has (`training_collectives`), costed by the table.
+  collective_spec collectives = {};
   //! Slots the offload rows offload (empty: every slot not in `keep_slots`).
   std::vector<std::string_view> offload_slots;
   //! Slots the remat and offload rows keep: the layer input is what a recompute starts from.
   std::vector<std::string_view> keep_slots = {"layer_input"};
+  //! The offload rows rematerialize the slots they neither keep nor offload (selective offload
+  //! on top of full remat, as in the published JAX study); false: they keep them.
+  bool remat_rest = false;
   std::uint32_t deep_prefetch_distance = 3;
   std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: `default_chunk_bytes`)
   bool include_plan = true;
@@ -36,11 +44,15 @@ struct strategy_options {
 
 struct strategy_row {
   std::string name;
+  //! A stable identifier: keep-all, full-remat, offload-naive, offload-lhs (latency hiding),
+  //! offload-lhs-pipelined (chunked, deeper prefetch), planner.
+  std::string key;
   tide::strategy strategy;
   double step_us = 0;
   double exposed_transfer_us = 0;
   double recompute_us = 0;
-  std::size_t device_bytes = 0;
+  std::size_t activation_bytes = 0;  //!< the schedule's device peak
+  std::size_t device_bytes = 0;      //!< the whole device's: resident bytes plus activations
   std::size_t host_bytes = 0;
   bool fits = false;
 };
@@ -60,16 +72,18 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
                                                     strategy_options const& opt = {}) {
   costs.check_against(stack);
   std::vector<strategy_row> rows;
-  auto add = [&](std::string name, tide::strategy st) {
-    strategy_row r{std::move(name), std::move(st)};
+  auto add = [&](std::string key, std::string name, tide::strategy st) {
+    st.collectives = opt.collectives;
+    strategy_row r{std::move(name), std::move(key), std::move(st)};
     auto s = build_schedule(stack, r.strategy);
     auto sim = simulate(s, costs);
     r.step_us = sim.summary.step_us;
     r.exposed_transfer_us = sim.summary.exposed_transfer_us;
     r.recompute_us = sim.summary.recompute_us;
-    r.device_bytes = s.peak_device_bytes();
+    r.activation_bytes = s.peak_device_bytes();
+    r.device_bytes = opt.resident_bytes + r.activation_bytes;
     r.host_bytes = s.peak_host_bytes();
-    r.fits = r.device_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
+    r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
     rows.push_back(std::move(r));
   };
   auto const rest = detail::slot_names_except(stack, opt.keep_slots);
@@ -77,21 +91,35 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
   auto const L = stack.layer_count();
   auto const d = std::min<std::uint32_t>(opt.deep_prefetch_distance, L - 1);
   auto const chunk = opt.chunk_bytes == 0 ? default_chunk_bytes(stack) : opt.chunk_bytes;
-  policy_spec const off{rule_spec{.where = placement::offload, .slots = offloaded}};
-  add("keep all", {});
-  if (!rest.empty()) add("full remat", {.policy = {rule_spec{.where = placement::remat, .slots = rest}}});
+  policy_spec off{rule_spec{.where = placement::offload, .slots = offloaded}};
+  if (opt.remat_rest) {
+    std::vector<std::string_view> others;
+    for (auto n : rest)
+      if (std::find(offloaded.begin(), offloaded.end(), n) == offloaded.end()) others.push_back(n);
+    if (!others.empty()) off.rules.push_back(rule_spec{.where = placement::remat, .slots = others});
+  }
+  add("keep-all", "keep all", {});
+  if (!rest.empty()) add("full-remat", "full remat", {.policy = {rule_spec{.where = placement::remat, .slots = rest}}});
   if (!offloaded.empty()) {
-    add("offload, copies on compute",
+    add("offload-naive", "offload, copies on compute",
         {.policy = off,
          .buffers = {.staging_buffers = 1},
          .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}});
-    add("offload, latency hiding", {.policy = off, .pipeline = {.prefetch_distance = std::min<std::uint32_t>(1, L - 1)}});
-    add("offload, chunked, prefetch " + std::to_string(d),
+    add("offload-lhs", "offload, latency hiding", {.policy = off, .pipeline = {.prefetch_distance = std::min<std::uint32_t>(1, L - 1)}});
+    add("offload-lhs-pipelined", "offload, chunked, prefetch " + std::to_string(d),
         {.policy = off, .buffers = {.staging_buffers = d + 1}, .pipeline = {.prefetch_distance = d, .chunk_bytes = chunk}});
   }
   if (opt.include_plan) {
-    auto p = make_plan(stack, costs, {.device_budget = opt.device_budget, .host_budget = opt.host_budget});
-    if (p.fits) add(p.exact ? "planner (exact)" : "planner (heuristic)", p.strategy);
+    // The rows above seed the planner: its plan is never slower than a row that fits.
+    std::vector<tide::strategy> seeds;
+    for (auto const& r : rows) seeds.push_back(r.strategy);
+    auto p = make_plan(stack, costs,
+                       {.device_budget = opt.device_budget,
+                        .host_budget = opt.host_budget,
+                        .candidates = default_candidates(stack, opt.chunk_bytes, opt.collectives),
+                        .resident_bytes = opt.resident_bytes,
+                        .seeds = std::move(seeds)});
+    if (p.fits) add("planner", p.exact ? "planner (exact)" : "planner (heuristic)", p.strategy);
   }
   return rows;
 }
@@ -100,12 +128,13 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
 inline std::string format_strategy_table(std::vector<strategy_row> const& rows) {
   std::string r;
   char line[256];
-  std::snprintf(line, sizeof line, "  %-32s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms",
-                "recomp ms", "device peak", "host", "fits");
+  std::snprintf(line, sizeof line, "  %-32s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms",
+                "recomp ms", "activations", "device peak", "host", "fits");
   r += line;
   for (auto const& row : rows) {
-    std::snprintf(line, sizeof line, "  %-32s %12.2f %12.2f %12.2f %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3,
+    std::snprintf(line, sizeof line, "  %-32s %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3,
                   row.exposed_transfer_us / 1e3, row.recompute_us / 1e3,
+                  format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
                   format_bytes(static_cast<double>(row.device_bytes)).c_str(),
                   format_bytes(static_cast<double>(row.host_bytes)).c_str(), row.fits ? "yes" : "does not fit");
     r += line;

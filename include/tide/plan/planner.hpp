@@ -81,7 +81,7 @@ enum class plan_method : std::uint8_t {
 };
 
 struct plan_options {
-  std::size_t device_budget = std::numeric_limits<std::size_t>::max();
+  std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< for the schedule's peak (activations)
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();
   plan_method method = plan_method::automatic;
   std::size_t exact_max_decisions = 10;  //!< (layer, slot) pairs up to which `automatic` is exact
@@ -93,6 +93,12 @@ struct plan_options {
   //! The buffers, pipelines and collectives to try (their policies are ignored); empty:
   //! `default_candidates`.
   std::vector<strategy> candidates;
+  //! What the device holds besides activations (`transformer_resident_memory`): reported in
+  //! `plan::whole_device_bytes()`; the budget above is what is left for the schedule.
+  std::size_t resident_bytes = 0;
+  //! Strategies the heuristic also evaluates, with every candidate pipeline, and starts its local
+  //! search from (e.g. the strategy table's rows): the plan is never slower than one that fits.
+  std::vector<strategy> seeds;
 };
 
 //! A planner's answer.
@@ -101,12 +107,15 @@ struct plan {
   std::vector<placement> decisions;  //!< per (layer, slot), layers in order, slots in type order
   tide::strategy strategy;           //!< the policy for `decisions`, with the candidate's other parts
   double step_us = 0;                //!< simulated step time
-  std::size_t device_bytes = 0;      //!< the schedule's device peak
+  std::size_t device_bytes = 0;      //!< the schedule's device peak (activations)
+  std::size_t resident_bytes = 0;    //!< `plan_options::resident_bytes`
   std::size_t host_bytes = 0;        //!< the schedule's pinned host bytes
   std::size_t smallest_device_bytes = 0;  //!< when it does not fit: the smallest peak reached
   std::size_t evaluations = 0;       //!< schedules built
   bool exact = false;                //!< found by the exact search
 
+  //! The whole device's peak: resident bytes plus the schedule's.
+  constexpr std::size_t whole_device_bytes() const noexcept { return resident_bytes + device_bytes; }
   //! The schedule of this plan for `stack` (the stack it was planned for).
   schedule build(stack_spec const& stack) const { return build_schedule(stack, strategy); }
 };
@@ -232,6 +241,7 @@ class plan_search {
     best_.smallest_device_bytes = smallest;
     best_.step_us = std::numeric_limits<double>::infinity();
     std::vector<point> starts;
+    add_seeds(starts);
     if (held_.t < std::numeric_limits<double>::infinity()) {
       evaluate(held_.d, held_.pc);
       starts.push_back(std::move(held_));
@@ -561,11 +571,24 @@ class plan_search {
     return r;
   }
 
+  //! The seeds' decisions, each evaluated with every candidate pipeline, as starts.
+  void add_seeds(std::vector<point>& starts) {
+    for (auto const& seed : opt_.seeds) {
+      schedule s;
+      if (try_build_schedule_into(s, stack_, seed)) continue;  // a seed that does not build is no start
+      std::vector<placement> d(slots_.size());
+      for (std::size_t i = 0; i < d.size(); ++i) d[i] = s.slots[i].where;
+      for (auto const& pc : opt_.candidates)
+        if (auto const t = evaluate(d, pc); t < std::numeric_limits<double>::infinity()) starts.push_back({d, pc, t});
+    }
+  }
+
   //! One run of the heuristic under `opt_`; `starts`: candidates the local search also starts from.
   void heuristic_pass(std::vector<point> starts) {
     auto const n = slots_.size();
     std::vector<placement> keep(n, placement::keep);
     if (evaluate(keep, opt_.candidates.front()) < std::numeric_limits<double>::infinity()) return;  // keep-all fits: fastest
+    if (starts.empty()) add_seeds(starts);
 
     auto const& link = costs_.link;
     auto const L = stack_.layer_count();
@@ -742,7 +765,11 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
 //! least time in the chain model, `two_tier_plan` with `carry_chain_costs`); the fastest plan that
 //! fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized.
 inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
-  if (!stack.has_carry()) return detail::plan_slots(stack, costs, opt);
+  if (!stack.has_carry()) {
+    auto p = detail::plan_slots(stack, costs, opt);
+    p.resident_bytes = opt.resident_bytes;
+    return p;
+  }
   costs.check_against(stack);
   auto const L = stack.layer_count();
   std::vector<checkpoint_spec> tries;
@@ -769,6 +796,7 @@ inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_opt
     best.smallest_device_bytes = smallest;
   }
   best.evaluations = evaluations;
+  best.resident_bytes = opt.resident_bytes;
   return best;
 }
 

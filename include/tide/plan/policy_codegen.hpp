@@ -117,6 +117,7 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
   knobs("pipeline", pk);
   std::vector<std::string> ck;
   if (st.collectives.before_forward) ck.push_back("tide::before_forward");
+  if (st.collectives.before_backward) ck.push_back("tide::before_backward");
   if (st.collectives.after_backward) ck.push_back("tide::after_backward");
   knobs("collectives", ck);
   auto const& k = st.checkpoints;

@@ -33,6 +33,7 @@
 #include <tide/core/stack.hpp>
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/plan/hardware.hpp>
+#include <tide/plan/training.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -62,8 +63,10 @@ struct transformer_spec {
   // Run shape
   std::uint64_t seq_len = 4096;
   std::uint64_t micro_batch = 1;
-  std::uint32_t bytes_per_element = 2;  //!< BF16
+  std::uint32_t bytes_per_element = 2;  //!< BF16 activations
   std::uint32_t tensor_parallel = 1;    //!< heads and MLP widths are split over this many GPUs
+  std::uint64_t vocab = 0;              //!< embedding and output head rows (resident weights only)
+  precision matmul = precision::bf16;   //!< the matrix products' data type (attention stays BF16)
 
   constexpr std::uint64_t tokens() const noexcept { return seq_len * micro_batch; }
   constexpr bool is_moe(std::uint32_t layer) const noexcept { return experts > 0 && layer >= dense_layers; }
@@ -97,7 +100,8 @@ constexpr transformer_spec deepseek_v3(std::uint64_t seq_len = 4096, std::uint64
           .expert_ffn = 2048,
           .seq_len = seq_len,
           .micro_batch = micro_batch,
-          .tensor_parallel = tensor_parallel};
+          .tensor_parallel = tensor_parallel,
+          .vocab = 129280};
 }
 
 //! Llama-3.1-405B-like: 126 dense layers, hidden 16384, 128 query heads and 8 key/value heads
@@ -115,7 +119,8 @@ constexpr transformer_spec llama3_405b(std::uint64_t seq_len = 8192, std::uint64
           .ffn = 53248,
           .seq_len = seq_len,
           .micro_batch = micro_batch,
-          .tensor_parallel = tensor_parallel};
+          .tensor_parallel = tensor_parallel,
+          .vocab = 128256};
 }
 
 }  // namespace models
@@ -136,6 +141,8 @@ struct transformer_layer {
   std::vector<transformer_slot> slots;
   double extra_flops = 0;  //!< matrix work that produces no saved slot (down projection)
   double extra_memory_bytes = 0;
+  double params = 0;         //!< the layer's parameters but the routed experts' (whole, not split by TP)
+  double expert_params = 0;  //!< the routed experts' parameters (all experts)
 };
 
 inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
@@ -164,10 +171,14 @@ inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
     double const q = H * d_qk, k = H * d_qk, v = H * d_v;
     L.slots.push_back({"qkv", T * (q + k + v) * e,
                        2 * T * (m.q_lora_rank * q + m.kv_lora_rank * (H * m.qk_nope_head_dim + v))});
+    double const Hf = m.heads;
+    L.params = h * m.q_lora_rank + m.q_lora_rank * Hf * d_qk + h * kv_a + m.kv_lora_rank * Hf * (m.qk_nope_head_dim + d_v) +
+               Hf * d_v * h;
   } else {
     double const kvh = std::max(1.0, m.kv_heads / tp);
     double const width = (H + 2 * kvh) * d_qk;
     L.slots.push_back({"qkv", T * width * e, 2 * T * h * width});
+    L.params = h * (m.heads + 2.0 * m.kv_heads) * d_qk + m.heads * d_v * h;
   }
   // Causal attention: each token attends to seq/2 keys on average, QK^T then PV.
   double const attn = 2 * T * (seq / 2) * H * (d_qk + d_v);
@@ -179,8 +190,11 @@ inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
   if (moe) {
     width = static_cast<double>(m.top_k + m.shared_experts) * static_cast<double>(m.expert_ffn) / tp;
     L.slots.push_back({"router", T * m.experts * 4.0, 2 * T * h * m.experts});
+    L.params += 3 * h * static_cast<double>(m.shared_experts * m.expert_ffn) + h * m.experts;
+    L.expert_params = 3 * h * static_cast<double>(m.experts) * static_cast<double>(m.expert_ffn);
   } else {
     width = static_cast<double>(m.ffn) / tp;
+    L.params += 3 * h * static_cast<double>(m.ffn);
   }
   L.slots.push_back({"mlp_up", T * 2 * width * e, 2 * T * h * 2 * width});
   L.slots.push_back(elementwise("mlp_act", width));
@@ -206,10 +220,41 @@ inline stack_spec transformer_stack(transformer_spec const& m) {
   return s;
 }
 
-//! Per-layer costs of `m` on `hw`: forward, backward, per-slot recompute, and `hw`'s link.
-inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw) {
+//! Per-layer costs of `m` on `hw` for one GPU of a job laid out as `t` says: forward, backward,
+//! per-slot recompute (matrix products at `m.matmul`'s rate, attention in BF16), `hw`'s host link
+//! (this GPU's share), and the collectives of `training.hpp` (FSDP gathers and reduce-scatters
+//! as the layers' collective hooks; tensor-parallel and expert-parallel exchanges on the compute
+//! path, paid again by the recomputes that need them).
+namespace detail {
+inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
+                                    bool communication) {
+  auto const& lay = t.layout;
+  if (lay.gpus == 0 || lay.fsdp == 0 || lay.expert_parallel == 0 || lay.pipeline_parallel == 0)
+    throw cost_model_error("tide: parallel_layout: gpus, fsdp, expert_parallel and pipeline_parallel must be at least 1");
+  if (m.experts > 0 && m.experts % lay.expert_parallel != 0)
+    throw cost_model_error("tide: parallel_layout: expert_parallel " + std::to_string(lay.expert_parallel) +
+                           " does not divide the " + std::to_string(m.experts) + " experts of '" + std::string(m.name) + "'");
+  if (communication && (std::uint64_t{lay.fsdp} * m.tensor_parallel * lay.pipeline_parallel > lay.gpus ||
+      std::uint64_t{lay.expert_parallel} * m.tensor_parallel * lay.pipeline_parallel > lay.gpus))
+    throw cost_model_error("tide: parallel_layout: fsdp x tensor_parallel x pipeline_parallel and expert_parallel x "
+                           "tensor_parallel x pipeline_parallel must fit in gpus (" + std::to_string(lay.gpus) + ")");
   cost_table c;
   c.link = hw.link();
+  double const T = static_cast<double>(m.tokens());
+  double const h = static_cast<double>(m.hidden), e = m.bytes_per_element, tp = m.tensor_parallel;
+  // Tensor parallel (sequence parallel): each all-gather or reduce-scatter moves the full-width
+  // activations of the tokens, T x hidden.
+  auto const dom = job_domain_gpus(lay.gpus, hw);
+  auto const in_domain = [&](std::uint64_t group) { return static_cast<std::uint32_t>(std::min<std::uint64_t>(group, dom)); };
+  double const tp_us = communication ? all_gather_seconds(T * h * e, m.tensor_parallel, in_domain(m.tensor_parallel), hw) * 1e6 : 0;
+  // FSDP and expert groups stride over the TP groups: a domain holds dom / TP of their members.
+  auto const strided_in_domain = [&](std::uint32_t group) {
+    return static_cast<std::uint32_t>(std::min<std::uint64_t>(group, std::max<std::uint64_t>(1, dom / std::min<std::uint64_t>(dom, m.tensor_parallel))));
+  };
+  auto const replicas = static_cast<std::uint32_t>(
+      std::max<std::uint64_t>(1, lay.gpus / (std::uint64_t{lay.fsdp} * m.tensor_parallel * lay.pipeline_parallel)));
+  // Replicas sit a whole FSDP x TP x PP block apart: in one domain only if the job fits in one.
+  auto const replica_in_domain = lay.gpus <= dom ? replicas : 1u;
   layer_cost per_type[2];
   for (int moe = 0; moe < 2; ++moe) {
     auto const desc = detail::describe_layer(m, moe == 1);
@@ -220,17 +265,126 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
       mem += s.memory_bytes;
       if (s.attention_flops > 0 && s.name == "attn_out") attn += s.attention_flops;  // one kernel
     }
-    double const fwd = hw.matmul_seconds(mat + attn) + hw.memory_seconds(mem);
-    lc.forward_us = fwd * 1e6;
-    lc.backward_us = (hw.matmul_seconds(2 * mat + 2.5 * attn) + hw.memory_seconds(2 * mem)) * 1e6;
+    // Expert parallel: dispatch and combine each send the routed copies of the tokens.
+    double const a2a_us =
+        communication && moe == 1 ? all_to_all_seconds(T * m.top_k * h * e / tp, lay.expert_parallel, strided_in_domain(lay.expert_parallel), hw) * 1e6
+                 : 0;
+    double const comm_fwd = 4 * tp_us + 2 * a2a_us;
+    double const fwd = hw.matmul_seconds(mat, m.matmul) + hw.matmul_seconds(attn) + hw.memory_seconds(mem);
+    lc.forward_us = fwd * 1e6 + comm_fwd;
+    lc.backward_us = (hw.matmul_seconds(2 * mat, m.matmul) + hw.matmul_seconds(2.5 * attn) + hw.memory_seconds(2 * mem)) * 1e6 +
+                     comm_fwd;
     lc.recompute_us = lc.forward_us;
-    for (auto const& s : desc.slots)
-      lc.slot_recompute_us.push_back(
-          s.whole_forward ? lc.forward_us
-                          : (hw.matmul_seconds(s.flops + s.attention_flops) + hw.memory_seconds(s.memory_bytes)) * 1e6);
+    for (auto const& s : desc.slots) {
+      double r = (hw.matmul_seconds(s.flops, m.matmul) + hw.matmul_seconds(s.attention_flops) + hw.memory_seconds(s.memory_bytes)) * 1e6;
+      if (s.name == "attn_norm" || s.name == "mlp_input") r += tp_us;  // the gather before, the scatter after
+      if (s.name == "mlp_up") r += tp_us + a2a_us;                     // the gather before; the dispatch
+      lc.slot_recompute_us.push_back(s.whole_forward ? lc.forward_us : r);
+    }
+    // FSDP: the layer's weights gathered (its tensor-parallel share; of the routed experts, this
+    // GPU's), and its gradients reduce-scattered, over the FSDP group.
+    double const gathered = desc.params / tp + desc.expert_params / tp / lay.expert_parallel;
+    auto const fsdp_in = strided_in_domain(lay.fsdp);
+    lc.gather_us = all_gather_seconds(gathered * t.compute_weight_bytes, lay.fsdp, fsdp_in, hw) * 1e6;
+    lc.regather_us = lc.gather_us;
+    // Gradients: reduce-scattered over the FSDP group, then each shard all-reduced over the replicas.
+    lc.reduce_us = (all_gather_seconds(gathered * t.gradient_bytes, lay.fsdp, fsdp_in, hw) +
+                    all_reduce_seconds(gathered * t.gradient_bytes / lay.fsdp, replicas, replica_in_domain, hw)) *
+                   1e6;
   }
   for (std::uint32_t l = 0; l < m.layer_count; ++l) c.layers.push_back(per_type[m.is_moe(l) ? 1 : 0]);
   return c;
+}
+}  // namespace detail
+
+inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
+  return detail::transformer_costs(m, hw, t, true);
+}
+
+//! Per-layer costs of `m` on `hw` without communication: compute and the host link only (the
+//! tensor- and expert-parallel exchanges and FSDP's collectives left out).
+inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw) {
+  return detail::transformer_costs(m, hw, training_spec{}, false);
+}
+
+//! `m`'s parameters: all, and those of the routed experts (embedding and output head included).
+struct parameter_count {
+  double total = 0;
+  double experts = 0;
+};
+inline parameter_count transformer_parameters(transformer_spec const& m) {
+  parameter_count r;
+  double per_type[2][2] = {};
+  for (int moe = 0; moe < 2; ++moe) {
+    if (moe == 1 && m.experts == 0) continue;
+    auto const d = detail::describe_layer(m, moe == 1);
+    per_type[moe][0] = d.params;
+    per_type[moe][1] = d.expert_params;
+  }
+  for (std::uint32_t l = 0; l < m.layer_count; ++l) {
+    auto const& p = per_type[m.is_moe(l) ? 1 : 0];
+    r.total += p[0] + p[1];
+    r.experts += p[1];
+  }
+  r.total += 2.0 * static_cast<double>(m.vocab) * static_cast<double>(m.hidden);  // embedding and output head
+  return r;
+}
+
+//! Model FLOPs of one training step of `m` on one GPU (its tensor-parallel share): three times the
+//! forward's matrix products and causal attention, the usual count for FLOP/s per device
+//! (recomputation not counted; the embedding and output head, which the stack leaves out, neither).
+inline double transformer_step_flops(transformer_spec const& m) {
+  double r = 0;
+  for (std::uint32_t l = 0; l < m.layer_count; ++l) {
+    auto const d = detail::describe_layer(m, m.is_moe(l));
+    double f = d.extra_flops;
+    for (auto const& s : d.slots) f += s.flops + (s.name == "attn_out" ? s.attention_flops : 0);
+    r += 3 * f;
+  }
+  return r;
+}
+
+//! What one GPU of `t`'s job keeps resident for `m` besides activations (`resident_memory`).
+inline resident_memory transformer_resident_memory(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
+  auto const& lay = t.layout;
+  auto const p = transformer_parameters(m);
+  // ZeRO-3: every parameter's state lives on one GPU of the fsdp x TP group of its stage.
+  double const shard = static_cast<double>(lay.fsdp) * m.tensor_parallel * lay.pipeline_parallel;
+  double const dense_state = (p.total - p.experts) / shard;
+  // The routed experts are split over expert_parallel first; FSDP shards what each holds over
+  // the rest of its group (at least one GPU).
+  double const expert_shard = std::max<double>(shard, static_cast<double>(lay.expert_parallel) * m.tensor_parallel * lay.pipeline_parallel);
+  double const local = dense_state + p.experts / expert_shard;
+  resident_memory r;
+  auto const bytes = [](double x) { return static_cast<std::size_t>(std::llround(x)); };
+  r.weights = bytes(local * t.master_weight_bytes);
+  r.gradients = bytes(local * t.gradient_bytes);
+  r.optimizer = bytes(local * t.optimizer_bytes);
+  double largest = 0;  // the largest layer's gathered parameters on this GPU
+  for (int moe = 0; moe < 2; ++moe) {
+    if (moe == 1 && m.experts == 0) continue;
+    auto const d = detail::describe_layer(m, moe == 1);
+    largest = std::max(largest, d.params / m.tensor_parallel + d.expert_params / m.tensor_parallel / lay.expert_parallel);
+  }
+  if (lay.fsdp > 1) {
+    r.gathered_weights = bytes(largest * t.compute_weight_bytes * t.gathered_layers);
+    r.gradient_buffer = bytes(largest * t.gradient_bytes);
+  } else {
+    r.gathered_weights = bytes(local * t.compute_weight_bytes);  // the compute copies of the whole share
+  }
+  r.workspace = t.workspace_bytes;
+  double const T = static_cast<double>(m.tokens());
+  r.logits = bytes(T * static_cast<double>(m.vocab) / m.tensor_parallel * t.logit_bytes);
+  if (m.experts > 0 && lay.expert_parallel > 1)  // dispatch: send and receive; combine reuses them
+    r.layer_workspace = bytes(2 * T * m.top_k * static_cast<double>(m.hidden) * m.bytes_per_element / m.tensor_parallel);
+  r.collective_buffers = t.collective_buffer_bytes;
+  r.fragmentation = bytes(static_cast<double>(hw.hbm_bytes) * t.fragmentation_reserve);
+  return r;
+}
+
+//! The HBM left for activations once `resident` is placed (0 when it does not fit at all).
+inline std::size_t activation_budget(hardware_spec const& hw, resident_memory const& resident) noexcept {
+  return resident.total() >= hw.hbm_bytes ? 0 : hw.hbm_bytes - resident.total();
 }
 
 }  // namespace tide

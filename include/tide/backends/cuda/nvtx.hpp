@@ -34,6 +34,7 @@ constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
     case op_kind::offload: return {0x9c, 0x27, 0xb0};
     case op_kind::prefetch: return {0x00, 0xbc, 0xd4};
     case op_kind::gather:
+    case op_kind::regather:
     case op_kind::reduce: return {0xf4, 0x43, 0x36};
   }
   return {0x80, 0x80, 0x80};

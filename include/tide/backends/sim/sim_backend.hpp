@@ -103,6 +103,7 @@ class sim_backend {
       case op_kind::recompute: d = o.layer < recompute_us_.size() ? recompute_us_[o.layer] : c.full_recompute_us(); break;
       case op_kind::backward: d = c.backward_us; break;
       case op_kind::gather: d = c.gather_us; break;
+      case op_kind::regather: d = c.regather_us; break;
       case op_kind::reduce: d = c.reduce_us; break;
       default: break;
     }

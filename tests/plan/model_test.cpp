@@ -1,0 +1,206 @@
+// The whole device in the model: resident memory from the dimensions and the layout, host
+// capacity, shared host links, collectives from the fabric, precision, and the published GB200
+// experiment (examples/plan --published) from physics.
+#include <gtest/gtest.h>
+
+#include <tide/tide.hpp>
+
+#include "published.hpp"
+
+#include <cmath>
+
+using namespace tide;
+
+namespace {
+double gib(std::size_t b) { return static_cast<double>(b) / double(1ull << 30); }
+std::size_t const GB = std::size_t{1000} * 1000 * 1000;
+}  // namespace
+
+// Parameter counts from the dimensions match the models' published totals (671B, 405B).
+TEST(Model, ParameterCountsMatchThePublishedTotals) {
+  auto const ds = transformer_parameters(models::deepseek_v3());
+  EXPECT_NEAR(ds.total / 1e9, 671, 671 * 0.01);
+  EXPECT_GT(ds.experts / ds.total, 0.95);  // almost all of it in routed experts
+  auto const ll = transformer_parameters(models::llama3_405b());
+  EXPECT_NEAR(ll.total / 1e9, 405, 405 * 0.01);
+  EXPECT_EQ(ll.experts, 0);
+}
+
+// Resident state is sharded by FSDP and counted field by field; what is left of HBM is the
+// activation budget; a model whose state does not fit leaves none.
+TEST(Model, ResidentMemoryFollowsTheLayout) {
+  auto const m = models::llama3_405b(8192, 2, 1);
+  auto const hw = hardware::gb200();
+  training_spec t{.layout = {.gpus = 128, .fsdp = 128}};
+  auto const r128 = transformer_resident_memory(m, hw, t);
+  auto const params = transformer_parameters(m).total;
+  EXPECT_NEAR(static_cast<double>(r128.weights), params * 4 / 128, 1e6);
+  EXPECT_NEAR(static_cast<double>(r128.optimizer), params * 8 / 128, 1e6);
+  EXPECT_GT(r128.gathered_weights, 0u);
+  EXPECT_GT(r128.logits, 0u);
+  EXPECT_EQ(r128.layer_workspace, 0u);  // dense: no all-to-all
+  EXPECT_EQ(r128.total(), r128.weights + r128.gradients + r128.optimizer + r128.gathered_weights + r128.gradient_buffer +
+                              r128.workspace + r128.logits + r128.layer_workspace + r128.collective_buffers +
+                              r128.fragmentation);
+  EXPECT_EQ(activation_budget(hw, r128), hw.hbm_bytes - r128.total());
+  t.layout.fsdp = 16;  // 405B x 16 bytes / 16 GPUs: far beyond 186 GB
+  EXPECT_EQ(activation_budget(hw, transformer_resident_memory(m, hw, t)), 0u);
+  // Logits and the MoE all-to-all buffers grow with the micro-batch.
+  auto const ds = [&](std::uint64_t mb) {
+    return transformer_resident_memory(models::deepseek_v3(4096, mb), hw, {.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}});
+  };
+  EXPECT_EQ(ds(8).logits, 8 * ds(1).logits);
+  EXPECT_GT(ds(8).layer_workspace, 7 * ds(1).layer_workspace);
+}
+
+// The GB200 superchip's NVLink-C2C and Grace memory are shared by its two GPUs.
+TEST(Model, SharedLinkAndHostCapacity) {
+  auto hw = hardware::gb200();
+  auto const shared = hw.link().d2h.bytes_per_second;
+  hw.link_shared_by = 1;
+  EXPECT_DOUBLE_EQ(hw.link().d2h.bytes_per_second, 2 * shared);
+  EXPECT_EQ(hardware::gb200().host_bytes, 240 * GB);
+  EXPECT_LT(hardware::gb200().pinnable_host_bytes(), 240 * GB);
+  EXPECT_EQ(hardware_spec{}.pinnable_host_bytes(), static_cast<std::size_t>(-1));  // unknown: no cap
+  EXPECT_EQ(hardware::vera_rubin().link_shared_by, 2u);
+  EXPECT_GT(hardware::vera_rubin().link().d2h.bytes_per_second, hardware::gb200().link().d2h.bytes_per_second);
+  // Halving the link slows the offload that cannot hide (copies on the compute stream).
+  auto const m = models::deepseek_v3(4096, 2, 1);
+  auto const st = transformer_stack(m);
+  strategy_options o;
+  o.offload_slots = {"mlp_up"};
+  o.include_plan = false;
+  auto one = hardware::gb200();
+  one.link_shared_by = 1;
+  auto const a = compare_strategies(st, transformer_costs(m, one), o);
+  auto const b = compare_strategies(st, transformer_costs(m, hardware::gb200()), o);
+  ASSERT_EQ(a[2].key, "offload-naive");
+  EXPECT_GT(b[2].step_us, a[2].step_us);
+}
+
+// The planner and the strategy table honour the host capacity: a row whose host bytes exceed the
+// cap does not fit, and the plan stays within it.
+TEST(Model, HostCapacityBinds) {
+  auto const hw = hardware::gb200();
+  auto s = published::setups(16, 2)[0];  // DeepSeek-V3 at micro-batch 16: 290 GiB to offload
+  auto const rows = published::rows_of(s, hw, true);
+  bool saw_lhs = false;
+  for (auto const& r : rows) {
+    if (r.key == "offload-lhs") {
+      saw_lhs = true;
+      EXPECT_GT(r.host_bytes, hw.pinnable_host_bytes());
+      EXPECT_FALSE(r.fits);
+    }
+    if (r.key == "planner") {
+      EXPECT_LE(r.host_bytes, hw.pinnable_host_bytes());
+      EXPECT_TRUE(r.fits);
+    }
+  }
+  EXPECT_TRUE(saw_lhs);
+}
+
+// Collectives from message sizes and the fabric: hierarchical all-gathers cross the network
+// once per domain; an all-to-all's remote share crosses each GPU's port.
+TEST(Model, CollectivesFromTheFabric) {
+  auto const hw = hardware::gb200();
+  double const S = 1e9;
+  double const eff_up = hw.scale_up_bytes_per_second * hw.collective_efficiency;
+  double const eff_out = hw.scale_out_bytes_per_second * hw.collective_efficiency;
+  EXPECT_DOUBLE_EQ(all_gather_seconds(S, 1, 1, hw), 0);
+  EXPECT_NEAR(all_gather_seconds(S, 64, 64, hw), hw.collective_latency_s + S * 63 / 64 / eff_up, 1e-12);
+  EXPECT_NEAR(all_gather_seconds(S, 128, 64, hw), hw.collective_latency_s + S * 127 / 128 / eff_up + S / 128 / eff_out, 1e-12);
+  EXPECT_NEAR(all_to_all_seconds(S, 128, 64, hw), hw.collective_latency_s + S * 63 / 128 / eff_up + S * 64 / 128 / eff_out, 1e-12);
+  EXPECT_EQ(job_domain_gpus(128, hw), 64u);
+  EXPECT_EQ(job_domain_gpus(64, hw), 64u);
+  EXPECT_EQ(job_domain_gpus(144, hw), 72u);
+  auto no_network = hw;
+  no_network.scale_out_bytes_per_second = 0;
+  EXPECT_THROW(all_gather_seconds(S, 128, 64, no_network), cost_model_error);
+  // FSDP: each layer gathers before forward and backward and reduces after; the hooks are there.
+  auto const m = models::deepseek_v3(4096, 1, 1);
+  training_spec t{.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}};
+  auto const c = transformer_costs(m, hw, t);
+  for (auto const& l : c.layers) {
+    EXPECT_GT(l.gather_us, 0);
+    EXPECT_DOUBLE_EQ(l.regather_us, l.gather_us);
+    EXPECT_GT(l.reduce_us, l.gather_us);  // FP32 gradients against BF16 weights
+  }
+  auto const col = training_collectives(t);
+  EXPECT_TRUE(col.before_forward && col.before_backward && col.after_backward);
+  EXPECT_THROW(transformer_costs(m, hw, {.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 48}}), cost_model_error);
+  EXPECT_THROW(transformer_costs(m, hw, {.layout = {.gpus = 64, .fsdp = 128}}), cost_model_error);
+}
+
+// Recomputing a MoE layer pays its dispatch all-to-all again: full remat loses more to keep-all
+// with expert parallelism than without it, by at least the dispatches of the recomputes (no
+// FSDP and no collective hooks here, so that only the all-to-all differs).
+TEST(Model, FullRematPaysTheAllToAllAgain) {
+  auto const hw = hardware::gb200();
+  auto const m = models::deepseek_v3(4096, 2, 1);
+  auto const st = transformer_stack(m);
+  auto gap = [&](std::uint32_t ep, double* dispatch_us) {
+    training_spec t{.layout = {.gpus = 64, .expert_parallel = ep}};
+    auto const costs = transformer_costs(m, hw, t);
+    *dispatch_us = all_to_all_seconds(static_cast<double>(m.tokens()) * m.top_k * m.hidden * 2, ep, ep, hw) * 1e6;
+    strategy_options o;
+    o.include_plan = false;
+    auto const rows = compare_strategies(st, costs, o);
+    EXPECT_EQ(rows[0].key, "keep-all");
+    EXPECT_EQ(rows[1].key, "full-remat");
+    return rows[1].step_us - rows[0].step_us;
+  };
+  double a2a_1 = 0, a2a_64 = 0;
+  auto const g1 = gap(1, &a2a_1), g64 = gap(64, &a2a_64);
+  EXPECT_EQ(a2a_1, 0);
+  EXPECT_GT(a2a_64, 0);
+  EXPECT_GE(g64 - g1, 0.99 * 58 * a2a_64) << "remat gap with EP 64: " << g64 << " us, with EP 1: " << g1 << " us";
+}
+
+// FP8 matrix products run at the FP8 rate; attention stays BF16.
+TEST(Model, PrecisionSetsTheMatmulRate) {
+  auto const hw = hardware::gb200();
+  EXPECT_DOUBLE_EQ(hw.matmul_seconds(1e15, precision::fp8), hw.matmul_seconds(1e15) / 2);
+  auto m = models::llama3_405b(8192, 1, 8);
+  auto const bf16 = transformer_costs(m, hw);
+  m.matmul = precision::fp8;
+  auto const fp8 = transformer_costs(m, hw);
+  EXPECT_LT(fp8.layers[0].forward_us, bf16.layers[0].forward_us);
+  EXPECT_GT(fp8.layers[0].forward_us, bf16.layers[0].forward_us / 2);  // attention and elementwise work remain
+  EXPECT_DOUBLE_EQ(transformer_step_flops(m), transformer_step_flops(models::llama3_405b(8192, 1, 8)));
+}
+
+// The published experiment, predicted: the orderings the study measured, the host bytes of its
+// DeepSeek-V3 offload (145.1 GiB: our slot sizes give it from the dimensions alone), prefetch
+// buffers costing HBM, and the planner never slower than the rows it is given.
+TEST(Model, PublishedExperimentFromPhysics) {
+  auto const hw = hardware::gb200();
+  auto const s = published::setups();
+  auto const ds = published::run(s[0], hw);
+  auto const ll = published::run(s[1], hw);
+  auto get = [](std::vector<published::row> const& rows, std::string_view k) {
+    for (auto const& r : rows)
+      if (r.strategy == k) return r;
+    ADD_FAILURE() << "no row " << k;
+    return published::row{};
+  };
+  auto const lhs = get(ds, "offload-lhs"), remat = get(ds, "full-remat"), naive = get(ds, "offload-naive"),
+             pipe = get(ds, "offload-lhs-pipelined"), keep = get(ds, "keep-all"), plan = get(ds, "planner");
+  EXPECT_NEAR(lhs.host_gib, 145.1, 0.1);
+  EXPECT_LT(lhs.step_ms, remat.step_ms);
+  EXPECT_LT(lhs.step_ms, naive.step_ms);
+  EXPECT_TRUE(lhs.fits);
+  EXPECT_FALSE(keep.fits);
+  EXPECT_GT(pipe.device_peak_gib, lhs.device_peak_gib);  // deeper prefetch: more staging in HBM
+  EXPECT_GT(lhs.device_peak_gib, naive.device_peak_gib);
+  EXPECT_LE(plan.step_ms, lhs.step_ms * (1 + 1e-9));
+  EXPECT_GE(lhs.largest_microbatch, 8u);
+  EXPECT_LE(lhs.device_peak_gib, gib(hw.hbm_bytes));
+  // Llama: offloading QKV with latency hiding gains a few percent over recomputing them; the
+  // naive offload is slower than no offload.
+  auto const l_lhs = get(ll, "offload-lhs"), l_remat = get(ll, "full-remat"), l_naive = get(ll, "offload-naive");
+  EXPECT_LT(l_lhs.step_ms, l_remat.step_ms);
+  EXPECT_LT(l_remat.step_ms / l_lhs.step_ms, 1.06);
+  EXPECT_GT(l_naive.step_ms, l_remat.step_ms);
+  EXPECT_TRUE(l_lhs.fits);
+  EXPECT_GE(l_lhs.largest_microbatch, 2u);
+}
