@@ -143,6 +143,7 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
   host_backend paced(po);
   std::vector<std::string_view> const names = {"d0", "d1", "d2", "d3"};
   int const cases = std::max(20, stress_cases() / 5);
+  int rejected = 0, gathered = 0;  // gathers with advances (rejected), gathers that ran
   for (int i = 0; i < cases; ++i) {
     stack_spec st;
     auto const n_types = uni(1, 3);
@@ -175,7 +176,9 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
                     .prefetch_distance = static_cast<std::uint32_t>(uni(0, 3)),
                     .chunk_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 14)),
                     .max_offloads_in_flight = static_cast<std::uint32_t>(uni(1, 3))};
-    how.collectives = {.before_forward = uni(0, 3) == 0, .after_backward = uni(0, 3) == 0};
+    how.collectives.before_forward = uni(0, 3) == 0;
+    how.collectives.after_backward = uni(0, 3) == 0;
+    how.collectives.before_backward = uni(0, 3) == 0;
     auto const sd = static_cast<std::uint32_t>(uni(1, L + 1));
     auto const sh = static_cast<std::uint32_t>(uni(0, 1) ? 0 : uni(1, 6));
     how.checkpoints.device_snapshots = uni(0, 5) ? sd : every_carry;
@@ -188,11 +191,22 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
     }
     auto const all = build_schedule(st, strategy{});
     auto const want = workload::run_carry_chain(fast, all, 2);
-    auto const s = build_schedule(st, how);
+    schedule s;
+    if (auto const issue = try_build_schedule_into(s, st, how)) {
+      // Gathers with advances: rejected, as an advance runs no gather hook.
+      ASSERT_EQ(issue.code, schedule_issue_code::advance_without_gather) << "case " << i << ": " << to_message(issue);
+      ASSERT_TRUE(how.collectives.before_forward || how.collectives.before_backward);
+      ++rejected;
+      how.collectives.before_forward = how.collectives.before_backward = false;
+      s = build_schedule(st, how);
+    }
+    gathered += how.collectives.before_forward || how.collectives.before_backward;
     auto& b = i % 2 ? paced : fast;
     ASSERT_EQ(workload::run_carry_chain(b, s, 2, {.debug_checks = true, .check_schedule = true}), want)
         << "case " << i << "\n" << describe(s);
   }
+  EXPECT_GT(rejected, 0);
+  EXPECT_GT(gathered, 0);
 }
 
 // The checker proves the carries' data flow: an advance reading the wrong buffer, or a copy's

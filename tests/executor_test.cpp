@@ -878,7 +878,7 @@ TEST(Hooks, NamedHooksGetTheirOpKindsAndLayers) {
 TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"}), r_remat({"y"})}),
                                                 .pipeline = {.prefetch_distance = 1},
-                                                .collectives = {.before_forward = true, .before_backward = true, .after_backward = true}});
+                                                .collectives = {.before_forward = true, .after_backward = true, .before_backward = true}});
   host_backend b;
   executor exec(b, s);
   std::mutex m;
@@ -895,7 +895,7 @@ TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
     void operator()(collective_context<stream_role> const& c) { note(std::string(to_string(c.kind)) + " " + std::to_string(c.layer)); }
     void finish_step() { ++finished; }
   } h{note};
-  exec.step(fwd, bwd, hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)});
+  exec.step(fwd, bwd, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)});
   EXPECT_EQ(h.finished, 1);
   auto at = [&](std::string const& what) {
     auto const i = std::find(order.begin(), order.end(), what);

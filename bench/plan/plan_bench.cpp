@@ -2,9 +2,11 @@
 // (goal: 50 ms or less).
 #include <benchmark/benchmark.h>
 
+#include <tide/plan/compare.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
+#include <tide/plan/training.hpp>
 #include <tide/plan/transformer.hpp>
 
 namespace {
@@ -45,6 +47,27 @@ void heuristic_plan_128_layers_8_slots(benchmark::State& state) {
   state.counters["schedules"] = static_cast<double>(evaluations);
 }
 BENCHMARK(heuristic_plan_128_layers_8_slots)->Unit(benchmark::kMillisecond);
+
+// The published experiment's DeepSeek-V3 row set (examples/plan --published): 61 layers with FSDP
+// gathers, regathers and reduce-scatters, the five fixed strategies and the seeded planner, on
+// GB200 at micro-batch 8.
+void published_deepseek_v3_strategy_table(benchmark::State& state) {
+  auto const m = tide::models::deepseek_v3(4096, 8, 1);
+  auto const hw = tide::hardware::gb200();
+  tide::training_spec const t{.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}};
+  auto const st = tide::transformer_stack(m);
+  auto const costs = tide::transformer_costs(m, hw, t);
+  auto const resident = tide::transformer_resident_memory(m, hw, t);
+  tide::strategy_options o;
+  o.device_budget = tide::activation_budget(hw, resident);
+  o.host_budget = hw.pinnable_host_bytes();
+  o.resident_bytes = resident.total();
+  o.collectives = tide::training_collectives(t);
+  o.offload_slots = {"q_latent", "kv_latent", "mlp_up"};
+  o.remat_rest = true;
+  for (auto _ : state) benchmark::DoNotOptimize(tide::compare_strategies(st, costs, o).size());
+}
+BENCHMARK(published_deepseek_v3_strategy_table)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

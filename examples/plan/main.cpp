@@ -155,10 +155,12 @@ int main(int argc, char** argv) {
       auto const costs = transformer_costs(m, hw);
       strategy_options so;
       so.device_budget = budget;
+      so.host_budget = hw.pinnable_host_bytes();  // the host memory this GPU may pin
       auto const t0 = std::chrono::steady_clock::now();
       auto const rows = compare_strategies(st, costs, so);
       plan_options po;
       po.device_budget = budget;
+      po.host_budget = hw.pinnable_host_bytes();
       auto const p = make_plan(st, costs, po);
       auto const ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (!a.json) {

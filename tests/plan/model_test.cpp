@@ -39,9 +39,12 @@ TEST(Model, ResidentMemoryFollowsTheLayout) {
   EXPECT_GT(r128.gathered_weights, 0u);
   EXPECT_GT(r128.logits, 0u);
   EXPECT_EQ(r128.layer_workspace, 0u);  // dense: no all-to-all
-  EXPECT_EQ(r128.total(), r128.weights + r128.gradients + r128.optimizer + r128.gathered_weights + r128.gradient_buffer +
-                              r128.workspace + r128.logits + r128.layer_workspace + r128.collective_buffers +
-                              r128.fragmentation);
+  // Two gathered layers (BF16) and one layer's FP32 gradients; every Llama layer is alike.
+  double const layer = (params - 2.0 * m.vocab * m.hidden) / m.layer_count;
+  EXPECT_NEAR(static_cast<double>(r128.gathered_weights), 2 * 2 * layer, 1e3);
+  EXPECT_NEAR(static_cast<double>(r128.gradient_buffer), 4 * layer, 1e3);
+  EXPECT_EQ(r128.logits, std::size_t{16384} * 128256 * 4);
+  EXPECT_EQ(r128.fragmentation, static_cast<std::size_t>(std::llround(0.05 * static_cast<double>(hw.hbm_bytes))));
   EXPECT_EQ(activation_budget(hw, r128), hw.hbm_bytes - r128.total());
   t.layout.fsdp = 16;  // 405B x 16 bytes / 16 GPUs: far beyond 186 GB
   EXPECT_EQ(activation_budget(hw, transformer_resident_memory(m, hw, t)), 0u);
@@ -82,9 +85,9 @@ TEST(Model, SharedLinkAndHostCapacity) {
 // cap does not fit, and the plan stays within it.
 TEST(Model, HostCapacityBinds) {
   auto const hw = hardware::gb200();
-  auto s = published::setups(16, 2)[0];  // DeepSeek-V3 at micro-batch 16: 290 GiB to offload
+  auto s = published::setups(10, 2)[0];  // DeepSeek-V3 at micro-batch 10: 181 GiB to offload
   auto const rows = published::rows_of(s, hw, true);
-  bool saw_lhs = false;
+  bool saw_lhs = false, saw_plan = false;
   for (auto const& r : rows) {
     if (r.key == "offload-lhs") {
       saw_lhs = true;
@@ -92,11 +95,13 @@ TEST(Model, HostCapacityBinds) {
       EXPECT_FALSE(r.fits);
     }
     if (r.key == "planner") {
+      saw_plan = true;
       EXPECT_LE(r.host_bytes, hw.pinnable_host_bytes());
       EXPECT_TRUE(r.fits);
     }
   }
   EXPECT_TRUE(saw_lhs);
+  EXPECT_TRUE(saw_plan);  // the planner found a plan within the cap
 }
 
 // Collectives from message sizes and the fabric: hierarchical all-gathers cross the network
@@ -125,6 +130,11 @@ TEST(Model, CollectivesFromTheFabric) {
     EXPECT_DOUBLE_EQ(l.regather_us, l.gather_us);
     EXPECT_GT(l.reduce_us, l.gather_us);  // FP32 gradients against BF16 weights
   }
+  // Each routed expert's state is sharded over fsdp / expert_parallel = 2 GPUs, 64 apart: one in
+  // each rack, so half of this GPU's experts' weights come over the network.
+  auto const expert_bytes = transformer_parameters(m).experts / 58 / 64 * 2;
+  EXPECT_GE(c.layers[10].gather_us, 1e6 * expert_bytes / 2 / eff_out);
+  EXPECT_LT(c.layers[0].gather_us, c.layers[10].gather_us);  // a dense layer: no experts
   auto const col = training_collectives(t);
   EXPECT_TRUE(col.before_forward && col.before_backward && col.after_backward);
   EXPECT_THROW(transformer_costs(m, hw, {.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 48}}), cost_model_error);
@@ -184,7 +194,7 @@ TEST(Model, PublishedExperimentFromPhysics) {
     return published::row{};
   };
   auto const lhs = get(ds, "offload-lhs"), remat = get(ds, "full-remat"), naive = get(ds, "offload-naive"),
-             pipe = get(ds, "offload-lhs-pipelined"), keep = get(ds, "keep-all"), plan = get(ds, "planner");
+             pipe = get(ds, "offload-lhs-pipelined"), keep = get(ds, "keep-all");
   EXPECT_NEAR(lhs.host_gib, 145.1, 0.1);
   EXPECT_LT(lhs.step_ms, remat.step_ms);
   EXPECT_LT(lhs.step_ms, naive.step_ms);
@@ -192,7 +202,9 @@ TEST(Model, PublishedExperimentFromPhysics) {
   EXPECT_FALSE(keep.fits);
   EXPECT_GT(pipe.device_peak_gib, lhs.device_peak_gib);  // deeper prefetch: more staging in HBM
   EXPECT_GT(lhs.device_peak_gib, naive.device_peak_gib);
-  EXPECT_LE(plan.step_ms, lhs.step_ms * (1 + 1e-9));
+  for (auto const* rows : {&ds, &ll})  // the planner is never slower than a row that fits
+    for (auto const& r : *rows)
+      if (r.fits) EXPECT_LE(get(*rows, "planner").step_ms, r.step_ms * (1 + 1e-9)) << r.model << " " << r.strategy;
   EXPECT_GE(lhs.largest_microbatch, 8u);
   EXPECT_LE(lhs.device_peak_gib, gib(hw.hbm_bytes));
   // Llama: offloading QKV with latency hiding gains a few percent over recomputing them; the

@@ -76,7 +76,7 @@ struct nccl_call {
 };
 
 //! The hooks: pass the same object as both hooks, by reference,
-//! `tide::hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)}`
+//! `tide::hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)}`
 //! (or only those the schedule makes room for); it dispatches on `ctx.kind` (`gather`, `regather`
 //! or `reduce`).
 //!
@@ -134,7 +134,10 @@ class nccl_hooks {
     return add(before_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
   }
   //! Before layer `layer`'s recompute and backward: gather every rank's `send_count` elements into
-  //! `recv` again (FSDP and ZeRO-3 free the gathered weights after the forward).
+  //! `recv` again (FSDP and ZeRO-3 free the gathered weights after the forward). Two receive
+  //! buffers serve gathers and regathers alike: the gather of layer l may use buffer l mod 2 and
+  //! its regather buffer (l + 1) mod 2 (without gathers before forward: (L - 1 - l) mod 2), since
+  //! each collective of the sequence waits for the last user of the one two before it.
   nccl_hooks& all_gather_before_backward(std::uint32_t layer, void const* send, void* recv, std::size_t send_count,
                                          ncclDataType_t type = ncclFloat32) {
     return add(before_backward_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
@@ -210,7 +213,7 @@ class nccl_hooks {
       throw collective_error("tide: nccl_hooks: layer " + std::to_string(layer) + " is beyond a stack of " +
                              std::to_string(where.size()) + " layers");
     where[layer].push_back(c);
-    used_.reserve(2 * where.size());
+    used_.reserve(3 * where.size());  // a gather, a regather and a reduce per layer at most
     return *this;
   }
   //! ncclInProgress is success-in-waiting on a non-blocking communicator: poll until it settles.

@@ -155,7 +155,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     scratch = std::max(scratch, lb.remat_bytes);
     s.layers.push_back(lb);
   }
-  auto const n_ops = 5 * std::size_t{L} + 2 * copies;
+  auto const n_ops = 6 * std::size_t{L} + 2 * copies;  // forward, recompute, backward, gather, regather, reduce
   if (n_ops > max_ops) return fail(detail::issue(c::too_many_ops, {}, {}, n_ops, max_ops));
   if (!policy.allow_unused_rules)
     for (std::size_t i = 0; i < rule_used.size(); ++i)
@@ -247,7 +247,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     actions.push_back(chain_action::turn(static_cast<std::int32_t>(L - 1)));
     for (std::uint32_t l = L; l-- > 0;) actions.push_back(chain_action::backward(static_cast<std::int32_t>(l)));
   }
-  // Ops beyond 5 per layer (the first sweep's forwards are among those): the later advances and
+  // Ops beyond 6 per layer (the first sweep's forwards are among those): the later advances and
   // the carry's copies. The actions are not validated yet: out-of-range advances are left to the
   // walk below, which names them.
   std::size_t extra_ops = 0, advanced = 0;
@@ -521,6 +521,8 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
             emit_forward(l, working, out);
             ++forwarded;
           } else {
+            if (collectives.before_forward || collectives.before_backward)
+              return fail(detail::issue(c::advance_without_gather, {}, stack.carry.name, l));
             emit_layer_op({op_kind::advance, compute, no_slot, l}, working, out);
             ++cb.advances;
           }

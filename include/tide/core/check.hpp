@@ -11,8 +11,9 @@
 //! - completeness: exactly one forward and one backward per layer, forwards in layer order and
 //!   backwards in reverse; a recompute exactly for the layers with a remat slot, after the
 //!   forward and before the backward; every offloaded slot offloaded and prefetched, each chunk
-//!   exactly once; gathers and collectives exactly where `collective_spec` asks, gathers before
-//!   their forward and collectives after their backward;
+//!   exactly once; gathers, regathers and reduces exactly where `collective_spec` asks, gathers
+//!   before their forward, regathers before their recompute and backward, reduces after their
+//!   backward;
 //! - copy geometry: copies are exactly where the bindings say. Chunk c of slot b covers bytes
 //!   [c * chunk_bytes, c * chunk_bytes + n) of the slot, n = min(chunk_bytes, b.bytes - c *
 //!   chunk_bytes) (all of it when the slot goes in one chunk), between device b.forward_offset
@@ -285,7 +286,7 @@ inline checked_program check_program(schedule_view const& s) {
     auto const& o = s.ops[i];
     auto const st = static_cast<std::size_t>(o.stream);
     if (o.layer >= L) check_fail("structure: op #" + str(i) + " names layer " + str(o.layer) + " beyond the " + str(L) + "-layer stack");
-    if (static_cast<std::uint8_t>(o.kind) > static_cast<std::uint8_t>(op_kind::regather))
+    if (static_cast<std::size_t>(o.kind) >= op_kind_count)
       check_fail("structure: op #" + str(i) + " has no valid kind");
     bool const carry_copy = is_copy(o.kind) && o.slot == carry_slot;
     if (o.slot != no_slot && !carry_copy && o.slot >= s.layers[o.layer].slot_count)
@@ -342,7 +343,7 @@ inline checked_program check_program(schedule_view const& s) {
 
   // Completeness: one forward, backward (and recompute where needed) per layer, in order.
   constexpr auto absent = std::numeric_limits<std::uint32_t>::max();
-  std::array<std::vector<std::uint32_t>, 9> by_kind;  // per op_kind, per layer: its op
+  std::array<std::vector<std::uint32_t>, op_kind_count> by_kind;  // per op_kind, per layer: its op
   for (auto& v : by_kind) v.assign(L, absent);
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];

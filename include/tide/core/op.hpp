@@ -22,6 +22,8 @@ enum class op_kind : std::uint8_t {
   advance,     //!< the forward lambda again, producing only the layer's carry out (a segment recomputation)
   regather,    //!< the before-backward collective hook of a layer (communication stream)
 };
+//! The number of op kinds (the last one's value plus one).
+inline constexpr std::size_t op_kind_count = static_cast<std::size_t>(op_kind::regather) + 1;
 
 constexpr std::string_view to_string(op_kind k) noexcept {
   switch (k) {

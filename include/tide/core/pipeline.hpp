@@ -28,10 +28,11 @@ struct pipeline_spec {
 //! Collective hooks the schedule makes room for, on the communication stream.
 struct collective_spec {
   bool before_forward = false;  //!< a gather hook before each layer's forward (e.g. its weights), one layer ahead
-  //! A regather hook before each layer's recompute and backward (e.g. its weights again, as FSDP
-  //! and ZeRO-3 free them after the forward), one layer ahead.
-  bool before_backward = false;
   bool after_backward = false;  //!< a reduce hook after each layer's backward (e.g. its gradients)
+  //! A regather hook before each layer's recompute and backward (e.g. its weights again, as FSDP
+  //! and ZeRO-3 free them after the forward), one layer ahead. Last, so that positional
+  //! initializers written before it existed keep their meaning.
+  bool before_backward = false;
   friend constexpr bool operator==(collective_spec const&, collective_spec const&) = default;
 };
 

@@ -38,6 +38,7 @@ enum class schedule_issue_code : std::uint8_t {
   zero_snapshots,
   host_tier_needs_reversal,
   bad_reversal,
+  advance_without_gather,
 };
 
 struct schedule_issue {
@@ -167,6 +168,11 @@ inline std::string to_message(schedule_issue const& i) {
     case c::bad_reversal:
       return "tide: the checkpoints' reversal (checkpoint_spec::reversal) is invalid at action " + std::to_string(i.value) +
              ": " + std::string(i.quantity);
+    case c::advance_without_gather:
+      return "tide: the checkpoints re-run layer " + std::to_string(i.value) + " forward (an advance, to rebuild carry " +
+             q(i.slot_name) + ") but the strategy's collectives gather before forward or backward, and an advance "
+             "runs no gather hook: it would read weights that are not there. Store every carry "
+             "(checkpoint_spec::device_snapshots = tide::every_carry) or drop the gather hooks";
     case c::size_overflow:
       return "tide: the " + std::string(i.quantity) +
              (i.slot_name.empty() ? std::string() : " of slot " + q(i.slot_name)) +
@@ -213,6 +219,9 @@ consteval void static_check() {
   static_assert(issue != c::host_tier_needs_reversal,
                 "tide: host snapshots need an explicit reversal (tide::two_tier_plan(...).actions)");
   static_assert(issue != c::bad_reversal, "tide: the checkpoints' reversal is invalid (tide::build_schedule names the action)");
+  static_assert(issue != c::advance_without_gather,
+                "tide: the checkpoints re-run layers (advances) but the collectives gather before forward or backward, "
+                "and an advance runs no gather hook: store every carry (tide::every_carry) or drop the gather hooks");
   static_assert(issue != c::size_overflow,
                 "tide: a slot size, guard, alignment or arena total does not fit in std::size_t: check the slot sizes, "
                 "guard bytes and alignments (tide::build_schedule names the slot and the quantity)");

@@ -62,8 +62,8 @@ struct no_hook {
 template <class BeforeForward = no_hook, class AfterBackward = no_hook, class BeforeBackward = no_hook>
 struct hooks {
   BeforeForward before_forward{};
-  BeforeBackward before_backward{};
   AfterBackward after_backward{};
+  BeforeBackward before_backward{};  // last: positional initializers written before it keep their meaning
 };
 namespace detail {
 template <class T>
@@ -264,12 +264,16 @@ class executor {
   //! hooks throw there when a peer's step failed). One object passed as several hooks is told once.
   struct finisher_of {
     void const* obj = nullptr;
+    void const* type = nullptr;  // one tag per hook type (const or not): an object is told once
     void (*call)(void const*) = nullptr;  // null: no finish_step()
   };
+  template <class T>
+  static constexpr char type_tag = 0;
   template <class Hook>
   static finisher_of finisher(Hook& h) {
     if constexpr (requires { h.finish_step(); })
-      return {std::addressof(h), [](void const* p) { const_cast<Hook*>(static_cast<Hook const*>(p))->finish_step(); }};
+      return {std::addressof(h), &type_tag<std::remove_cv_t<Hook>>,
+              [](void const* p) { const_cast<Hook*>(static_cast<Hook const*>(p))->finish_step(); }};
     else
       return {};
   }
@@ -279,7 +283,7 @@ class executor {
       for (std::size_t i = 0; i < hooks.size(); ++i) {
         if (!hooks[i].call) continue;
         bool told = false;
-        for (std::size_t j = 0; j < i; ++j) told |= hooks[j].call == hooks[i].call && hooks[j].obj == hooks[i].obj;
+        for (std::size_t j = 0; j < i; ++j) told |= hooks[j].obj == hooks[i].obj && hooks[j].type == hooks[i].type;
         if (!told) hooks[i].call(hooks[i].obj);
       }
     }

@@ -218,6 +218,8 @@ class plan_search {
     for (auto const& pc : opt_.candidates) alignment_ = std::min(alignment_, pc.buffers.device_alignment);
     layer_bytes_.assign(2 * stack_.layer_count(), 0);
     branch(d, 0, 0);
+    std::vector<point> seeds;
+    add_seeds(seeds);  // a seed's own pipeline may be none of the candidates
     best_.exact = true;
   }
 
@@ -571,13 +573,15 @@ class plan_search {
     return r;
   }
 
-  //! The seeds' decisions, each evaluated with every candidate pipeline, as starts.
+  //! The seeds' decisions, each evaluated with its own buffers and pipeline and with every
+  //! candidate's, as starts.
   void add_seeds(std::vector<point>& starts) {
     for (auto const& seed : opt_.seeds) {
       schedule s;
       if (try_build_schedule_into(s, stack_, seed)) continue;  // a seed that does not build is no start
       std::vector<placement> d(slots_.size());
       for (std::size_t i = 0; i < d.size(); ++i) d[i] = s.slots[i].where;
+      if (auto const t = evaluate(d, seed); t < std::numeric_limits<double>::infinity()) starts.push_back({d, seed, t});
       for (auto const& pc : opt_.candidates)
         if (auto const t = evaluate(d, pc); t < std::numeric_limits<double>::infinity()) starts.push_back({d, pc, t});
     }

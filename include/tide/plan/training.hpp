@@ -47,8 +47,8 @@ struct parallel_layout {
   //! GPU holds a whole replica of its tensor-parallel share).
   std::uint32_t fsdp = 1;
   std::uint32_t expert_parallel = 1;  //!< a MoE layer's routed experts split over this many GPUs
-  //! Pipeline stages: the stack given to the planner is one stage (its layers); the resident
-  //! state is the stage's share of the model.
+  //! Pipeline stages. The model given (`transformer_spec::layer_count`) is then one stage: its
+  //! layers are what the stage runs and holds; the stages only space the data-parallel replicas.
   std::uint32_t pipeline_parallel = 1;
 };
 
@@ -114,6 +114,7 @@ inline double collective_seconds(double near, double far, hardware_spec const& h
   if (far > 0 && !(hw.scale_out_bytes_per_second > 0))
     throw cost_model_error("tide: hardware '" + std::string(hw.name) + "': a collective leaves the NVLink domain of " +
                            std::to_string(hw.scale_up_gpus) + " GPUs but scale_out_bytes_per_second is 0");
+  // The two phases are added, an upper bound: NCCL may overlap a hierarchical collective's phases.
   double t = hw.collective_latency_s;
   if (near > 0) t += near / (hw.scale_up_bytes_per_second * hw.collective_efficiency);
   if (far > 0) t += far / (hw.scale_out_bytes_per_second * hw.collective_efficiency);
@@ -146,7 +147,7 @@ inline double all_reduce_seconds(double bytes, std::uint32_t n, std::uint32_t in
 //! forward and backward and a reduce after backward; with plain data parallelism, the reduce.
 inline collective_spec training_collectives(training_spec const& t) {
   bool const fsdp = t.layout.fsdp > 1;
-  return {.before_forward = fsdp, .before_backward = fsdp, .after_backward = fsdp || t.layout.gpus > 1};
+  return {.before_forward = fsdp, .after_backward = fsdp || t.layout.gpus > 1, .before_backward = fsdp};
 }
 
 }  // namespace tide

@@ -247,14 +247,20 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
   auto const dom = job_domain_gpus(lay.gpus, hw);
   auto const in_domain = [&](std::uint64_t group) { return static_cast<std::uint32_t>(std::min<std::uint64_t>(group, dom)); };
   double const tp_us = communication ? all_gather_seconds(T * h * e, m.tensor_parallel, in_domain(m.tensor_parallel), hw) * 1e6 : 0;
-  // FSDP and expert groups stride over the TP groups: a domain holds dom / TP of their members.
-  auto const strided_in_domain = [&](std::uint32_t group) {
-    return static_cast<std::uint32_t>(std::min<std::uint64_t>(group, std::max<std::uint64_t>(1, dom / std::min<std::uint64_t>(dom, m.tensor_parallel))));
+  // A group of n GPUs spaced `stride` apart has dom / stride of them in a domain (one when the
+  // stride spans a domain).
+  auto const spaced = [&](std::uint64_t n, std::uint64_t stride) {
+    return static_cast<std::uint32_t>(stride >= dom ? 1 : std::min<std::uint64_t>(n, dom / std::max<std::uint64_t>(stride, 1)));
   };
-  auto const replicas = static_cast<std::uint32_t>(
-      std::max<std::uint64_t>(1, lay.gpus / (std::uint64_t{lay.fsdp} * m.tensor_parallel * lay.pipeline_parallel)));
-  // Replicas sit a whole FSDP x TP x PP block apart: in one domain only if the job fits in one.
-  auto const replica_in_domain = lay.gpus <= dom ? replicas : 1u;
+  std::uint64_t const tpu = m.tensor_parallel, block = std::uint64_t{lay.fsdp} * tpu * lay.pipeline_parallel;
+  // Dense weights: FSDP over `fsdp` GPUs (TP apart); replicas a whole FSDP x TP x PP block apart.
+  auto const replicas = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, lay.gpus / block));
+  // Routed experts: split over expert_parallel GPUs, each expert's state sharded over the
+  // `max(fsdp, expert_parallel) / expert_parallel` GPUs that hold it (expert_parallel x TP apart).
+  std::uint64_t const expert_shard = std::max<std::uint64_t>(lay.fsdp, lay.expert_parallel);
+  auto const expert_group = static_cast<std::uint32_t>(expert_shard / lay.expert_parallel);
+  auto const expert_replicas =
+      static_cast<std::uint32_t>(std::max<std::uint64_t>(1, lay.gpus / (expert_shard * tpu * lay.pipeline_parallel)));
   layer_cost per_type[2];
   for (int moe = 0; moe < 2; ++moe) {
     auto const desc = detail::describe_layer(m, moe == 1);
@@ -267,7 +273,7 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
     }
     // Expert parallel: dispatch and combine each send the routed copies of the tokens.
     double const a2a_us =
-        communication && moe == 1 ? all_to_all_seconds(T * m.top_k * h * e / tp, lay.expert_parallel, strided_in_domain(lay.expert_parallel), hw) * 1e6
+        communication && moe == 1 ? all_to_all_seconds(T * m.top_k * h * e / tp, lay.expert_parallel, spaced(lay.expert_parallel, tpu), hw) * 1e6
                  : 0;
     double const comm_fwd = 4 * tp_us + 2 * a2a_us;
     double const fwd = hw.matmul_seconds(mat, m.matmul) + hw.matmul_seconds(attn) + hw.memory_seconds(mem);
@@ -281,15 +287,20 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
       if (s.name == "mlp_up") r += tp_us + a2a_us;                     // the gather before; the dispatch
       lc.slot_recompute_us.push_back(s.whole_forward ? lc.forward_us : r);
     }
-    // FSDP: the layer's weights gathered (its tensor-parallel share; of the routed experts, this
-    // GPU's), and its gradients reduce-scattered, over the FSDP group.
-    double const gathered = desc.params / tp + desc.expert_params / tp / lay.expert_parallel;
-    auto const fsdp_in = strided_in_domain(lay.fsdp);
-    lc.gather_us = all_gather_seconds(gathered * t.compute_weight_bytes, lay.fsdp, fsdp_in, hw) * 1e6;
+    // FSDP: the layer's weights gathered (its tensor-parallel share; of the routed experts, the
+    // ones this GPU runs), and its gradients reduce-scattered, each over the group sharding them,
+    // then each shard all-reduced over the replicas.
+    double const dense = desc.params / tp, experts = desc.expert_params / tp / lay.expert_parallel;
+    auto const gather = [&](double bytes_per_param) {
+      return all_gather_seconds(dense * bytes_per_param, lay.fsdp, spaced(lay.fsdp, tpu), hw) +
+             all_gather_seconds(experts * bytes_per_param, expert_group, spaced(expert_group, lay.expert_parallel * tpu), hw);
+    };
+    lc.gather_us = gather(t.compute_weight_bytes) * 1e6;
     lc.regather_us = lc.gather_us;
-    // Gradients: reduce-scattered over the FSDP group, then each shard all-reduced over the replicas.
-    lc.reduce_us = (all_gather_seconds(gathered * t.gradient_bytes, lay.fsdp, fsdp_in, hw) +
-                    all_reduce_seconds(gathered * t.gradient_bytes / lay.fsdp, replicas, replica_in_domain, hw)) *
+    lc.reduce_us = (gather(t.gradient_bytes) +
+                    all_reduce_seconds(dense * t.gradient_bytes / lay.fsdp, replicas, spaced(replicas, block), hw) +
+                    all_reduce_seconds(experts * t.gradient_bytes / expert_group, expert_replicas,
+                                       spaced(expert_replicas, expert_shard * tpu * lay.pipeline_parallel), hw)) *
                    1e6;
   }
   for (std::uint32_t l = 0; l < m.layer_count; ++l) c.layers.push_back(per_type[m.is_moe(l) ? 1 : 0]);
@@ -348,12 +359,14 @@ inline double transformer_step_flops(transformer_spec const& m) {
 inline resident_memory transformer_resident_memory(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
   auto const& lay = t.layout;
   auto const p = transformer_parameters(m);
-  // ZeRO-3: every parameter's state lives on one GPU of the fsdp x TP group of its stage.
-  double const shard = static_cast<double>(lay.fsdp) * m.tensor_parallel * lay.pipeline_parallel;
+  // ZeRO-3: every parameter's state lives on one GPU of the fsdp x TP group. `m` is the stage
+  // (with pipeline parallelism its layers are the stage's; its embedding and output head are
+  // counted, as the first and last stages hold them).
+  double const shard = static_cast<double>(lay.fsdp) * m.tensor_parallel;
   double const dense_state = (p.total - p.experts) / shard;
   // The routed experts are split over expert_parallel first; FSDP shards what each holds over
   // the rest of its group (at least one GPU).
-  double const expert_shard = std::max<double>(shard, static_cast<double>(lay.expert_parallel) * m.tensor_parallel * lay.pipeline_parallel);
+  double const expert_shard = std::max<double>(shard, static_cast<double>(lay.expert_parallel) * m.tensor_parallel);
   double const local = dense_state + p.experts / expert_shard;
   resident_memory r;
   auto const bytes = [](double x) { return static_cast<std::size_t>(std::llround(x)); };

@@ -30,8 +30,8 @@ struct layer_cost {
   //! `full_recompute_us()`, because a partial recompute runs only the ops it needs.
   std::vector<double> slot_recompute_us = {};
   double gather_us = 0;      //!< the collective before the layer's forward (e.g. a weight gather)
-  double regather_us = 0;    //!< the collective before the layer's recompute and backward (the weights again)
   double reduce_us = 0;  //!< the reduce hook after the layer's backward (e.g. a gradient reduce)
+  double regather_us = 0;    //!< the collective before the layer's recompute and backward (the weights again)
 
   constexpr double full_recompute_us() const noexcept { return recompute_us < 0 ? forward_us : recompute_us; }
   //! Recompute time when the slots bound as `remat` in `slots` are rematted.
