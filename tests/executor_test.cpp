@@ -909,7 +909,9 @@ TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
     EXPECT_LT(at("regather " + L), at("recompute " + L));
     EXPECT_LT(at("recompute " + L), at("backward " + L));
     EXPECT_LT(at("backward " + L), at("reduce " + L));
-    if (l + 2 < 6) EXPECT_LT(at("backward " + std::to_string(l + 2)), at("regather " + L));  // two buffers
+    if (l + 2 < 6) {
+      EXPECT_LT(at("backward " + std::to_string(l + 2)), at("regather " + L));  // two buffers
+    }
   }
   EXPECT_LT(at("forward 4"), at("regather 5"));
   EXPECT_LT(at("forward 5"), at("regather 4"));

@@ -10,8 +10,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLORS = {"forward": "#4C72B0", "recompute": "#8172B2", "backward": "#55A868", "offload": "#DD8452",
-          "prefetch": "#C44E52", "gather": "#937860", "collective": "#937860", "wait": "#DDDDDD"}
+COLORS = {"forward": "#4C72B0", "recompute": "#8172B2", "advance": "#CCB974", "backward": "#55A868",
+          "offload": "#DD8452", "prefetch": "#C44E52", "gather": "#937860", "collective": "#937860", "wait": "#DDDDDD"}
+SAME_AS = {"regather": "gather", "reduce": "collective"}  # one colour, one legend entry
 
 
 def main():
@@ -30,7 +31,7 @@ def main():
         if e.get("ph") != "X":
             continue
         y = len(lanes) - 1 - e["tid"]
-        cat = e.get("cat", "")
+        cat = SAME_AS.get(e.get("cat", ""), e.get("cat", ""))
         ax.broken_barh([(e["ts"] / 1000, e["dur"] / 1000)], (y - 0.4, 0.8), facecolors=COLORS.get(cat, "#999999"),
                        edgecolor="white" if cat != "wait" else "#999999", linewidth=0.3,
                        hatch="//" if cat == "wait" else None)

@@ -239,10 +239,12 @@ class basic_model {
     run_forward(l, s, saved, layer_tensor_set(kind(l)), output.data());
   }
 
-  //! Recompute mode: rebuilds the tensors in `which` from saved[decoder_layer_input] alone and
-  //! writes nothing else; they equal layer_forward's bitwise. Only the spans of `which` and the
-  //! layer input need to be provided.
-  void layer_recompute(std::size_t l, shape s, saved_spans const& saved, tensor_set which) {
+  //! Recompute mode: rebuilds the tensors in `which` from saved[decoder_layer_input] and the
+  //! tensors in `available` (saved tensors that still hold their data: kept, or prefetched back),
+  //! and writes nothing else; they equal layer_forward's bitwise. A tensor in `available` is read,
+  //! never recomputed, and neither is what only it needs. Only the spans of `which`, `available`
+  //! and the layer input need to be provided.
+  void layer_recompute(std::size_t l, shape s, saved_spans const& saved, tensor_set which, tensor_set available = {}) {
     check_shape(s);
     check_index(l);
     if (which.test(tensor_index(tensor::decoder_layer_input)))
@@ -252,8 +254,9 @@ class basic_model {
       if (foreign.test(i))
         throw std::invalid_argument("transformer: layer " + std::to_string(l) + " saves no " +
                                     std::string(name(static_cast<tensor>(i))));
-    check_spans(s, saved, which | tensor_set{}.set(tensor_index(tensor::decoder_layer_input)));
-    run_forward(l, s, saved, which, nullptr);
+    available &= layer_tensor_set(kind(l)) & ~which;
+    check_spans(s, saved, which | available | tensor_set{}.set(tensor_index(tensor::decoder_layer_input)));
+    run_forward(l, s, saved, which, nullptr, available);
   }
 
   //! Backward of layer l: reads the saved tensors, the parameters and grad_output; writes
@@ -371,7 +374,7 @@ class basic_model {
 
   // Which saved tensors a tensor is computed from (lower ids), for recompute to run only what
   // the requested subset needs; `output` stands for the layer's output.
-  static tensor_set needed(layer_kind kind, tensor_set want, bool output) {
+  static tensor_set needed(layer_kind kind, tensor_set want, bool output, tensor_set available = {}) {
     using enum tensor;
     auto set = [](std::initializer_list<tensor> ts) {
       tensor_set s;
@@ -395,16 +398,21 @@ class basic_model {
     if (output)
       need |= normed | (kind == layer_kind::dense ? set({mlpwi_0, mlpwi_1})
                                                   : set({router_logits, moe_mlpwo, shared_mlpwi_0, shared_mlpwi_1}));
+    tensor_set const provided = available & ~want;  // read from the saved spans, not computed
     for (std::size_t i = tensor_count; i-- > 0;)
-      if (need.test(i)) need |= deps[i];
-    return need;
+      if (need.test(i) && !provided.test(i)) need |= deps[i];
+    return need & ~provided;
   }
 
-  void run_forward(std::size_t l, shape s, saved_spans const& saved, tensor_set want, Real* output) {
+  void run_forward(std::size_t l, shape s, saved_spans const& saved, tensor_set want, Real* output,
+                   tensor_set available = {}) {
     using enum tensor;
     layer_kind const lk = kind(l);
-    tensor_set const need = needed(lk, want, output != nullptr);
-    auto is = [&](tensor t) { return need.test(tensor_index(t)); };
+    tensor_set const need = needed(lk, want, output != nullptr, available);
+    auto is = [&](tensor t) { return need.test(tensor_index(t)); };  // computed here
+    // Read from the saved spans instead (available, not wanted).
+    auto has = [&](tensor t) { return available.test(tensor_index(t)) && !want.test(tensor_index(t)); };
+    auto src = [&](tensor t) -> Real* { return saved[tensor_index(t)].data(); };
     // A tensor goes where the caller wants it, or to scratch when it is only a means.
     auto dst = [&](tensor t) -> Real* {
       if (want.test(tensor_index(t))) return saved[tensor_index(t)].data();
@@ -416,8 +424,10 @@ class basic_model {
     Real const* x = saved[tensor_index(decoder_layer_input)].data();
 
     // Attention block.
-    Real* r1 = is(attention_norm_inv_rms) ? dst(attention_norm_inv_rms) : nullptr;
-    if (r1) kernels::rms_inv(x, n, d, c_.norm_eps, r1);
+    Real* r1 = is(attention_norm_inv_rms) ? dst(attention_norm_inv_rms)
+               : has(attention_norm_inv_rms) ? src(attention_norm_inv_rms)
+                                              : nullptr;
+    if (is(attention_norm_inv_rms)) kernels::rms_inv(x, n, d, c_.norm_eps, r1);
     Real *q = nullptr, *k = nullptr, *v = nullptr;
     if (is(query_proj) || is(key_proj) || is(value_proj)) {
       Real* xn = work(w_xn_, n * d);
@@ -433,23 +443,36 @@ class basic_model {
       }
       if (is(value_proj)) blas::gemm_nn(n, kvw, d, xn, w(p.wv), Real{0}, v = dst(value_proj));
     }
+    if (!q && has(query_proj)) q = src(query_proj);
+    if (!k && has(key_proj)) k = src(key_proj);
+    if (!v && has(value_proj)) v = src(value_proj);
     Real* o = nullptr;
     if (is(attention_out) || is(attention_lse)) {
       o = dst(attention_out);
       kernels::attention_forward(dims(s), q, k, v, o, dst(attention_lse));
+    } else if (has(attention_out)) {
+      o = src(attention_out);
     }
     Real* a = nullptr;
     if (is(out_proj)) blas::gemm_nn(n, d, qw, o, w(p.wo), Real{0}, a = dst(out_proj));
+    else if (has(out_proj)) a = src(out_proj);
 
-    // MLP block, on h = x + attention.
-    if (!is(mlp_norm_inv_rms)) return;
-    Real* h = residual(x, a, n * d);
-    Real* r2 = dst(mlp_norm_inv_rms);
-    kernels::rms_inv(h, n, d, c_.norm_eps, r2);
-    bool const any_mlp = output || (need & ~set_through(mlp_norm_inv_rms)).any();
-    if (!any_mlp) return;
-    Real* hn = work(w_hn_, n * d);
-    kernels::rms_apply(h, r2, w(p.mlp_norm), n, d, hn);
+    // MLP block, on h = x + attention; hn, its normalization, feeds the MLP's projections.
+    bool const beyond = output || (need & ~set_through(mlp_norm_inv_rms)).any();
+    if (!is(mlp_norm_inv_rms) && !beyond) return;
+    bool const uses_hn = output || is(mlpwi_0) || is(mlpwi_1) || is(router_logits) || is(moe_mlpwi_0) ||
+                         is(moe_mlpwi_1) || is(shared_mlpwi_0) || is(shared_mlpwi_1);
+    Real *h = nullptr, *hn = nullptr;
+    if (is(mlp_norm_inv_rms) || uses_hn) {
+      h = residual(x, a, n * d);
+      Real* r2 = is(mlp_norm_inv_rms) ? dst(mlp_norm_inv_rms) : src(mlp_norm_inv_rms);
+      if (is(mlp_norm_inv_rms)) kernels::rms_inv(h, n, d, c_.norm_eps, r2);
+      if (uses_hn) {
+        hn = work(w_hn_, n * d);
+        kernels::rms_apply(h, r2, w(p.mlp_norm), n, d, hn);
+      }
+    }
+    if (!beyond) return;
 
     if (lk == layer_kind::dense) {
       std::size_t const f = c_.mlp_hidden;
@@ -467,16 +490,17 @@ class basic_model {
     std::size_t const E = c_.experts, K = c_.top_k, he = c_.expert_hidden, hs = c_.shared_hidden;
     Real* logits = nullptr;
     if (is(router_logits)) blas::gemm_nn(n, E, d, hn, w(p.router), Real{0}, logits = dst(router_logits));
+    else if (has(router_logits)) logits = src(router_logits);
     Real *eg = nullptr, *eu = nullptr, *eo = nullptr;
     if (is(moe_mlpwi_0) || is(moe_mlpwi_1) || is(moe_mlpwo)) {
       kernels::route(logits, n, E, K, c_.renormalize_top_k, routing_);
-      Real* xg = gather(hn, n);
-      if (is(moe_mlpwi_0)) eg = dst(moe_mlpwi_0);
-      if (is(moe_mlpwi_1)) eu = dst(moe_mlpwi_1);
+      Real* xg = is(moe_mlpwi_0) || is(moe_mlpwi_1) ? gather(hn, n) : nullptr;
+      eg = is(moe_mlpwi_0) ? dst(moe_mlpwi_0) : has(moe_mlpwi_0) ? src(moe_mlpwi_0) : nullptr;
+      eu = is(moe_mlpwi_1) ? dst(moe_mlpwi_1) : has(moe_mlpwi_1) ? src(moe_mlpwi_1) : nullptr;
       for (std::size_t e = 0; e < E; ++e) {
         std::size_t const r0 = routing_.offset[e], rows = routing_.offset[e + 1] - r0;
-        if (eg) blas::gemm_nn(rows, he, d, xg + r0 * d, w(p.expert_gate) + e * d * he, Real{0}, eg + r0 * he);
-        if (eu) blas::gemm_nn(rows, he, d, xg + r0 * d, w(p.expert_up) + e * d * he, Real{0}, eu + r0 * he);
+        if (is(moe_mlpwi_0)) blas::gemm_nn(rows, he, d, xg + r0 * d, w(p.expert_gate) + e * d * he, Real{0}, eg + r0 * he);
+        if (is(moe_mlpwi_1)) blas::gemm_nn(rows, he, d, xg + r0 * d, w(p.expert_up) + e * d * he, Real{0}, eu + r0 * he);
       }
       if (is(moe_mlpwo)) {
         eo = dst(moe_mlpwo);

@@ -310,6 +310,50 @@ TEST(TransformerRecompute, SubsetsRebuildBitwiseAndGiveTheSameGradients) {
   EXPECT_GT(recomputed, 100);
 }
 
+// With the kept tensors passed as available, recompute reads them instead of rebuilding them
+// (tide's recompute: kept and prefetched slots hold their data), bitwise equal all the same; and
+// it really reads them: a changed query projection changes the recomputed attention.
+TEST(TransformerRecompute, AvailableTensorsAreReadNotRebuilt) {
+  driven run(tiny());
+  transformer::rng r{91};
+  for (int trial = 0; trial < 24; ++trial) {
+    std::vector<std::vector<std::vector<float>>> data(run.c.layers);
+    std::vector<transformer::model::saved_spans> saved(run.c.layers);
+    for (std::size_t l = 0; l < run.c.layers; ++l) {
+      data[l].resize(tensor_count);
+      tensor_set remat, kept;
+      auto const own = transformer::layer_tensors(run.m.kind(l));
+      for (tensor t : own) {
+        bool const r_t = t != tensor::decoder_layer_input && r.below(2) == 1;
+        (r_t ? remat : kept).set(tensor_index(t));
+        auto const& ref = run.data[l][tensor_index(t)];
+        data[l][tensor_index(t)] = r_t ? std::vector<float>(ref.size(), -12345.0f) : ref;
+        saved[l][tensor_index(t)] = data[l][tensor_index(t)];
+      }
+      run.m.layer_recompute(l, tiny_shape, saved[l], remat, kept);
+      for (tensor t : own)
+        EXPECT_TRUE(bitwise_equal(data[l][tensor_index(t)], run.data[l][tensor_index(t)]))
+            << "trial " << trial << ", layer " << l << ": " << transformer::name(t);
+    }
+    EXPECT_TRUE(bitwise_equal(run.backward(saved), run.gradients)) << "trial " << trial;
+  }
+  auto spans = run.saved[0];
+  std::vector<float> q = run.data[0][tensor_index(tensor::query_proj)], out(run.data[0][tensor_index(tensor::attention_out)].size());
+  // Token 3 of the first sequence (its own query, attending to four keys; token 0 attends to
+  // itself alone, so its query does not matter), every query feature.
+  std::size_t const qw = run.c.heads * run.c.head_dim();
+  for (std::size_t i = 0; i < qw; ++i) q[3 * qw + i] += 1.0f;
+  spans[tensor_index(tensor::query_proj)] = q;
+  spans[tensor_index(tensor::attention_out)] = out;
+  tensor_set const want = tensor_set{}.set(tensor_index(tensor::attention_out));
+  tensor_set available;
+  for (tensor t : {tensor::query_proj, tensor::key_proj, tensor::value_proj}) available.set(tensor_index(t));
+  run.m.layer_recompute(0, tiny_shape, spans, want, available);
+  EXPECT_FALSE(bitwise_equal(out, run.data[0][tensor_index(tensor::attention_out)]));
+  run.m.layer_recompute(0, tiny_shape, spans, want);  // without: rebuilt from the input alone
+  EXPECT_TRUE(bitwise_equal(out, run.data[0][tensor_index(tensor::attention_out)]));
+}
+
 TEST(TransformerRecompute, SingleTensorsNeedOnlyTheInput) {
   driven run(tiny());
   for (std::size_t l = 0; l < run.c.layers; ++l)

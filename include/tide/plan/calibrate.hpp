@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include <tide/backends/host/host_backend.hpp>
@@ -28,6 +30,10 @@ struct calibration_options {
   bool measure_recompute = true;
   bool measure_link = true;
   bool measure_sync = true;  //!< the cross-stream wake-up latency (`cost_table::sync_latency_us`)
+  //! Fills a stack's input carry (arena bytes, on the backend's device) before each measured
+  //! schedule's steps, so the lambdas time real data (a router on zeros sends every token to the
+  //! same experts). Empty: zeros where the device memory is host-accessible, else left as it is.
+  std::function<void(std::span<std::byte>)> input;
 };
 
 namespace detail {
@@ -58,8 +64,14 @@ inline link_model fit_link(std::vector<std::pair<double, double>> const& xy) {
 
 template <class Backend, class Forward, class Backward>
 void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, Forward& f, Backward& b,
-                    std::vector<timeline>& out) {
+                    std::vector<timeline>& out, calibration_options const& opt) {
   executor<Backend> ex(backend, s.view());
+  // A stack's input carry holds defined data (left poisoned, an input that passes through a
+  // residual unchanged would read as an unwritten carry out).
+  if (auto in = ex.carry_input(); !in.empty()) {
+    if (opt.input) opt.input(in);
+    else if constexpr (Backend::device_memory_is_host_accessible) std::fill(in.begin(), in.end(), std::byte{0});
+  }
   out.assign(repeats, {});
   ex.step(f, b);  // warm-up: arenas touched, threads running
   for (auto& t : out) {
@@ -91,7 +103,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
   };
 
   auto keep = build_schedule(stack, strategy{});
-  detail::measured_steps(backend, keep, opt.repeats, forward, backward, runs);
+  detail::measured_steps(backend, keep, opt.repeats, forward, backward, runs, opt);
   per_layer(keep, op_kind::forward, [](layer_cost& lc, double us) { lc.forward_us = us; });
   per_layer(keep, op_kind::backward, [](layer_cost& lc, double us) { lc.backward_us = us; });
   {  // Keep-all has no waits: the gaps between consecutive compute ops are the dispatch overhead.
@@ -112,7 +124,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
         all_but_inputs.slots.push_back(sl.name);
   if (opt.measure_recompute && !all_but_inputs.slots.empty()) {
     auto remat = build_schedule(stack, {.policy = {all_but_inputs}});
-    detail::measured_steps(backend, remat, opt.repeats, forward, backward, runs);
+    detail::measured_steps(backend, remat, opt.repeats, forward, backward, runs, opt);
     per_layer(remat, op_kind::recompute, [](layer_cost& lc, double us) { lc.recompute_us = us; });
   }
 
@@ -126,7 +138,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
                                                      .prefetch_distance = 0,
                                                      .chunk_bytes = chunk,
                                                      .max_offloads_in_flight = 1}});
-      detail::measured_steps(backend, off, opt.repeats, forward, backward, runs);
+      detail::measured_steps(backend, off, opt.repeats, forward, backward, runs, opt);
       for (auto const& t : runs)
         for (auto const& sp : t.ops) {
           auto const& o = off.ops[sp.op];
@@ -144,7 +156,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     auto hide = build_schedule(stack, {.policy = {rule_spec{.where = placement::offload}},
                                        .pipeline = {.prefetch_distance = std::min<std::uint32_t>(1, L - 1)}});
     std::vector<double> recorded_by(hide.event_count, -1), gaps;
-    detail::measured_steps(backend, hide, opt.repeats, forward, backward, runs);
+    detail::measured_steps(backend, hide, opt.repeats, forward, backward, runs, opt);
     for (auto const& t : runs) {
       std::fill(recorded_by.begin(), recorded_by.end(), -1.0);
       for (auto const& sp : t.ops)
