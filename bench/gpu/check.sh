@@ -117,6 +117,10 @@ done
 if grep -q '^examples/cuda_stack/data_parallel:' <<<"$all_targets"; then
   targets+=(examples/cuda_stack/data_parallel)
 fi
+# The transformer's CUDA twin, where OpenBLAS was found (its CPU model draws the weights).
+if grep -q '^examples/transformer/transformer_cuda:' <<<"$all_targets"; then
+  targets+=(examples/transformer/transformer_cuda)
+fi
 logged build 1200 ninja -C "$build" "${targets[@]}"
 echo "built: ${targets[*]}"
 
@@ -124,6 +128,17 @@ phase "CUDA tests"
 logged cuda-tests 150 meson test -C "$build" --suite cuda --print-errorlogs --no-rebuild
 grep -E '^(Ok|Fail|Skipped|Timeout):' "$build/cuda-tests.log" | tr '\n' ' '
 echo
+
+transformer_row="not built (no OpenBLAS)"
+if [[ -x $build/examples/transformer/transformer_cuda ]]; then
+  if ((dry_run)); then
+    transformer_row="skipped (dry run)"
+  else
+    transformer_row=$(within 300 env OPENBLAS_NUM_THREADS=1 "$build/examples/transformer/transformer_cuda" --small | tail -n 1) ||
+      { echo "check.sh: the transformer's CUDA twin failed: $transformer_row" >&2; exit 1; }
+  fi
+fi
+echo "transformer (CUDA twin, every policy): $transformer_row"
 
 phase "compute-sanitizer (small case)"
 sanitized=skipped
