@@ -15,7 +15,9 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -156,6 +158,54 @@ inline tensor_set layer_tensor_set(layer_kind kind) {
   tensor_set s;
   for (tensor t : layer_tensors(kind)) s.set(tensor_index(t));
   return s;
+}
+
+//! The set of tensors up to and including t (ids are in forward order).
+inline tensor_set tensors_through(tensor t) {
+  tensor_set s;
+  for (std::size_t i = 0; i <= tensor_index(t); ++i) s.set(i);
+  return s;
+}
+
+//! What a layer's forward computes to produce `want` (and, with `output`, the layer's output):
+//! each tensor is computed from saved tensors of lower ids, and a tensor in `available` that is
+//! not wanted is read from its saved span, so neither it nor what only it needs is computed.
+//! Shared by the CPU model and its CUDA twin, so both recompute exactly the same subset.
+inline tensor_set forward_needs(layer_kind kind, tensor_set want, bool output, tensor_set available = {}) {
+  using enum tensor;
+  auto set = [](std::initializer_list<tensor> ts) {
+    tensor_set s;
+    for (tensor t : ts) s.set(tensor_index(t));
+    return s;
+  };
+  tensor_set const normed = set({decoder_layer_input, out_proj, mlp_norm_inv_rms});  // the MLP's input
+  std::array<tensor_set, tensor_count> deps{};
+  auto depends = [&](std::initializer_list<tensor> ts, tensor_set on) {
+    for (tensor t : ts) deps[tensor_index(t)] = on;
+  };
+  depends({attention_norm_inv_rms}, set({decoder_layer_input}));
+  depends({query_proj, key_proj, value_proj}, set({decoder_layer_input, attention_norm_inv_rms}));
+  depends({attention_out, attention_lse}, set({query_proj, key_proj, value_proj}));
+  depends({out_proj}, set({attention_out}));
+  depends({mlp_norm_inv_rms}, set({decoder_layer_input, out_proj}));
+  depends({mlpwi_0, mlpwi_1, router_logits, shared_mlpwi_0, shared_mlpwi_1}, normed);
+  depends({moe_mlpwi_0, moe_mlpwi_1}, normed | set({router_logits}));
+  depends({moe_mlpwo}, set({router_logits, moe_mlpwi_0, moe_mlpwi_1}));
+  tensor_set need = want;
+  if (output)
+    need |= normed | (kind == layer_kind::dense ? set({mlpwi_0, mlpwi_1})
+                                                : set({router_logits, moe_mlpwo, shared_mlpwi_0, shared_mlpwi_1}));
+  tensor_set const provided = available & ~want;  // read from the saved spans, not computed
+  for (std::size_t i = tensor_count; i-- > 0;)
+    if (need.test(i) && !provided.test(i)) need |= deps[i];
+  return need & ~provided;
+}
+
+//! FNV-1a over bytes: the gradient checksum that must agree bitwise across policies.
+inline std::uint64_t fnv1a(std::span<std::byte const> bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (auto b : bytes) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ull;
+  return h;
 }
 
 namespace detail {

@@ -372,43 +372,11 @@ class basic_model {
   Real const* w(std::size_t offset) const { return w_.data() + offset; }
   Real* dw(std::size_t offset) { return g_.data() + offset; }
 
-  // Which saved tensors a tensor is computed from (lower ids), for recompute to run only what
-  // the requested subset needs; `output` stands for the layer's output.
-  static tensor_set needed(layer_kind kind, tensor_set want, bool output, tensor_set available = {}) {
-    using enum tensor;
-    auto set = [](std::initializer_list<tensor> ts) {
-      tensor_set s;
-      for (tensor t : ts) s.set(tensor_index(t));
-      return s;
-    };
-    tensor_set const normed = set({decoder_layer_input, out_proj, mlp_norm_inv_rms});  // the MLP's input
-    std::array<tensor_set, tensor_count> deps{};
-    auto depends = [&](std::initializer_list<tensor> ts, tensor_set on) {
-      for (tensor t : ts) deps[tensor_index(t)] = on;
-    };
-    depends({attention_norm_inv_rms}, set({decoder_layer_input}));
-    depends({query_proj, key_proj, value_proj}, set({decoder_layer_input, attention_norm_inv_rms}));
-    depends({attention_out, attention_lse}, set({query_proj, key_proj, value_proj}));
-    depends({out_proj}, set({attention_out}));
-    depends({mlp_norm_inv_rms}, set({decoder_layer_input, out_proj}));
-    depends({mlpwi_0, mlpwi_1, router_logits, shared_mlpwi_0, shared_mlpwi_1}, normed);
-    depends({moe_mlpwi_0, moe_mlpwi_1}, normed | set({router_logits}));
-    depends({moe_mlpwo}, set({router_logits, moe_mlpwi_0, moe_mlpwi_1}));
-    tensor_set need = want;
-    if (output)
-      need |= normed | (kind == layer_kind::dense ? set({mlpwi_0, mlpwi_1})
-                                                  : set({router_logits, moe_mlpwo, shared_mlpwi_0, shared_mlpwi_1}));
-    tensor_set const provided = available & ~want;  // read from the saved spans, not computed
-    for (std::size_t i = tensor_count; i-- > 0;)
-      if (need.test(i) && !provided.test(i)) need |= deps[i];
-    return need & ~provided;
-  }
-
   void run_forward(std::size_t l, shape s, saved_spans const& saved, tensor_set want, Real* output,
                    tensor_set available = {}) {
     using enum tensor;
     layer_kind const lk = kind(l);
-    tensor_set const need = needed(lk, want, output != nullptr, available);
+    tensor_set const need = forward_needs(lk, want, output != nullptr, available);
     auto is = [&](tensor t) { return need.test(tensor_index(t)); };  // computed here
     // Read from the saved spans instead (available, not wanted).
     auto has = [&](tensor t) { return available.test(tensor_index(t)) && !want.test(tensor_index(t)); };
@@ -458,7 +426,7 @@ class basic_model {
     else if (has(out_proj)) a = src(out_proj);
 
     // MLP block, on h = x + attention; hn, its normalization, feeds the MLP's projections.
-    bool const beyond = output || (need & ~set_through(mlp_norm_inv_rms)).any();
+    bool const beyond = output || (need & ~tensors_through(mlp_norm_inv_rms)).any();
     if (!is(mlp_norm_inv_rms) && !beyond) return;
     bool const uses_hn = output || is(mlpwi_0) || is(mlpwi_1) || is(router_logits) || is(moe_mlpwi_0) ||
                          is(moe_mlpwi_1) || is(shared_mlpwi_0) || is(shared_mlpwi_1);
@@ -647,12 +615,6 @@ class basic_model {
     blas::gemm_nt(n, d, f, du, w(w_up), Real{1}, dx);
   }
 
-  // The set of tensors up to and including t (ids are in forward order).
-  static tensor_set set_through(tensor t) {
-    tensor_set s;
-    for (std::size_t i = 0; i <= tensor_index(t); ++i) s.set(i);
-    return s;
-  }
 
   kernels::attention_dims dims(shape s) const { return {s.batch, s.seq, c_.heads, c_.kv_heads, c_.head_dim()}; }
 

@@ -86,13 +86,6 @@ inline std::vector<named_strategy> published_strategies(std::size_t layers) {
   };
 }
 
-//! FNV-1a over bytes: the gradient checksum that must agree bitwise across policies.
-inline std::uint64_t fnv1a(std::span<std::byte const> bytes) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (auto b : bytes) h = (h ^ static_cast<std::uint64_t>(b)) * 0x100000001b3ull;
-  return h;
-}
-
 //! Trains a `model` (float) one step at a time through a tide executor: the embedding writes the
 //! executor's carry input, the layers run in the executor's lambdas on tide's slots, the head
 //! runs in the last layer's backward, the embedding's backward after the step.

@@ -197,10 +197,7 @@ class gpu_model {
   std::uint64_t gradient_checksum() const {
     std::vector<float> g(grad_.size());
     TRANSFORMER_CUDA(cudaMemcpy(g.data(), grad_.get(), g.size() * sizeof(float), cudaMemcpyDeviceToHost));
-    std::uint64_t h = 0xcbf29ce484222325ull;
-    for (auto const* b = reinterpret_cast<unsigned char const*>(g.data()), *e = b + g.size() * sizeof(float); b != e; ++b)
-      h = (h ^ *b) * 0x100000001b3ull;
-    return h;
+    return fnv1a(std::as_bytes(std::span<float const>(g)));
   }
   float* gradients() const { return grad_.get(); }
   std::size_t parameter_count() const { return w_.size(); }
@@ -314,7 +311,7 @@ class gpu_model {
     using enum tensor;
     TRANSFORMER_CUDA(cublasSetStream(g_.h, st));
     auto const lk = kind(l);
-    tensor_set const need = needed(lk, want, output != nullptr, available);
+    tensor_set const need = forward_needs(lk, want, output != nullptr, available);
     auto is = [&](tensor t) { return need.test(tensor_index(t)); };
     auto has = [&](tensor t) { return available.test(tensor_index(t)) && !want.test(tensor_index(t)); };
     auto dst = [&](tensor t) { return want.test(tensor_index(t)) ? sv[tensor_index(t)] : scratch(t); };
@@ -348,7 +345,7 @@ class gpu_model {
     if (is(out_proj)) g_.nn(n, d, qw, o, w(p.wo), 0.0f, a = dst(out_proj));
     else if (has(out_proj)) a = src(out_proj);
 
-    bool const beyond = output || (need & ~through(mlp_norm_inv_rms)).any();
+    bool const beyond = output || (need & ~tensors_through(mlp_norm_inv_rms)).any();
     if (!is(mlp_norm_inv_rms) && !beyond) return;
     bool const uses_hn = output || is(mlpwi_0) || is(mlpwi_1) || is(router_logits) || is(moe_mlpwi_0) ||
                          is(moe_mlpwi_1) || is(shared_mlpwi_0) || is(shared_mlpwi_1);
@@ -419,41 +416,6 @@ class gpu_model {
     g_.nt(n, d, f, du_.get(), w(w_up), 1.0f, dx);
   }
 
-  //! model.hpp's dependency closure (restated: it is private there).
-  static tensor_set needed(layer_kind kind, tensor_set want, bool output, tensor_set available) {
-    using enum tensor;
-    auto set = [](std::initializer_list<tensor> ts) {
-      tensor_set s;
-      for (tensor t : ts) s.set(tensor_index(t));
-      return s;
-    };
-    tensor_set const normed = set({decoder_layer_input, out_proj, mlp_norm_inv_rms});
-    std::array<tensor_set, tensor_count> deps{};
-    auto depends = [&](std::initializer_list<tensor> ts, tensor_set on) {
-      for (tensor t : ts) deps[tensor_index(t)] = on;
-    };
-    depends({attention_norm_inv_rms}, set({decoder_layer_input}));
-    depends({query_proj, key_proj, value_proj}, set({decoder_layer_input, attention_norm_inv_rms}));
-    depends({attention_out, attention_lse}, set({query_proj, key_proj, value_proj}));
-    depends({out_proj}, set({attention_out}));
-    depends({mlp_norm_inv_rms}, set({decoder_layer_input, out_proj}));
-    depends({mlpwi_0, mlpwi_1, router_logits, shared_mlpwi_0, shared_mlpwi_1}, normed);
-    depends({moe_mlpwi_0, moe_mlpwi_1}, normed | set({router_logits}));
-    depends({moe_mlpwo}, set({router_logits, moe_mlpwi_0, moe_mlpwi_1}));
-    tensor_set need = want;
-    if (output)
-      need |= normed | (kind == layer_kind::dense ? set({mlpwi_0, mlpwi_1})
-                                                  : set({router_logits, moe_mlpwo, shared_mlpwi_0, shared_mlpwi_1}));
-    tensor_set const provided = available & ~want;
-    for (std::size_t i = tensor_count; i-- > 0;)
-      if (need.test(i) && !provided.test(i)) need |= deps[i];
-    return need & ~provided;
-  }
-  static tensor_set through(tensor t) {
-    tensor_set s;
-    for (std::size_t i = 0; i <= tensor_index(t); ++i) s.set(i);
-    return s;
-  }
 
   config c_;
   shape s_;
