@@ -3,6 +3,8 @@
 #   tide::tide  header-only, C++20, threads
 #   tide::cuda  tide::tide + the CUDA runtime, CCCL's include folder and, when found, NCCL
 #               (defined when the consumer's CUDAToolkit is found)
+#   tide::json  tide::tide + nlohmann/json, for <tide/io/json.hpp> (defined when the consumer's
+#               nlohmann_json package is found)
 include_guard(GLOBAL)
 
 find_package(Threads REQUIRED)
@@ -39,4 +41,10 @@ if(CUDAToolkit_FOUND AND NOT TARGET tide::cuda)
   unset(_tide_cccl)
   unset(_tide_cuda_libs)
   unset(_tide_has_nccl)
+endif()
+
+find_package(nlohmann_json 3.10 QUIET)
+if(nlohmann_json_FOUND AND NOT TARGET tide::json)
+  add_library(tide::json INTERFACE IMPORTED GLOBAL)
+  set_target_properties(tide::json PROPERTIES INTERFACE_LINK_LIBRARIES "tide::tide;nlohmann_json::nlohmann_json")
 endif()

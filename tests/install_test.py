@@ -4,10 +4,14 @@ headers: with the flags from the installed pkg-config file, and with CMake throu
 package (find_package) and through the source tree (add_subdirectory); checks `pkg-config
 --cflags tide-cuda` when the build has the CUDA backend.
 
+With nlohmann/json (environment TIDE_JSON: system, fallback or none), also the CMake target
+tide::json (when the system's package is there for CMake to find) and the installed tide-plan.
+
 usage: install_test.py BUILD_DIR SOURCE_ROOT WORK_DIR COMPILER..."""
 import os, pathlib, shutil, subprocess, sys
 
 build, src, work, *cxx = sys.argv[1:]
+json_kind = os.environ.get("TIDE_JSON", "none")
 work = pathlib.Path(work)
 shutil.rmtree(work, ignore_errors=True)
 dest = work / "dest"
@@ -39,6 +43,13 @@ if cuda_pcs:
         sys.exit(f"pkg-config tide-cuda: {r.stdout}{r.stderr}")
     print(f"pkg-config tide-cuda: {r.stdout.strip()}")
 
+# pkg-config tide-json, where the build found the system's nlohmann/json.
+if json_kind == "system":
+    r = subprocess.run(["pkg-config", "--cflags", "--libs", "tide-json"], env=env, capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"pkg-config tide-json: {r.stdout}{r.stderr}")
+    print(f"pkg-config tide-json: {r.stdout.strip()}")
+
 # CMake: find_package against the install, and add_subdirectory of the source tree.
 cmake = shutil.which("cmake")
 if not cmake:
@@ -57,9 +68,22 @@ for name, extra in (("find_package", [f"-DCMAKE_PREFIX_PATH={prefix}"]), ("add_s
         r = subprocess.run(cmd, capture_output=True, text=True, env=cxx_env)
         if r.returncode:
             sys.exit(f"CMake ({name}): {' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    for exe in ("consumer", "consumer_cuda"):
+    if json_kind == "system" and not (b / "consumer_json").exists():
+        sys.exit("CMake: tide::json was not defined although nlohmann_json is installed")
+    for exe in ("consumer", "consumer_cuda", "consumer_json"):
         if (b / exe).exists():
             r = subprocess.run([str(b / exe)], capture_output=True, text=True)
             if r.returncode:
                 sys.exit(f"CMake ({name}): {exe} failed: {r.stdout}{r.stderr}")
             print(f"cmake {name}: {r.stdout.strip()}")
+
+# tide-plan and tide-plot-trace, installed side by side; the installed tide-plan runs.
+if json_kind == "none":
+    sys.exit(0)
+plans = list(dest.rglob("bin/tide-plan"))
+if len(plans) != 1 or not (plans[0].parent / "tide-plot-trace").exists():
+    sys.exit(f"expected bin/tide-plan and bin/tide-plot-trace under {dest}, found {plans}")
+r = subprocess.run([str(plans[0]), "--help"], capture_output=True, text=True)
+if r.returncode or "--policy-out" not in r.stdout:
+    sys.exit(f"the installed tide-plan --help failed: {r.stdout}{r.stderr}")
+print(f"installed: {plans[0].relative_to(dest)} and tide-plot-trace")

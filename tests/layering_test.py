@@ -10,7 +10,7 @@ First proves on a made-up tree that it finds an upward include and a backend tha
 executor; then checks the real tree and names every offending include."""
 import pathlib, re, sys, tempfile
 
-LEVELS = {"core": 0, "trace": 1, "executor": 2, "backends": 3, "collectives": 4, "plan": 5}
+LEVELS = {"core": 0, "trace": 1, "executor": 2, "backends": 3, "collectives": 4, "plan": 5, "io": 6}
 # What backends may take from the executor folder: the concept they implement and the arena pool.
 BACKEND_MAY_USE = {"executor/backend.hpp", "executor/arena_pool.hpp"}
 INCLUDE = re.compile(r'^\s*#\s*include\s*<tide/([^>]+)>', re.M)

@@ -2,11 +2,12 @@
 """Lists tide's public headers (relative to include/), one per line.
 
 --host: those g++ compiles with no other dependency; --cuda: those that need the CUDA toolkit;
---mpi: those that need MPI."""
+--mpi: those that need MPI; --json: those that need nlohmann/json."""
 import pathlib, sys
 
 root = pathlib.Path(sys.argv[1])
-groups = {"--cuda": ("tide/backends/cuda/", "tide/collectives/nccl"), "--mpi": ("tide/collectives/mpi",)}
+groups = {"--cuda": ("tide/backends/cuda/", "tide/collectives/nccl"), "--mpi": ("tide/collectives/mpi",),
+          "--json": ("tide/io/",)}
 headers = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.hpp"))
 kind = sys.argv[2] if len(sys.argv) > 2 else "--host"
 special = tuple(p for g in groups.values() for p in g)

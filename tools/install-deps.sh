@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
 # Installs what building and testing tide needs on Debian 12: Meson, Ninja, CMake (the CMake
-# package tests), OpenBLAS (the transformer model), GoogleTest, Google Benchmark, Open MPI. The
-# CUDA toolkit is optional (the CUDA targets are compiled when nvcc is found). Does nothing when
-# everything is already there.
+# package tests), OpenBLAS (the transformer model), GoogleTest, Google Benchmark, Open MPI,
+# nlohmann/json (policy files, tide-plan), Doxygen (the API reference), and Python's jsonschema and
+# matplotlib (the file formats' schemas, tide-plan's PNG). The CUDA toolkit is optional (the CUDA
+# targets are compiled when nvcc is found). Does nothing when everything is already there.
 set -euo pipefail
-pkgs=(meson ninja-build g++ pkg-config python3 cmake libopenblas-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+pkgs=(meson ninja-build g++ pkg-config python3 cmake libopenblas-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+      nlohmann-json3-dev doxygen)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"
+python_modules() {
+  python3 -c "import jsonschema, matplotlib" 2>/dev/null && return 0
+  echo "tide: installing Python's jsonschema and matplotlib" >&2
+  if [ "$(command -v python3)" = /usr/bin/python3 ]; then  # Debian's Python: its packages
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q python3-jsonschema python3-matplotlib >/dev/null
+  else
+    python3 -m pip install -q jsonschema matplotlib >/dev/null
+  fi
+}
+[ ${#missing[@]} -eq 0 ] && { python_modules; exit 0; }
 echo "tide: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
   $sudo apt-get update -q >/dev/null
   $sudo apt-get install -y -q "${missing[@]}" >/dev/null
 }
+python_modules

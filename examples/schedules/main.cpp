@@ -8,6 +8,7 @@
 namespace {
 
 constexpr std::size_t KiB = 1024;
+//! [stack]
 // 2 dense layers, then 4 mixture-of-experts layers: the slots each saves for backward.
 using dense = tide::layer<"dense", tide::slot<"layer_input", 64 * KiB>, tide::slot<"q_proj", 64 * KiB>,
                           tide::slot<"kv_proj", 16 * KiB>, tide::slot<"attn_out", 64 * KiB>,
@@ -16,7 +17,9 @@ using moe = tide::layer<"moe", tide::slot<"layer_input", 64 * KiB>, tide::slot<"
                         tide::slot<"kv_proj", 16 * KiB>, tide::slot<"attn_out", 64 * KiB>,
                         tide::slot<"experts", 512 * KiB>>;
 using model = tide::stack<tide::repeat<dense, 2>, tide::repeat<moe, 4>>;
+//! [stack]
 
+//! [strategies]
 using keep_all = tide::keep_all;
 // Offload what is large and produced early; keep the small kv projections on device.
 using offload_selected = tide::policy<tide::offload<tide::slot_names<"q_proj", "attn_out", "mlp_up", "experts">>>;
@@ -36,6 +39,7 @@ constexpr std::size_t budget = 2560 * KiB;
 static_assert(offload.peak_device_bytes() <= budget, "the offload schedule must fit 2.5 MiB");
 static_assert(remat.peak_device_bytes() <= budget, "the remat schedule must fit 2.5 MiB");
 static_assert(keep.peak_device_bytes() > budget, "keep-all is what does not fit");
+//! [strategies]
 
 void show(char const* title, tide::schedule_view s) {
   auto const r = tide::check_schedule(s);  // the checker proves the program before it is shown

@@ -1,6 +1,7 @@
 #pragma once
-//! \file Umbrella header: the whole host-compilable library. CUDA pieces live under
-//! <tide/backends/cuda/...> and are included separately.
+//! \file
+//! Umbrella header: the whole host-compilable library. CUDA pieces live under
+//! `<tide/backends/cuda/...>` and are included separately.
 
 #include <tide/core/buffers.hpp>
 #include <tide/core/build.hpp>

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Collectives across processes through MPI, for the host backend's communication stream.
+//! \file
+//! Collectives across processes through MPI, for the host backend's communication stream.
 //!
 //! Every call checks its return code (the communicator is switched to MPI_ERRORS_RETURN) and
 //! throws `tide::collective_error` naming the call, the rank and MPI's error string. Before
@@ -40,6 +41,7 @@ inline void check(int code, char const* call, int rank) {
 //! makes the calls while the main thread waits) and finalizes it on destruction.
 class environment {
  public:
+  //! Initializes MPI with `MPI_THREAD_SERIALIZED` and has `MPI_COMM_WORLD` return errors, so that they throw.
   environment(int& argc, char**& argv) {
     int provided = 0;
     check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread", -1);
@@ -57,6 +59,7 @@ class environment {
   ~environment() { MPI_Finalize(); }
 };
 
+//! The MPI datatype of `T` (`float`, `double`, `int` or `unsigned long long`).
 template <class T>
 MPI_Datatype datatype() {
   if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
@@ -66,14 +69,19 @@ MPI_Datatype datatype() {
   else static_assert(sizeof(T) == 0, "tide::mpi: no MPI datatype for this element type");
 }
 
+//! Checked collectives on an MPI communicator, with a failure agreement before each reduction.
 class communicator {
  public:
+  //! Wraps `comm` (not owned); its errors throw only if it returns them (`MPI_ERRORS_RETURN`).
   explicit communicator(MPI_Comm comm = MPI_COMM_WORLD) : comm_(comm) {
     check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank", -1);
     check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size", rank_);
   }
+  //! This process's rank in the communicator.
   int rank() const noexcept { return rank_; }
+  //! How many ranks the communicator has (what `allreduce` divides by).
   int size() const noexcept { return size_; }
+  //! The MPI handle, for calls not wrapped here.
   MPI_Comm native() const noexcept { return comm_; }
 
   //! Agrees on whether any rank failed: returns the highest failed rank, or -1.

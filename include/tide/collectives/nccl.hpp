@@ -1,5 +1,6 @@
 #pragma once
-//! \file The NCCL adapter for the executor's collective hooks: per layer, the NCCL calls to run
+//! \file
+//! The NCCL adapter for the executor's collective hooks: per layer, the NCCL calls to run
 //! before its forward (`op_kind::gather`, e.g. all-gather of sharded weights) and after its
 //! backward (`op_kind::reduce`, e.g. all-reduce or reduce-scatter of its gradients). The
 //! calls are enqueued on the hook's stream, the backend's communication stream, which the
@@ -25,9 +26,10 @@ namespace tide {
 
 //! An NCCL call failed; `result` is NCCL's code.
 struct nccl_error : collective_error {
-  ncclResult_t result;
+  ncclResult_t result;  //!< NCCL's code, e.g. `ncclUnhandledCudaError`
   std::string call;   //!< the call as written, e.g. `ncclAllReduce(...)`
   std::string where;  //!< file:line of the call, or the adapter that made it
+  //! Error `r` of the call `call_text`, made at `location` (file:line, or the adapter's name).
   nccl_error(ncclResult_t r, std::string const& call_text, std::string const& location)
       : collective_error(cuda_error::message(result_name(r), ncclGetErrorString(r), call_text, location, false)),
         result(r),
@@ -67,11 +69,12 @@ namespace tide {
 
 //! One NCCL collective on device buffers. In-place calls pass the same pointer twice.
 struct nccl_call {
-  enum kind_t : std::uint8_t { all_reduce, reduce_scatter, all_gather } kind = all_reduce;
-  void const* send = nullptr;
-  void* recv = nullptr;
+  //! The collective: `all_reduce`, `reduce_scatter` or `all_gather`.
+  enum kind_t : std::uint8_t { all_reduce, reduce_scatter, all_gather } kind = all_reduce;  //!< which collective
+  void const* send = nullptr;  //!< the send buffer, on the device
+  void* recv = nullptr;        //!< the receive buffer, on the device (`send` again when in place)
   std::size_t count = 0;  //!< elements: all-reduce: of each buffer; reduce-scatter: received; all-gather: sent
-  ncclDataType_t type = ncclFloat32;
+  ncclDataType_t type = ncclFloat32;  //!< the element type
   ncclRedOp_t op = ncclSum;  //!< ignored by all-gather
 };
 
@@ -114,7 +117,9 @@ class nccl_hooks {
     static_cast<void>(cudaFreeHost(host_flags_));
   }
 
+  //! The communicator the calls run on.
   ncclComm_t comm() const noexcept { return comm_; }
+  //! This process's rank in the communicator.
   int rank() const noexcept { return rank_; }
 
   //! After layer `layer`'s backward: all-reduce `count` elements of `buffer` in place.

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Buffers: how storage is provided. A device arena holds kept activations and the
+//! \file
+//! Buffers: how storage is provided. A device arena holds kept activations and the
 //! transient regions; a ring of staging buffers receives prefetches; a pinned host arena holds
 //! offloaded data. `buffer_spec` is the value; `tide::buffers<knobs...>` spells it as a type.
 
@@ -11,6 +12,7 @@
 
 namespace tide {
 
+//! How storage is provided: staging ring size, region alignments, guard bytes and phase sharing.
 struct buffer_spec {
   std::uint32_t staging_buffers = 2;   //!< device buffers that receive prefetched layers
   std::size_t device_alignment = 256;  //!< every device region starts on this boundary
@@ -53,7 +55,8 @@ struct buffers {
                 "tide::device_alignment<N>, tide::host_alignment<N>, tide::guard_bytes<N> or "
                 "tide::share_phase_regions<bool>");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::buffers<...>: a knob is given twice: give each knob once");
-  using tide_buffers_tag = void;
+  using tide_buffers_tag = void;  //!< Marks this type as the buffers part of `tide::strategy_of`.
+  //! The `buffer_spec` the knobs spell.
   static constexpr buffer_spec spec() { return detail::apply_knobs<buffer_spec, Knobs...>(); }
 };
 

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The builder: the expansion of a stack and a strategy into a schedule. constexpr, one
+//! \file
+//! The builder: the expansion of a stack and a strategy into a schedule. constexpr, one
 //! overflow-checked pass that validates while it sizes; `static_schedule.hpp` runs it at compile
 //! time.
 

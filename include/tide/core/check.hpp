@@ -1,5 +1,6 @@
 #pragma once
-//! \file The checker: proves any op program (built, edited, hand-written or hostile) against the
+//! \file
+//! The checker: proves any op program (built, edited, hand-written or hostile) against the
 //! properties tide promises, in O(n log n) for n ops and byte accesses.
 //!
 //! - bindings: every layer's slot range lies inside the slot table and belongs to that layer
@@ -57,9 +58,10 @@
 
 namespace tide {
 
+//! What `check_schedule` measured while proving a program: the replayed peaks and the work done.
 struct check_report {
   std::size_t replayed_device_bytes = 0;  //!< arena extent the ops actually touch
-  std::size_t replayed_host_bytes = 0;
+  std::size_t replayed_host_bytes = 0;    //!< pinned host extent the ops actually touch
   //! Ordering obligations proven: each access against the latest conflicting access per stream
   //! (every other overlapping read/write pair follows from these by transitivity).
   std::size_t conflicting_pairs = 0;

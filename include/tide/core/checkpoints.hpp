@@ -1,5 +1,6 @@
 #pragma once
-//! \file Checkpoints: where the carries of a stack live (see `carry_spec`). Storing a carry is a
+//! \file
+//! Checkpoints: where the carries of a stack live (see `carry_spec`). Storing a carry is a
 //! checkpoint; a carry not stored is recomputed, in the backward pass, by re-running the layers
 //! from the nearest stored carry before it (segment recomputation). The builder expands the
 //! chosen reversal into the op program.
@@ -51,7 +52,8 @@ struct checkpoints {
   static_assert((detail::knob_for<Knobs, checkpoint_spec> && ...),
                 "tide::checkpoints<...>: each argument must be a checkpoint knob: tide::device_snapshots<N>");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::checkpoints<...>: a knob is given twice: give each once");
-  using tide_checkpoints_tag = void;
+  using tide_checkpoints_tag = void;  //!< Marks this type as the checkpoints part of `tide::strategy_of`.
+  //! The `checkpoint_spec` the knobs spell.
   static constexpr checkpoint_spec spec() { return detail::apply_knobs<checkpoint_spec, Knobs...>(); }
 };
 

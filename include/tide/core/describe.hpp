@@ -1,5 +1,6 @@
 #pragma once
-//! \file `tide::describe`: a strategy's rules and parts; and a schedule's readable account of what is kept, offloaded or recomputed
+//! \file
+//! `tide::describe`: a strategy's rules and parts; and a schedule's readable account of what is kept, offloaded or recomputed
 //! per layer, the arena layout and peaks, and the op order on each stream.
 
 #include <cstdio>
@@ -74,11 +75,14 @@ inline std::string describe(strategy const& st) {
   return r;
 }
 
+//! What `describe(schedule_view, ...)` prints after its summary lines.
 struct describe_options {
-  bool layers = true;
-  bool ops = true;
+  bool layers = true;  //!< each layer's slots: placement, size and offsets
+  bool ops = true;     //!< each stream's ops in issue order, with the ops they wait for
 };
 
+//! A schedule as text: layer, op and event counts, pipeline and collectives, the arena layout and
+//! peaks, the carry, then (as `opt` asks) each layer's slots and each stream's op order.
 inline std::string describe(schedule_view const& s, describe_options opt = {}) {
   std::string r;
   auto const& a = s.arena;

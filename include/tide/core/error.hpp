@@ -1,5 +1,6 @@
 #pragma once
-//! \file Exception types thrown by tide. Every message names what was wrong.
+//! \file
+//! Exception types thrown by tide. Every message names what was wrong.
 
 #include <cstddef>
 #include <stdexcept>
@@ -26,8 +27,9 @@ struct cost_model_error : error {
 
 //! An arena request exceeds the budget the backend was given (the bytes it may hold at once).
 struct out_of_memory : error {
-  std::size_t requested;
-  std::size_t budget;
+  std::size_t requested;  //!< Bytes the failing request needed.
+  std::size_t budget;     //!< Bytes the backend may hold at once.
+  //! `what`, followed by the bytes needed (`req`) and the budget (`cap`).
   out_of_memory(std::string const& what, std::size_t req, std::size_t cap)
       : error(what + ": needs " + std::to_string(req) + " bytes, budget is " + std::to_string(cap) +
               " bytes"),

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The op program: what each stream runs, in host issue order, with cross-stream waits.
+//! \file
+//! The op program: what each stream runs, in host issue order, with cross-stream waits.
 
 #include <cstddef>
 #include <cstdio>
@@ -11,6 +12,7 @@
 
 namespace tide {
 
+//! What an op does: run a user lambda, copy between arenas, or call a collective hook.
 enum class op_kind : std::uint8_t {
   forward,     //!< the user's forward lambda of a layer (compute stream)
   recompute,   //!< the forward lambda again, producing only the layer's remat slots
@@ -25,6 +27,7 @@ enum class op_kind : std::uint8_t {
 //! The number of op kinds (the last one's value plus one).
 inline constexpr std::size_t op_kind_count = static_cast<std::size_t>(op_kind::regather) + 1;
 
+//! The kind's name, as `describe`, traces and checker messages print it.
 constexpr std::string_view to_string(op_kind k) noexcept {
   switch (k) {
     case op_kind::forward: return "forward";
@@ -40,12 +43,14 @@ constexpr std::string_view to_string(op_kind k) noexcept {
   return "?";
 }
 
+//! A copy between the device and host arenas: offload or prefetch.
 constexpr bool is_copy(op_kind k) noexcept { return k == op_kind::offload || k == op_kind::prefetch; }
 //! A collective hook's op: gather, regather or reduce (on the communication stream).
 constexpr bool is_collective(op_kind k) noexcept {
   return k == op_kind::gather || k == op_kind::regather || k == op_kind::reduce;
 }
 
+//! `op::slot` of an op that copies no slot (compute and collective ops).
 inline constexpr std::uint16_t no_slot = 0xffff;
 //! `op::slot` of a copy of the carry (`op::layer` is then the carry's index: the input of that layer).
 inline constexpr std::uint16_t carry_slot = 0xfffe;
@@ -56,10 +61,10 @@ inline constexpr std::size_t no_carry = static_cast<std::size_t>(-1);
 //! waits for the ops listed in `schedule::waits[wait_begin, wait_begin + wait_count)` (on other
 //! streams), each of which records event `event` when it completes.
 struct op {
-  op_kind kind = op_kind::forward;
-  stream_role stream = stream_role::compute;
+  op_kind kind = op_kind::forward;            //!< what the op does
+  stream_role stream = stream_role::compute;  //!< the stream it is issued on
   std::uint16_t slot = no_slot;  //!< layer-local slot index (copies only)
-  std::uint32_t layer = 0;
+  std::uint32_t layer = 0;       //!< layer the op works for (a carry copy: the carry's index)
   std::uint32_t chunk = 0;   //!< chunk index of a copy
   std::uint32_t chunks = 1;  //!< chunks the slot's copy is split into
   std::size_t device_offset = 0;  //!< copies: device arena offset of this chunk
@@ -71,10 +76,11 @@ struct op {
   //! forward, advance, recompute: where the layer writes its carry out; backward of the last layer:
   //! the stack's output (for the loss); otherwise `no_carry`.
   std::size_t carry_out = no_carry;
-  std::uint32_t wait_begin = 0;
-  std::uint32_t wait_count = 0;
+  std::uint32_t wait_begin = 0;  //!< first entry of this op's waits in `schedule::waits`
+  std::uint32_t wait_count = 0;  //!< number of ops on other streams it waits for
   std::int32_t event = -1;  //!< event recorded after this op, or -1 when nothing waits on it
 
+  //! Field-wise equality.
   friend constexpr bool operator==(op const&, op const&) = default;
 };
 

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Pipelines (how copies are placed and overlapped) and collectives (which hooks the
+//! \file
+//! Pipelines (how copies are placed and overlapped) and collectives (which hooks the
 //! schedule makes room for). The values `pipeline_spec` and `collective_spec` are what the core
 //! works on; `tide::pipeline<knobs...>` and `tide::collectives<knobs...>` spell them as types,
 //! each knob named and in any order.
@@ -12,6 +13,7 @@
 
 namespace tide {
 
+//! How copies are placed and overlapped with compute: streams, prefetch distance, chunking.
 struct pipeline_spec {
   //! Copies on dedicated d2h/h2d streams ordered by events (true), or on the compute stream (the
   //! naive baseline, false).
@@ -63,7 +65,8 @@ struct pipeline {
                 "tide::pipeline<...>: each argument must be a pipeline knob: tide::latency_hiding<bool>, "
                 "tide::prefetch_distance<N>, tide::chunk_bytes<N> or tide::max_offloads_in_flight<N>");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::pipeline<...>: a knob is given twice: give each knob once");
-  using tide_pipeline_tag = void;
+  using tide_pipeline_tag = void;  //!< Marks this type as the pipeline part of `tide::strategy_of`.
+  //! The `pipeline_spec` the knobs spell.
   static constexpr pipeline_spec spec() { return detail::apply_knobs<pipeline_spec, Knobs...>(); }
 };
 
@@ -86,9 +89,11 @@ struct collectives {
   static_assert((detail::knob_for<Knobs, collective_spec> && ...),
                 "tide::collectives<...>: each argument must be tide::before_forward, tide::before_backward or tide::after_backward");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::collectives<...>: a knob is given twice: give each once");
-  using tide_collectives_tag = void;
+  using tide_collectives_tag = void;  //!< Marks this type as the collectives part of `tide::strategy_of`.
+  //! The `collective_spec` the knobs spell.
   static constexpr collective_spec spec() { return detail::apply_knobs<collective_spec, Knobs...>(); }
 };
+//! No collective hooks (the default).
 using no_collectives = collectives<>;
 
 }  // namespace tide

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Policies: an ordered list of rules, each choosing keep, offload or remat for the slots it
+//! \file
+//! Policies: an ordered list of rules, each choosing keep, offload or remat for the slots it
 //! selects. The first rule that matches a (layer, slot) wins; the default is keep.
 
 #include <cstddef>
@@ -15,12 +16,13 @@ namespace tide {
 //! One rule: the slots named in `slots` (empty: any slot) of layers in [first_layer, last_layer)
 //! whose size is at least `min_bytes` are placed `where`.
 struct rule_spec {
-  placement where = placement::keep;
-  std::vector<std::string_view> slots;
-  std::uint32_t first_layer = 0;
-  std::uint32_t last_layer = all_layers;
-  std::size_t min_bytes = 0;
+  placement where = placement::keep;      //!< where the selected slots live
+  std::vector<std::string_view> slots;    //!< slot names selected; empty: any slot
+  std::uint32_t first_layer = 0;          //!< first layer selected
+  std::uint32_t last_layer = all_layers;  //!< one past the last layer selected; `all_layers`: to the end
+  std::size_t min_bytes = 0;              //!< smallest slot selected, in bytes
 
+  //! True when this rule selects slot `s` of layer `layer`.
   constexpr bool matches(std::uint32_t layer, slot_spec const& s) const noexcept {
     if (layer < first_layer || layer >= last_layer || s.bytes < min_bytes) return false;
     if (slots.empty()) return true;
@@ -36,11 +38,14 @@ struct rule_spec {
 //! everything it matches) is almost always a typo, so building a schedule rejects it, naming the
 //! rule; set `allow_unused_rules` to share one policy between stacks it only partly fits.
 struct policy_spec {
-  std::vector<rule_spec> rules;
-  bool allow_unused_rules = false;
+  std::vector<rule_spec> rules;     //!< in priority order: the first match wins
+  bool allow_unused_rules = false;  //!< accept rules that decide nothing on the stack
+  //! No rules: everything is kept.
   constexpr policy_spec() = default;
+  //! The rules `r`, in priority order.
   constexpr policy_spec(std::initializer_list<rule_spec> r) : rules(r) {}
 
+  //! `deciding_rule`'s answer when no rule matches.
   static constexpr std::size_t no_rule = static_cast<std::size_t>(-1);
   //! The index of the first rule matching (layer, s), or `no_rule` (the default: keep).
   constexpr std::size_t deciding_rule(std::uint32_t layer, slot_spec const& s) const noexcept {
@@ -48,6 +53,7 @@ struct policy_spec {
       if (rules[i].matches(layer, s)) return i;
     return no_rule;
   }
+  //! Where slot `s` of layer `layer` lives: the first matching rule's placement, or keep.
   constexpr placement decide(std::uint32_t layer, slot_spec const& s) const noexcept {
     auto const i = deciding_rule(layer, s);
     return i == no_rule ? placement::keep : rules[i].where;
@@ -64,16 +70,18 @@ template <fixed_string... Names>
 struct slot_names {
   static_assert(sizeof...(Names) > 0, "tide::slot_names<...>: name at least one slot, or leave the selector out to "
                                       "select every slot");
-  using tide_knob_of = rule_spec;
-  static constexpr std::string_view tide_knob_name = "slot_names";
+  using tide_knob_of = rule_spec;                                   //!< Makes this a selector of `rule`.
+  static constexpr std::string_view tide_knob_name = "slot_names";  //!< Names the selector in diagnostics.
+  //! Appends `Names` to `r.slots`.
   static constexpr void apply(rule_spec& r) { (r.slots.push_back(Names.view()), ...); }
 };
 //! Selects layers [First, Last) (`rule_spec::first_layer`, `last_layer`).
 template <std::uint32_t First, std::uint32_t Last = all_layers>
 struct layer_range {
   static_assert(First < Last, "tide::layer_range<First, Last>: the range is [First, Last) and must not be empty");
-  using tide_knob_of = rule_spec;
-  static constexpr std::string_view tide_knob_name = "layer_range";
+  using tide_knob_of = rule_spec;                                    //!< Makes this a selector of `rule`.
+  static constexpr std::string_view tide_knob_name = "layer_range";  //!< Names the selector in diagnostics.
+  //! Sets `r.first_layer` and `r.last_layer`.
   static constexpr void apply(rule_spec& r) noexcept {
     r.first_layer = First;
     r.last_layer = Last;
@@ -91,7 +99,8 @@ struct rule {
                 "tide::layer_range<First, Last> or tide::min_bytes<N>");
   static_assert(detail::distinct_knobs<Selectors...>(),
                 "tide::keep/offload/remat<...>: a selector is given twice: give each selector once");
-  using tide_rule_tag = void;
+  using tide_rule_tag = void;  //!< Marks this type as a rule of `tide::policy`.
+  //! The `rule_spec` this rule spells.
   static constexpr rule_spec spec() {
     rule_spec r;
     r.where = Where;
@@ -100,17 +109,20 @@ struct rule {
   }
 };
 
+//! Keeps the selected slots on the device until their backward.
 template <class... Selectors>
 using keep = rule<placement::keep, Selectors...>;
+//! Copies the selected slots to pinned host memory in the forward, prefetched back for the backward.
 template <class... Selectors>
 using offload = rule<placement::offload, Selectors...>;
+//! Drops the selected slots after the forward and recomputes them before the backward.
 template <class... Selectors>
 using remat = rule<placement::remat, Selectors...>;
 
 //! Lets a policy keep rules that decide nothing on some stack (`policy_spec::allow_unused_rules`):
 //! `tide::policy<tide::allow_unused_rules, tide::offload<...>>`.
 struct allow_unused_rules {
-  using tide_policy_option_tag = void;
+  using tide_policy_option_tag = void;  //!< Marks this type as an option of `tide::policy`.
 };
 
 //! An ordered list of rules; the first match wins, the default is keep.
@@ -119,7 +131,8 @@ struct policy {
   static_assert(((requires { typename Rules::tide_rule_tag; } || requires { typename Rules::tide_policy_option_tag; }) && ...),
                 "tide::policy<Rules...>: each argument must be a rule such as tide::offload<tide::slot_names<\"q_proj\">>, "
                 "or tide::allow_unused_rules");
-  using tide_policy_tag = void;
+  using tide_policy_tag = void;  //!< Marks this type as the policy part of `tide::strategy_of`.
+  //! The `policy_spec` the rules and options spell.
   static constexpr policy_spec spec() {
     policy_spec p;
     (add(p, static_cast<Rules*>(nullptr)), ...);
@@ -134,6 +147,7 @@ struct policy {
   }
 };
 
+//! No rules: every slot is kept on the device.
 using keep_all = policy<>;
 
 }  // namespace tide

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The reversal of a chain: the adjoint of an n-step chain (a time stepper, or a layer stack
+//! \file
+//! The reversal of a chain: the adjoint of an n-step chain (a time stepper, or a layer stack
 //! whose layer i+1 reads the carry layer i wrote) needs states n-1, ..., 0 in reverse order. A
 //! reversal is a list of `chain_action`s; with s snapshot slots `revolve_schedule` is an optimal
 //! one (binomial checkpointing, Griewank & Walther's Revolve) and `revolve_extra_forwards` its
@@ -111,21 +112,31 @@ enum class chain_op : std::uint8_t {
 
 //! One action; fields an action does not use are -1.
 struct chain_action {
-  chain_op op{};
+  chain_op op{};            //!< what the action does; it says which fields below are used
   std::int32_t state = -1;  //!< advance: from; store: the state; turn, backward: the step
   std::int32_t to = -1;     //!< advance: the state reached
   std::int32_t slot = -1;   //!< device slot
   std::int32_t host = -1;   //!< host slot
 
+  //! Steps `from` .. `to`-1 forward.
   static constexpr chain_action advance(std::int32_t from, std::int32_t to) { return {chain_op::advance, from, to, -1, -1}; }
+  //! Step `step` (the chain's last) forward, ending the first sweep.
   static constexpr chain_action turn(std::int32_t step) { return {chain_op::turn, step, -1, -1, -1}; }
+  //! Stores the working carry, state `state`, into device slot `slot`.
   static constexpr chain_action store(std::int32_t state, std::int32_t slot) { return {chain_op::store, state, -1, slot, -1}; }
+  //! Loads device slot `slot` into the working carry.
   static constexpr chain_action restore(std::int32_t slot) { return {chain_op::restore, -1, -1, slot, -1}; }
+  //! Empties device slot `slot`.
   static constexpr chain_action free(std::int32_t slot) { return {chain_op::free, -1, -1, slot, -1}; }
+  //! The reverse of step `step`.
   static constexpr chain_action backward(std::int32_t step) { return {chain_op::backward, step, -1, -1, -1}; }
+  //! Copies device slot `slot` to host slot `host`.
   static constexpr chain_action offload(std::int32_t slot, std::int32_t host) { return {chain_op::offload, -1, -1, slot, host}; }
+  //! Copies host slot `host` to device slot `slot`.
   static constexpr chain_action prefetch(std::int32_t host, std::int32_t slot) { return {chain_op::prefetch, -1, -1, slot, host}; }
+  //! Empties host slot `host`.
   static constexpr chain_action free_host(std::int32_t host) { return {chain_op::free_host, -1, -1, -1, host}; }
+  //! Field-wise equality.
   friend constexpr bool operator==(chain_action const&, chain_action const&) = default;
 };
 

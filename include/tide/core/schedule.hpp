@@ -1,5 +1,6 @@
 #pragma once
-//! \file The schedule: an op program with a static buffer assignment and predicted peaks, as built
+//! \file
+//! The schedule: an op program with a static buffer assignment and predicted peaks, as built
 //! from a stack and a strategy (build.hpp, constexpr) or frozen into a literal type
 //! (static_schedule.hpp). Executors and checkers take a `schedule_view` of either.
 
@@ -19,21 +20,24 @@ namespace tide {
 
 //! Where one slot of one layer lives.
 struct slot_binding {
-  std::string_view name;
-  placement where = placement::keep;
-  std::size_t bytes = 0;
+  std::string_view name;              //!< the slot's name in its layer type
+  placement where = placement::keep;  //!< keep, offload or remat, as the policy decided
+  std::size_t bytes = 0;              //!< the slot's size (unaligned)
   std::size_t forward_offset = 0;   //!< device offset the forward lambda writes
   std::size_t backward_offset = 0;  //!< device offset recompute/backward read
   std::size_t host_offset = 0;      //!< pinned host offset (offload only)
+  //! Field-wise equality.
   friend constexpr bool operator==(slot_binding const&, slot_binding const&) = default;
 };
 
+//! One layer of the schedule: its type and the range of its slots in the slot bindings.
 struct layer_binding {
-  std::string_view type_name;
+  std::string_view type_name;    //!< name of the layer's type (`layer_spec::name`)
   std::uint32_t first_slot = 0;  //!< index into the schedule's slot bindings
-  std::uint32_t slot_count = 0;
+  std::uint32_t slot_count = 0;  //!< number of slot bindings the layer has, from `first_slot`
   std::size_t offloaded_bytes = 0;  //!< region bytes of its offloaded slots
   std::size_t remat_bytes = 0;      //!< region bytes of its remat slots
+  //! Field-wise equality.
   friend constexpr bool operator==(layer_binding const&, layer_binding const&) = default;
 };
 
@@ -42,8 +46,8 @@ struct layer_binding {
 //! the user writes before a step) and buffer 1 the output (the last layer's carry out); the
 //! others hold snapshots and working carries as the reversal assigns them, reused without copies.
 struct carry_binding {
-  std::string_view name;
-  std::size_t bytes = 0;
+  std::string_view name;              //!< the carry's name (`carry_spec::name`)
+  std::size_t bytes = 0;              //!< bytes of one carry; 0: the stack has none
   std::size_t region_bytes = 0;       //!< bytes, aligned to the device alignment
   std::size_t device_area = 0;        //!< device offset of buffer 0
   std::uint32_t device_buffers = 0;   //!< buffers the reversal uses at once (input and output included)
@@ -53,9 +57,13 @@ struct carry_binding {
   std::uint32_t device_snapshots = 0; //!< device snapshot slots the reversal uses (the input's included)
   std::uint64_t advances = 0;         //!< layer forwards beyond the first sweep (advance ops)
 
+  //! True when the stack has a carry.
   constexpr bool present() const noexcept { return bytes != 0; }
+  //! Device offset of buffer 0, where the user writes the stack's input before a step.
   constexpr std::size_t input_offset() const noexcept { return device_area; }
+  //! Device offset of buffer 1, where the last layer writes the stack's output.
   constexpr std::size_t output_offset() const noexcept { return device_area + region_bytes; }
+  //! Field-wise equality.
   friend constexpr bool operator==(carry_binding const&, carry_binding const&) = default;
 };
 
@@ -70,31 +78,37 @@ struct arena_layout {
   std::size_t staging_ring_bytes = 0; //!< all staging buffers (each sized for its layers)
   std::uint32_t offload_buffers = 0;  //!< offload source buffers in the ring
   std::uint32_t staging_buffers = 0;  //!< staging buffers in the ring
-  std::size_t remat_scratch_bytes = 0;
+  std::size_t remat_scratch_bytes = 0; //!< remat scratch, sized for the layer with the most remat bytes
   std::size_t carry_bytes = 0;        //!< device carry buffers, at `carry.device_area`
   std::size_t host_carry_bytes = 0;   //!< host carry snapshots, at `carry.host_area`
+  //! Field-wise equality.
   friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;
 };
 
 //! A non-owning view of any schedule (run-time or static); what executors and checkers take.
 struct schedule_view {
-  std::span<layer_binding const> layers;
-  std::span<slot_binding const> slots;
-  std::span<op const> ops;
-  std::span<std::uint32_t const> waits;
-  std::uint32_t event_count = 0;
-  arena_layout arena;
-  buffer_spec buffers;
-  pipeline_spec pipeline;
-  collective_spec collectives;
-  carry_binding carry;
+  std::span<layer_binding const> layers;  //!< one per layer, in forward order
+  std::span<slot_binding const> slots;    //!< every layer's slots, each layer's contiguous
+  std::span<op const> ops;                //!< the op program, in host issue order
+  std::span<std::uint32_t const> waits;   //!< indices of the ops each op waits for (`op::wait_begin`)
+  std::uint32_t event_count = 0;          //!< events the program records (`op::event` < this)
+  arena_layout arena;                     //!< the static buffer assignment and peaks
+  buffer_spec buffers;                    //!< the buffers the schedule was built with
+  pipeline_spec pipeline;                 //!< the pipeline the schedule was built with
+  collective_spec collectives;            //!< the collective hooks it makes room for
+  carry_binding carry;                    //!< where the carries live
 
+  //! Number of layers.
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
+  //! Predicted device peak: the whole device arena.
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
+  //! Predicted pinned host peak: the whole host arena.
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  //! The slot bindings of layer `layer`.
   constexpr std::span<slot_binding const> slots_of(std::uint32_t layer) const {
     return slots.subspan(layers[layer].first_slot, layers[layer].slot_count);
   }
+  //! The ops `o` waits for.
   constexpr std::span<std::uint32_t const> waits_of(op const& o) const {
     return waits.subspan(o.wait_begin, o.wait_count);
   }
@@ -102,23 +116,28 @@ struct schedule_view {
 
 //! A schedule built at run time (or transiently inside a constant expression).
 struct schedule {
-  std::vector<layer_binding> layers;
-  std::vector<slot_binding> slots;
-  std::vector<op> ops;
-  std::vector<std::uint32_t> waits;
-  std::uint32_t event_count = 0;
-  arena_layout arena;
-  buffer_spec buffers;
-  pipeline_spec pipeline;
-  collective_spec collectives;
-  carry_binding carry;
+  std::vector<layer_binding> layers;  //!< one per layer, in forward order
+  std::vector<slot_binding> slots;    //!< every layer's slots, each layer's contiguous
+  std::vector<op> ops;                //!< the op program, in host issue order
+  std::vector<std::uint32_t> waits;   //!< indices of the ops each op waits for (`op::wait_begin`)
+  std::uint32_t event_count = 0;      //!< events the program records (`op::event` < this)
+  arena_layout arena;                 //!< the static buffer assignment and peaks
+  buffer_spec buffers;                //!< the buffers the schedule was built with
+  pipeline_spec pipeline;             //!< the pipeline the schedule was built with
+  collective_spec collectives;        //!< the collective hooks it makes room for
+  carry_binding carry;                //!< where the carries live
 
+  //! Predicted device peak: the whole device arena.
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
+  //! Predicted pinned host peak: the whole host arena.
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  //! Number of layers.
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
+  //! A view of this schedule, valid while it lives.
   constexpr schedule_view view() const& noexcept {
     return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
   }
+  //! Same as `view()`, so a schedule passes where a `schedule_view` is taken.
   constexpr operator schedule_view() const& noexcept { return view(); }
   // A view of a temporary would dangle (`executor ex(b, build_schedule(...))`): keep the
   // schedule in a variable.

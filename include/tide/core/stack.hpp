@@ -1,5 +1,6 @@
 #pragma once
-//! \file The model structure: slots a layer saves for backward, layer types, and stacks of layers.
+//! \file
+//! The model structure: slots a layer saves for backward, layer types, and stacks of layers.
 //!
 //! The value types (`slot_spec`, `layer_spec`, `stack_spec`) are what the core works on; they are
 //! usable in constant expressions. The type-level spellings (`slot`, `layer`, `repeat`, `stack`)
@@ -22,8 +23,8 @@ namespace tide {
 //! One kind of activation a layer saves for backward, e.g. `q_proj`. `bytes` may be
 //! `dynamic_bytes`: then it is supplied when the schedule is built (see `slot_sizes`).
 struct slot_spec {
-  std::string_view name;
-  std::size_t bytes = dynamic_bytes;
+  std::string_view name;              //!< unique within the layer type; rules and lambdas use it
+  std::size_t bytes = dynamic_bytes;  //!< the slot's size, or `dynamic_bytes` to give it at build time
   //! The layer's input, which its recompute reads: it may be kept or offloaded, never
   //! rematerialized (only re-running the earlier layers could rebuild it; a stack with a carry
   //! does that: see `carry_spec`).
@@ -36,19 +37,19 @@ struct slot_spec {
 //! output. Where carries are stored, and which are recomputed from the nearest stored one, is the
 //! strategy's `checkpoints`. `bytes == 0`: the stack has no carry.
 struct carry_spec {
-  std::string_view name;
-  std::size_t bytes = 0;
+  std::string_view name;  //!< the carry's name (`slot_sizes` looks a run-time size up by it)
+  std::size_t bytes = 0;  //!< bytes of one carry, or `dynamic_bytes`; 0: no carry
 };
 
 //! A layer type: a name and the slots each layer of that type saves.
 struct layer_spec {
-  std::string_view name;
-  std::vector<slot_spec> slots;
+  std::string_view name;         //!< the type's name; layers of one name share one type
+  std::vector<slot_spec> slots;  //!< in declaration order (a slot's index is its position here)
 };
 
 //! A sequence of layers, possibly of different types (e.g. 3 dense then 58 MoE).
 struct stack_spec {
-  std::vector<layer_spec> types;
+  std::vector<layer_spec> types;           //!< the distinct layer types, in order of first use
   std::vector<std::uint32_t> layer_types;  //!< type index of each layer, in forward order
   carry_spec carry;                         //!< what flows between layers (none by default)
 
@@ -65,6 +66,7 @@ struct stack_spec {
     return *this;
   }
 
+  //! `first_difference`'s answer for two types with the same slots.
   static constexpr std::size_t no_difference = static_cast<std::size_t>(-1);
   //! The first slot index at which two layer types differ (name, size or presence), or
   //! `no_difference`.
@@ -75,9 +77,11 @@ struct stack_spec {
         return k;
     return a.slots.size() == b.slots.size() ? no_difference : n;
   }
+  //! Number of layers (not types).
   constexpr std::uint32_t layer_count() const noexcept {
     return static_cast<std::uint32_t>(layer_types.size());
   }
+  //! The type of layer `i`.
   constexpr layer_spec const& layer(std::uint32_t i) const { return types[layer_types[i]]; }
   //! True when the stack declares a carry.
   constexpr bool has_carry() const noexcept { return carry.bytes != 0; }
@@ -121,15 +125,19 @@ struct stack_spec {
 
 //! Run-time sizes for slots declared with `dynamic_bytes`, by slot name (all layer types).
 struct slot_sizes {
-  std::vector<slot_spec> entries;
+  std::vector<slot_spec> entries;  //!< one (name, bytes) per slot or carry name
+  //! No sizes.
   constexpr slot_sizes() = default;
+  //! The sizes `e`: `tide::slot_sizes{{"q_proj", 1 << 20}, {"residual", 4096}}`.
   constexpr slot_sizes(std::initializer_list<slot_spec> e) : entries(e) {}
+  //! Sets the size of `name`, replacing an earlier one; returns `*this` for chaining.
   constexpr slot_sizes& set(std::string_view name, std::size_t bytes) {
     for (auto& e : entries)
       if (e.name == name) return e.bytes = bytes, *this;
     entries.push_back({name, bytes});
     return *this;
   }
+  //! The size given for `name`, or `dynamic_bytes` when none was.
   constexpr std::size_t find(std::string_view name) const noexcept {
     for (auto const& e : entries)
       if (e.name == name) return e.bytes;
@@ -164,17 +172,17 @@ constexpr stack_spec bind_sizes(stack_spec s, slot_sizes const& sizes) {
 //! A slot as a type: `tide::slot<"q_proj", 1 << 20>`; without a size it is sized at run time.
 template <fixed_string Name, std::size_t Bytes = dynamic_bytes>
 struct slot {
-  static constexpr slot_spec value{Name.view(), Bytes};
-  static constexpr std::string_view name = Name.view();
-  static constexpr std::size_t bytes = Bytes;
+  static constexpr slot_spec value{Name.view(), Bytes};  //!< the `slot_spec` this type spells
+  static constexpr std::string_view name = Name.view();  //!< `Name`
+  static constexpr std::size_t bytes = Bytes;            //!< `Bytes`
 };
 
 //! A slot that is the layer's input (`slot_spec::input`): `tide::input_slot<"x", 1 << 20>`.
 template <fixed_string Name, std::size_t Bytes = dynamic_bytes>
 struct input_slot {
-  static constexpr slot_spec value{Name.view(), Bytes, true};
-  static constexpr std::string_view name = Name.view();
-  static constexpr std::size_t bytes = Bytes;
+  static constexpr slot_spec value{Name.view(), Bytes, true};  //!< the `slot_spec` this type spells
+  static constexpr std::string_view name = Name.view();        //!< `Name`
+  static constexpr std::size_t bytes = Bytes;                  //!< `Bytes`
 };
 
 //! The stack's carry as a part of `tide::stack`: `tide::stack<tide::carry<"residual", N>, ...>`
@@ -182,9 +190,10 @@ struct input_slot {
 template <fixed_string Name, std::size_t Bytes = dynamic_bytes>
 struct carry {
   static_assert(Bytes != 0, "tide::carry<Name, Bytes>: a carry of zero bytes is no carry: drop it");
-  using tide_stack_part_tag = void;
-  static constexpr std::string_view name = Name.view();
-  static constexpr std::size_t bytes = Bytes;
+  using tide_stack_part_tag = void;                      //!< Marks this type as a part of `tide::stack`.
+  static constexpr std::string_view name = Name.view();  //!< `Name`
+  static constexpr std::size_t bytes = Bytes;            //!< `Bytes`
+  //! Sets `s.carry` to this carry.
   static constexpr void append_to(stack_spec& s) { s.carry = {Name.view(), Bytes}; }
 };
 
@@ -200,10 +209,11 @@ template <fixed_string Name, class... Slots>
 struct layer {
   static_assert((detail::slot_type<Slots> && ...),
                 "tide::layer<Name, Slots...>: every argument after the name must be a tide::slot<\"name\", bytes>");
-  using tide_layer_tag = void;
-  static constexpr std::string_view name = Name.view();
+  using tide_layer_tag = void;                           //!< Marks this type as a layer type.
+  static constexpr std::string_view name = Name.view();  //!< `Name`
   //! The slot names in declaration order (a slot's index is its position here).
   static constexpr std::array<std::string_view, sizeof...(Slots)> slots{Slots::name...};
+  //! The `layer_spec` this type spells.
   static constexpr layer_spec spec() { return layer_spec{Name.view(), {Slots::value...}}; }
 };
 
@@ -212,7 +222,8 @@ template <class Layer, std::uint32_t Count>
 struct repeat {
   static_assert(requires { typename Layer::tide_layer_tag; },
                 "tide::repeat<Layer, Count>: Layer must be a tide::layer<\"name\", slots...>");
-  using tide_stack_part_tag = void;
+  using tide_stack_part_tag = void;  //!< Marks this type as a part of `tide::stack`.
+  //! Appends `Count` layers of type `Layer` to `s`.
   static constexpr void append_to(stack_spec& s) { s.append(Layer::spec(), Count); }
 };
 
@@ -299,7 +310,8 @@ struct stack {
   static_assert(detail::check_layer_names<Parts...>());
   static_assert((detail::is_carry_part<Parts> + ... + 0) <= 1,
                 "tide::stack<Parts...>: two tide::carry parts: a stack has one carry");
-  using tide_stack_tag = void;
+  using tide_stack_tag = void;  //!< Marks this type as a stack for `make_schedule`.
+  //! The `stack_spec` the parts spell, in order.
   static constexpr stack_spec spec() {
     stack_spec s;
     (detail::append_part<Parts>(s), ...);

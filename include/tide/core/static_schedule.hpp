@@ -1,5 +1,6 @@
 #pragma once
-//! \file Compile-time schedules: the builder evaluated in a constant expression and frozen into
+//! \file
+//! Compile-time schedules: the builder evaluated in a constant expression and frozen into
 //! fixed-size arrays, so `static_assert(s.peak_device_bytes() <= budget)` works.
 
 #include <array>
@@ -16,23 +17,28 @@ namespace tide {
 //! A schedule whose sizes are template arguments; a literal type.
 template <std::size_t Layers, std::size_t Slots, std::size_t Ops, std::size_t Waits>
 struct static_schedule {
-  std::array<layer_binding, Layers> layers{};
-  std::array<slot_binding, Slots> slots{};
-  std::array<op, Ops> ops{};
-  std::array<std::uint32_t, Waits> waits{};
-  std::uint32_t event_count = 0;
-  arena_layout arena{};
-  buffer_spec buffers{};
-  pipeline_spec pipeline{};
-  collective_spec collectives{};
-  carry_binding carry{};
+  std::array<layer_binding, Layers> layers{};  //!< one per layer, in forward order
+  std::array<slot_binding, Slots> slots{};     //!< every layer's slots, each layer's contiguous
+  std::array<op, Ops> ops{};                   //!< the op program, in host issue order
+  std::array<std::uint32_t, Waits> waits{};    //!< indices of the ops each op waits for (`op::wait_begin`)
+  std::uint32_t event_count = 0;               //!< events the program records (`op::event` < this)
+  arena_layout arena{};                        //!< the static buffer assignment and peaks
+  buffer_spec buffers{};                       //!< the buffers the schedule was built with
+  pipeline_spec pipeline{};                    //!< the pipeline the schedule was built with
+  collective_spec collectives{};               //!< the collective hooks it makes room for
+  carry_binding carry{};                       //!< where the carries live
 
+  //! Predicted device peak: the whole device arena.
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
+  //! Predicted pinned host peak: the whole host arena.
   constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  //! Number of layers.
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(Layers); }
+  //! A view of this schedule, valid while it lives.
   constexpr schedule_view view() const& noexcept {
     return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
   }
+  //! Same as `view()`, so a static schedule passes where a `schedule_view` is taken.
   constexpr operator schedule_view() const& noexcept { return view(); }
   schedule_view view() const&& = delete;  // a view of a temporary would dangle
   operator schedule_view() const&& = delete;

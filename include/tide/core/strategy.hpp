@@ -1,5 +1,6 @@
 #pragma once
-//! \file The strategy: one value for everything that decides a schedule besides the stack, that
+//! \file
+//! The strategy: one value for everything that decides a schedule besides the stack, that
 //! is where each slot lives (policy), how storage is provided (buffers), how copies overlap
 //! (pipeline) and which collective hooks it makes room for. `build_schedule` takes it, the planner
 //! returns it, `describe` prints it; `tide::strategy_of<parts...>` spells it as a type for
@@ -15,10 +16,10 @@ namespace tide {
 //! Policy, buffers, pipeline, collectives and checkpoints, by name:
 //! `tide::strategy{.policy = p, .pipeline = {.prefetch_distance = 2}}`.
 struct strategy {
-  policy_spec policy;
-  buffer_spec buffers;
-  pipeline_spec pipeline;
-  collective_spec collectives;
+  policy_spec policy;           //!< where each slot lives
+  buffer_spec buffers;          //!< how storage is provided
+  pipeline_spec pipeline;       //!< how copies are placed and overlapped
+  collective_spec collectives;  //!< which collective hooks the schedule makes room for
   checkpoint_spec checkpoints;  //!< where a stack's carries live (a stack with a carry only)
 };
 
@@ -47,8 +48,9 @@ struct strategy_of {
                 "tide::strategy_of<...>: two collectives: give one tide::collectives<...>");
   static_assert((is_checkpoints<Parts> + ... + 0) <= 1,
                 "tide::strategy_of<...>: two checkpoints: give one tide::checkpoints<...>");
-  using tide_strategy_tag = void;
+  using tide_strategy_tag = void;  //!< Marks this type as a strategy for `make_schedule`.
 
+  //! The `strategy` the parts spell; absent parts keep their defaults.
   static constexpr strategy spec() {
     strategy s;
     (set(s, static_cast<Parts*>(nullptr)), ...);

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Validation: what can be wrong with a stack and a strategy, as issue codes; the run-time
+//! \file
+//! Validation: what can be wrong with a stack and a strategy, as issue codes; the run-time
 //! message of each (`to_message`, thrown by `build_schedule`) and its compile-time diagnostic
 //! (`detail::static_check`, the `static_assert`s of `make_schedule`), side by side in one table.
 
@@ -17,42 +18,46 @@
 
 namespace tide {
 
+//! What is wrong with a stack and a strategy; `to_message` says it in words.
 enum class schedule_issue_code : std::uint8_t {
-  none,
-  empty_stack,
-  duplicate_slot,
-  zero_size_slot,
-  dynamic_size,
-  unknown_rule_slot,
-  empty_rule_range,
-  unused_rule,
-  zero_staging_buffers,
-  zero_offloads_in_flight,
-  bad_alignment,
-  too_many_slots,
-  too_many_chunks,
-  too_many_ops,
-  size_overflow,
-  remat_of_input,
-  checkpoints_without_carry,
-  zero_snapshots,
-  host_tier_needs_reversal,
-  bad_reversal,
-  advance_without_gather,
+  none,                       //!< nothing: the composition is valid
+  empty_stack,                //!< the stack has no layers
+  duplicate_slot,             //!< a layer type names one slot twice
+  zero_size_slot,             //!< a slot of zero bytes
+  dynamic_size,               //!< a run-time slot or carry size that `slot_sizes` did not give
+  unknown_rule_slot,          //!< a rule names a slot no layer has
+  empty_rule_range,           //!< a rule's layer range is empty
+  unused_rule,                //!< a rule decides no (layer, slot) and unused rules are not allowed
+  zero_staging_buffers,       //!< slots are offloaded with latency hiding but there are no staging buffers
+  zero_offloads_in_flight,    //!< slots are offloaded with latency hiding but no offload may be in flight
+  bad_alignment,              //!< an arena alignment that is not a power of two
+  too_many_slots,             //!< a layer type with more slots than `op::slot` can index
+  too_many_chunks,            //!< a slot split into more than `max_chunks_per_slot` chunks
+  too_many_ops,               //!< a program of more than `max_ops` ops
+  size_overflow,              //!< a size or offset that does not fit in `std::size_t`
+  remat_of_input,             //!< a rule rematerializes a layer's input slot
+  checkpoints_without_carry,  //!< checkpoints other than the default on a stack without a carry
+  zero_snapshots,             //!< checkpoints with no device snapshot
+  host_tier_needs_reversal,   //!< host snapshots without an explicit reversal
+  bad_reversal,               //!< the explicit reversal is not a valid reversal of the stack
+  advance_without_gather,     //!< the reversal re-runs layers but the collectives gather weights
 };
 
+//! One issue with the names and numbers its message needs; converts to `true` when there is one.
 struct schedule_issue {
-  schedule_issue_code code = schedule_issue_code::none;
+  schedule_issue_code code = schedule_issue_code::none;  //!< what is wrong
   std::string_view type_name;  //!< the layer type concerned (or "device"/"host" for alignments)
   std::string_view slot_name;  //!< the slot concerned, if any
-  std::size_t value = 0;
-  std::size_t limit = 0;
+  std::size_t value = 0;      //!< the offending number (a count, rule index, layer or alignment), if any
+  std::size_t limit = 0;      //!< the bound `value` broke, if any
   std::string_view quantity;  //!< size_overflow: what was being computed
+  //! True when there is an issue (`code != none`).
   constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
 };
 
 //! Limits of the op program's 32-bit indices, with room for waits (a few per op).
 inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 24;
+//! Most ops a schedule may have (see `max_chunks_per_slot`).
 inline constexpr std::size_t max_ops = std::size_t{1} << 28;
 
 namespace detail {
@@ -97,6 +102,7 @@ constexpr schedule_issue overflow(std::string_view quantity, std::string_view ty
 }
 }  // namespace detail
 
+//! The issue in words: what is wrong, with the names involved, and how to fix it.
 inline std::string to_message(schedule_issue const& i) {
   using c = schedule_issue_code;
   auto q = [](std::string_view v) {

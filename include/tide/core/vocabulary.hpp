@@ -1,5 +1,6 @@
 #pragma once
-//! \file The vocabulary every layer shares: placements, stream roles, size sentinels, overflow-checked
+//! \file
+//! The vocabulary every layer shares: placements, stream roles, size sentinels, overflow-checked
 //! size arithmetic and fixed strings.
 
 #include <algorithm>
@@ -30,6 +31,7 @@ enum class placement : std::uint8_t {
   remat,    //!< dropped after forward, recomputed just before backward
 };
 
+//! The placement's name: "keep", "offload" or "remat".
 constexpr std::string_view to_string(placement p) noexcept {
   switch (p) {
     case placement::keep: return "keep";
@@ -39,10 +41,13 @@ constexpr std::string_view to_string(placement p) noexcept {
   return "?";
 }
 
-//! The four streams an executor drives. With latency hiding off every copy runs on `compute`.
+//! The four streams an executor drives: `compute` (the user's lambdas), `d2h` (offloads), `h2d`
+//! (prefetches) and `comm` (collective hooks). With latency hiding off every copy runs on `compute`.
 enum class stream_role : std::uint8_t { compute = 0, d2h = 1, h2d = 2, comm = 3 };
+//! The number of stream roles; `stream_role` values index arrays of this size.
 inline constexpr std::size_t stream_count = 4;
 
+//! The stream's name: "compute", "d2h", "h2d" or "comm".
 constexpr std::string_view to_string(stream_role s) noexcept {
   switch (s) {
     case stream_role::compute: return "compute";
@@ -58,19 +63,23 @@ inline constexpr std::size_t dynamic_bytes = std::numeric_limits<std::size_t>::m
 //! "Every layer from here on" in a layer range.
 inline constexpr std::uint32_t all_layers = std::numeric_limits<std::uint32_t>::max();
 
+//! `n` rounded up to a multiple of `a` (unchecked: see `checked_align_up`).
 constexpr std::size_t align_up(std::size_t n, std::size_t a) noexcept { return (n + a - 1) / a * a; }
 
 //! Overflow-checked size arithmetic: every size and offset tide derives from user input goes
 //! through these, so a sum past `SIZE_MAX` is reported instead of wrapping. Usable in constant
 //! expressions; they return false (leaving `out` unspecified) when the result does not fit.
+//! This one: `out = a + b`.
 constexpr bool checked_add(std::size_t a, std::size_t b, std::size_t& out) noexcept {
   out = a + b;  // unsigned: wraps, never undefined
   return out >= a;
 }
+//! `out = a * b`, or false when it overflows.
 constexpr bool checked_mul(std::size_t a, std::size_t b, std::size_t& out) noexcept {
   out = a * b;
   return a == 0 || out / a == b;
 }
+//! `out = n` rounded up to a multiple of `a`, or false when it overflows or `a` is 0.
 constexpr bool checked_align_up(std::size_t n, std::size_t a, std::size_t& out) noexcept {
   if (a == 0 || !checked_add(n, a - 1, out)) return false;
   out = out / a * a;
@@ -84,9 +93,12 @@ constexpr std::size_t ceil_div(std::size_t bytes, std::size_t chunk) noexcept {
 //! A string usable as a template argument: `tide::slot<"q_proj", 4096>`.
 template <std::size_t N>
 struct fixed_string {
-  char data[N]{};
+  char data[N]{};  //!< the characters and the terminating null
+  //! Copies the literal `s` (implicit, so a literal converts where a `fixed_string` is expected).
   constexpr fixed_string(char const (&s)[N]) noexcept { std::copy_n(s, N, data); }
+  //! The string without its terminating null.
   constexpr std::string_view view() const noexcept { return {data, N - 1}; }
+  //! Same as `view()`.
   constexpr operator std::string_view() const noexcept { return view(); }
 };
 

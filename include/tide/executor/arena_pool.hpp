@@ -1,5 +1,6 @@
 #pragma once
-//! \file The arena policy of every backend with real memory (host and CUDA), in one place.
+//! \file
+//! The arena policy of every backend with real memory (host and CUDA), in one place.
 //!
 //! A pool hands out one block at a time, reused by every later setup that fits in it, so
 //! addresses stay stable across steps. A setup that needs more gets a fresh block; the old one
@@ -34,8 +35,8 @@ concept arena_allocator = std::move_constructible<A> && requires(A& a, std::byte
 
 //! A block from `arena_pool::reserve` and the lease that keeps it alive while held.
 struct arena_block {
-  std::byte* data = nullptr;
-  std::shared_ptr<void const> lease = {};
+  std::byte* data = nullptr;               //!< the block's start, aligned as requested
+  std::shared_ptr<void const> lease = {};  //!< keeps the block alive while held (see `arenas::lease`)
 };
 
 //! One lease holding both of `a` and `b` (an executor's device and host blocks).
@@ -44,6 +45,8 @@ inline std::shared_ptr<void const> joint_lease(std::shared_ptr<void const> a, st
       std::array<std::shared_ptr<void const>, 2>{std::move(a), std::move(b)});
 }
 
+//! The arenas of one kind (device or host) of a backend: one block reused while setups fit in
+//! it, a fresh one when not, under a budget (see the file's description).
 template <arena_allocator Allocator>
 class arena_pool {
  public:
@@ -131,6 +134,7 @@ class arena_pool {
   std::size_t size() const noexcept { return current_ ? current_->bytes : 0; }
   //! The largest request granted.
   std::size_t peak() const noexcept { return peak_; }
+  //! The bound on the bytes held at once, as given on construction.
   std::size_t budget() const noexcept { return budget_; }
 
  private:

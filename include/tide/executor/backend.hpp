@@ -1,5 +1,6 @@
 #pragma once
-//! \file The backend concept: what the generic executor needs from a place to run a schedule.
+//! \file
+//! The backend concept: what the generic executor needs from a place to run a schedule.
 //!
 //! It is shaped after CUDA streams and events, so that the CUDA backend is a direct mapping:
 //! four streams addressed by role, events addressed by index (recorded after an op, waited on by
@@ -22,16 +23,18 @@ namespace tide {
 //! Work a backend runs on a stream: a plain function pointer and its argument, so enqueueing
 //! allocates nothing. `fn` must not throw; the executor catches user exceptions itself.
 struct task {
+  //! The work, called as `fn(self, arg)`.
   void (*fn)(void* self, std::uint32_t arg) noexcept = nullptr;
-  void* self = nullptr;
-  std::uint32_t arg = 0;
+  void* self = nullptr;   //!< the object `fn` acts on (the executor)
+  std::uint32_t arg = 0;  //!< `fn`'s argument (the op's index)
+  //! Runs the work: `fn(self, arg)`.
   void operator()() const noexcept { fn(self, arg); }
 };
 
 //! The two arenas a backend hands the executor. Addresses are stable across steps.
 struct arenas {
-  std::byte* device = nullptr;
-  std::byte* host = nullptr;
+  std::byte* device = nullptr;  //!< the device arena's start: the schedule's device offsets are relative to it
+  std::byte* host = nullptr;    //!< the host arena's start: the schedule's host offsets are relative to it
   //! Keeps the blocks `device` and `host` point into alive while held (the executor holds it
   //! for its lifetime); empty where nothing needs keeping (the sim). See arena_pool.hpp.
   std::shared_ptr<void const> lease = {};
@@ -42,11 +45,11 @@ struct arenas {
 //! backend names its NVTX ranges from it; a backend may throw to reject it) and the sizes derived
 //! from it. The schedule outlives the backend's use of it: the executor holds it.
 struct backend_setup {
-  schedule_view schedule;
-  std::size_t ops = 0;
-  std::uint32_t events = 0;
-  std::size_t device_bytes = 0;
-  std::size_t host_bytes = 0;
+  schedule_view schedule;              //!< the schedule to run (held by the executor)
+  std::size_t ops = 0;                 //!< ops in the program (timelines reserve for them)
+  std::uint32_t events = 0;            //!< events to create, addressed as `0` to `events - 1`
+  std::size_t device_bytes = 0;        //!< the device arena's size
+  std::size_t host_bytes = 0;          //!< the host arena's size
   std::size_t waits = 0;               //!< cross-stream waits in the program (timelines reserve for them)
   std::size_t device_alignment = 256;  //!< the schedule's: the device arena starts on this boundary
   std::size_t host_alignment = 64;     //!< the schedule's: the host arena starts on this boundary

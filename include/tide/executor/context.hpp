@@ -1,5 +1,6 @@
 #pragma once
-//! \file What user lambdas receive: the layer, the stream to enqueue on, and the slots as spans.
+//! \file
+//! What user lambdas receive: the layer, the stream to enqueue on, and the slots as spans.
 //!
 //! A slot is named three ways, each O(1) per call:
 //! - by a handle resolved at compile time from a static layer type, the usual way (no `.template`
@@ -28,10 +29,10 @@ namespace tide {
 //! Slot `index` (named `name`) of layer type `layer_type`, viewed as elements of `T`.
 template <class T = std::byte>
 struct slot_handle {
-  using element_type = T;
-  std::string_view layer_type;
-  std::string_view name;
-  std::uint16_t index = 0;
+  using element_type = T;       //!< what the slot's bytes are viewed as
+  std::string_view layer_type;  //!< the layer type's name, checked against the context's `type_name`
+  std::string_view name;        //!< the slot's name, checked against the layer's slot at `index`
+  std::uint16_t index = 0;      //!< the slot's position among its layer's slots
 };
 
 namespace detail {
@@ -99,14 +100,14 @@ inline constexpr slot_handle<T> slot_handle_of{Layer::name, Name.view(), detail:
 //! Shared by all contexts: which layer, which stream, the layer's slot bindings.
 template <class Stream>
 struct layer_context {
-  std::uint32_t layer = 0;
-  Stream stream{};
-  std::span<slot_binding const> bindings;
-  std::string_view type_name;
-  std::byte* device = nullptr;
+  std::uint32_t layer = 0;                 //!< the layer's index in the stack
+  Stream stream{};                         //!< the stream to enqueue the layer's work on
+  std::span<slot_binding const> bindings;  //!< the layer's slots: names, sizes, placements, offsets
+  std::string_view type_name;              //!< the name of the layer's type
+  std::byte* device = nullptr;             //!< the device arena's start: slot offsets are relative to it
   std::byte* carry_in_data = nullptr;   //!< the layer's input carry (a stack with a carry), else null
   std::byte* carry_out_data = nullptr;  //!< where its carry out goes (see the contexts), else null
-  std::size_t carry_bytes = 0;
+  std::size_t carry_bytes = 0;          //!< the carry's size (0 when the stack has no carry)
 
   //! The carry this layer reads (carry `layer`: the stack's input for layer 0), read-only; empty
   //! when the stack has no carry.
@@ -117,16 +118,19 @@ struct layer_context {
     return typed_carry<T const>(carry_in());
   }
 
+  //! How many slots the layer has: valid indices are below it.
   std::uint16_t slot_count() const noexcept { return static_cast<std::uint16_t>(bindings.size()); }
   //! Slot `k`'s name; every index-taking member throws `slot_error` when `k >= slot_count()`
   //! (always checked: one comparison, and an unchecked index would hand out another layer's bytes).
   std::string_view slot_name(std::uint16_t k) const { return binding(k).name; }
+  //! Slot `k`'s placement: kept on the device, offloaded or rematerialized.
   placement where(std::uint16_t k) const { return binding(k).where; }
   //! The index of a slot whose name is known only at run time (a linear search; throws
   //! `slot_error` listing the layer's slots when there is none).
   std::uint16_t slot_index(std::string_view name) const { return detail::find_slot(bindings, layer, type_name, name); }
 
  protected:
+  //! Slot `k`'s binding, after checking that `k` is in range.
   slot_binding const& binding(std::uint16_t k) const {
     if (k >= bindings.size())
       throw slot_error("tide: slot index " + std::to_string(k) + " is out of range for layer " + std::to_string(layer) +
@@ -152,10 +156,12 @@ struct layer_context {
                        "', whose slots differ from the layer type the handle was made from");
     return h.index;
   }
+  //! The index of slot `Name`, from a small per-thread cache.
   template <fixed_string Name>
   std::uint16_t index_of() const {
     return detail::cached_slot_index<Name>(bindings, layer, type_name);
   }
+  //! Carry `s` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T, class Byte>
   std::span<T> typed_carry(std::span<Byte> s) const {
     if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
@@ -164,6 +170,8 @@ struct layer_context {
                        std::to_string(alignof(T)) + ": check the carry size and the arena alignment");
     return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
   }
+  //! Slot `k`'s bytes `s` as elements of `T`; throws `slot_error` if their size or alignment does
+  //! not fit T.
   template <class T, class Byte>
   std::span<T> typed(std::span<Byte> s, std::uint16_t k) const {
     if constexpr (sizeof(T) == 1) {
@@ -186,6 +194,7 @@ struct layer_context {
 //! out and no slot, and a recompute writes its remat slots and no carry (`produces_carry()`).
 template <class Stream>
 struct forward_context : layer_context<Stream> {
+  //! Recompute mode: only the remat slots are to be written; the others hold their saved data.
   bool recompute = false;
   bool advance = false;  //!< a segment recomputation: produce the carry out, no slot
 
@@ -201,19 +210,23 @@ struct forward_context : layer_context<Stream> {
   std::span<std::byte> carry_out() const noexcept {
     return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
   }
+  //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
   template <class T>
   std::span<T> carry_out() const {
     return this->template typed_carry<T>(carry_out());
   }
+  //! True when this call must produce the slot of handle `h`.
   template <class T>
   bool produces(slot_handle<T> h) const {
     return produces(this->index_of(h));
   }
+  //! True when this call must produce slot `Name`.
   template <fixed_string Name>
   bool produces() const {
     return produces(this->template index_of<Name>());
   }
 
+  //! Slot `k`'s bytes: its forward buffer, or in recompute mode the buffer its backward reads.
   std::span<std::byte> slot(std::uint16_t k) const {
     auto const& b = this->binding(k);
     return {this->device + (recompute ? b.backward_offset : b.forward_offset), b.bytes};
@@ -224,6 +237,7 @@ struct forward_context : layer_context<Stream> {
     auto const k = this->index_of(h);
     return this->template typed<T>(slot(k), k);
   }
+  //! Slot `Name` as elements of `T` (resolved once per thread and layer type, then cached).
   template <fixed_string Name, class T = std::byte>
   std::span<T> slot() const {
     auto const k = this->template index_of<Name>();
@@ -240,10 +254,12 @@ struct backward_context : layer_context<Stream> {
   std::span<std::byte const> output() const noexcept {
     return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
   }
+  //! The same as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
   std::span<T const> output() const {
     return this->template typed_carry<T const>(output());
   }
+  //! Slot `k`'s bytes, read-only: wherever it was kept, they are back on the device now.
   std::span<std::byte const> slot(std::uint16_t k) const {
     auto const& b = this->binding(k);
     return {this->device + b.backward_offset, b.bytes};
@@ -254,6 +270,7 @@ struct backward_context : layer_context<Stream> {
     auto const k = this->index_of(h);
     return this->template typed<T const>(slot(k), k);
   }
+  //! Slot `Name` as elements of `T` (resolved once per thread and layer type, then cached).
   template <fixed_string Name, class T = std::byte>
   std::span<T const> slot() const {
     auto const k = this->template index_of<Name>();
@@ -268,10 +285,10 @@ struct backward_context : layer_context<Stream> {
 //! so that a rank can tell its peers instead of leaving them blocked in a collective.
 template <class Stream>
 struct collective_context {
-  std::uint32_t layer = 0;
-  Stream stream{};
-  op_kind kind = op_kind::reduce;
-  bool step_failed = false;
+  std::uint32_t layer = 0;         //!< the layer the collective is for
+  Stream stream{};                 //!< the communication stream to enqueue the collective on
+  op_kind kind = op_kind::reduce;  //!< `gather`, `regather` or `reduce`
+  bool step_failed = false;        //!< an op of this step failed: tell the peers rather than exchange data
 };
 
 }  // namespace tide

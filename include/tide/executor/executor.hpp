@@ -1,5 +1,6 @@
 #pragma once
-//! \file The generic executor: expands a schedule onto any backend and runs one training step
+//! \file
+//! The generic executor: expands a schedule onto any backend and runs one training step
 //! per call, calling the user's forward and backward lambdas and collective hooks.
 //!
 //! Per op, in issue order: the stream waits for the events the op depends on, the op is
@@ -32,16 +33,18 @@
 
 namespace tide {
 
+//! How an executor runs: its debug checks (on unless `NDEBUG`), their byte patterns, and where
+//! it records timelines.
 struct executor_options {
 #ifdef NDEBUG
   bool debug_checks = false;  //!< guard bytes, poisoning, use-before-prefetch detection
   bool check_schedule = false;  //!< run tide::check_schedule on construction
 #else
-  bool debug_checks = true;
-  bool check_schedule = true;
+  bool debug_checks = true;     //!< guard bytes, poisoning, use-before-prefetch detection
+  bool check_schedule = true;   //!< run tide::check_schedule on construction
 #endif
-  std::byte guard_pattern{0xFD};
-  std::byte poison_pattern{0xDB};
+  std::byte guard_pattern{0xFD};   //!< written past the end of each slot a lambda writes, checked after it
+  std::byte poison_pattern{0xDB};  //!< written over dead buffers, so that reading stale data shows
   //! Where the backend records each step's op intervals and blocking waits (nullptr: nowhere);
   //! `executor::record_timeline` changes it later.
   tide::timeline* timeline = nullptr;
@@ -49,6 +52,7 @@ struct executor_options {
 
 //! An absent collective hook.
 struct no_hook {
+  //! Does nothing.
   template <class Ctx>
   void operator()(Ctx const&) const noexcept {}
 };
@@ -61,8 +65,11 @@ struct no_hook {
 //! `finish_step()` is told once the step has synchronized (one object passed as several hooks, once).
 template <class BeforeForward = no_hook, class AfterBackward = no_hook, class BeforeBackward = no_hook>
 struct hooks {
+  //! Called before a layer's forward (a gather).
   BeforeForward before_forward{};
+  //! Called after a layer's backward (a reduce).
   AfterBackward after_backward{};
+  //! Called before a layer's recompute and backward (a regather).
   BeforeBackward before_backward{};  // last: positional initializers written before it keep their meaning
 };
 namespace detail {
@@ -80,16 +87,18 @@ template <class H>
 concept finish_callable = !(requires(std::remove_const_t<H>& h) { h.finish_step(); } && !requires(H& h) { h.finish_step(); });
 }  // namespace detail
 
+//! Runs a schedule on a `Backend`, one training step per `step` (or `enqueue` then `wait`), calling
+//! the user's forward and backward lambdas and collective hooks (see the file's description).
 template <class Backend>
 class executor {
   static_assert(check_backend<Backend>());
 
  public:
-  using backend_type = Backend;
-  using stream_type = typename Backend::stream_type;
-  using forward_context_type = tide::forward_context<stream_type>;
-  using backward_context_type = tide::backward_context<stream_type>;
-  using collective_context_type = tide::collective_context<stream_type>;
+  using backend_type = Backend;                                           //!< where the steps run
+  using stream_type = typename Backend::stream_type;                      //!< what contexts hold as `stream`
+  using forward_context_type = tide::forward_context<stream_type>;        //!< what the forward lambda gets
+  using backward_context_type = tide::backward_context<stream_type>;      //!< what the backward lambda gets
+  using collective_context_type = tide::collective_context<stream_type>;  //!< what collective hooks get
 
   //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
   //! `opt.timeline`. `s` must outlive the executor.
@@ -128,7 +137,9 @@ class executor {
   executor(executor const&) = delete;
   executor& operator=(executor const&) = delete;
 
+  //! The schedule it runs, as given on construction.
   schedule_view schedule() const noexcept { return s_; }
+  //! The arenas the backend set up for it (their lease is held by the executor).
   tide::arenas memory() const noexcept { return arenas_; }
   //! Where the user writes the stack's input (carry 0) before a step, in device memory; empty
   //! when the stack has no carry. Tide never writes it.
@@ -141,8 +152,11 @@ class executor {
     return s_.carry.present() ? std::span<std::byte const>(arenas_.device + s_.carry.output_offset(), s_.carry.bytes)
                               : std::span<std::byte const>{};
   }
+  //! The backend it runs on, for calls of its own (e.g. its stream, between steps).
   Backend& backend() noexcept { return backend_; }
+  //! Steps completed so far (waited for), failed ones included.
   std::uint64_t steps() const noexcept { return steps_; }
+  //! The options in effect (`record_timeline` updates `timeline`).
   executor_options const& options() const noexcept { return opt_; }
 
   //! Records the following steps' op intervals and blocking waits into `t` (nullptr: stop). A

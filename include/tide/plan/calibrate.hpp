@@ -1,5 +1,6 @@
 #pragma once
-//! \file Calibration: measure a cost table from a real backend run. Per-layer forward, backward
+//! \file
+//! Calibration: measure a cost table from a real backend run. Per-layer forward, backward
 //! and recompute times come from timelines of keep-all and remat-all steps; the link comes from
 //! a line fitted (latency + bytes / bandwidth) to the copies of offload-all steps, whole and
 //! chunked so that sizes vary. Any backend works: timelines are part of the backend concept.
@@ -24,11 +25,12 @@ TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
+//! What `calibrate` measures and how often.
 struct calibration_options {
   std::uint32_t repeats = 3;  //!< steps per measured schedule; each time is the median
   bool full_duplex = true;    //!< the link's duplex (not measured: the calibration copies one way at a time)
-  bool measure_recompute = true;
-  bool measure_link = true;
+  bool measure_recompute = true;  //!< run remat-all steps for `layer_cost::recompute_us` (off: forward time stands in)
+  bool measure_link = true;       //!< run offload-all steps to fit `cost_table::link` (off: unpaced)
   bool measure_sync = true;  //!< the cross-stream wake-up latency (`cost_table::sync_latency_us`)
   //! Fills a stack's input carry (arena bytes, on the backend's device) before each measured
   //! schedule's steps, so the lambdas time real data (a router on zeros sends every token to the

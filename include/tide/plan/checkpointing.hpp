@@ -1,5 +1,6 @@
 #pragma once
-//! \file Checkpointing of a chain: the adjoint of an n-step chain (a time stepper, or a layer
+//! \file
+//! Checkpointing of a chain: the adjoint of an n-step chain (a time stepper, or a layer
 //! stack whose layer i+1 reads the "carry" layer i wrote) needs states n-1, ..., 0 in reverse
 //! order. With s snapshot slots, `revolve_schedule` is an optimal reversal (binomial
 //! checkpointing, Griewank & Walther's Revolve) and `revolve_extra_forwards` its cost in closed
@@ -40,17 +41,21 @@ namespace tide {
 //! Costs of the two-tier model, in microseconds. Forward and backward costs are per step
 //! (`forward_us[i]`), or one value for every step when the vector has one element.
 struct chain_costs {
-  std::vector<double> forward_us{1.0};
-  std::vector<double> backward_us{2.0};
+  std::vector<double> forward_us{1.0};   //!< step i's forward (or every step's, one element)
+  std::vector<double> backward_us{2.0};  //!< step i's backward (or every step's, one element)
   double d2h_us = 1.0;  //!< one state, device to host (its own stream)
   double h2d_us = 1.0;  //!< one state, host to device (its own stream)
   //! Copies run on the compute stream and add to its time (the synchronous model of H-Revolve).
   bool synchronous_copies = false;
 
+  //! Step `i`'s forward time.
   double forward(std::int64_t i) const { return forward_us.size() == 1 ? forward_us[0] : forward_us[static_cast<std::size_t>(i)]; }
+  //! Step `i`'s backward time.
   double backward(std::int64_t i) const { return backward_us.size() == 1 ? backward_us[0] : backward_us[static_cast<std::size_t>(i)]; }
+  //! True when every step costs the same (one forward and one backward value).
   bool uniform() const { return forward_us.size() == 1 && backward_us.size() == 1; }
 
+  //! Every step at forward `f` and backward `b`, copies at `d2h` and `h2d`.
   static chain_costs constant(double f, double b, double d2h, double h2d, bool synchronous = false) {
     return chain_costs{{f}, {b}, d2h, h2d, synchronous};
   }
@@ -85,6 +90,8 @@ struct chain_slot {
 //! no time. Shared by `two_tier_plan` and by any search that needs the model's time.
 class chain_machine {
  public:
+  //! An `n`-step chain with the initial state in the working carry and every slot empty (slot
+  //! counts above n + 1 are capped). Throws `schedule_error` or `cost_model_error` on bad arguments.
   chain_machine(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs costs)
       : n_(static_cast<std::int32_t>(n)), costs_(std::make_shared<chain_costs const>(std::move(costs))) {
     detail::ckpt::check_chain_args("chain_machine", n, device_slots);
@@ -95,6 +102,8 @@ class chain_machine {
     next_backward_ = n_ - 1;
   }
 
+  //! Applies `a` and advances the streams' times; throws `schedule_error` naming `a` when it is
+  //! invalid in the current state.
   void apply(chain_action const& a) {
     switch (a.op) {
       case chain_op::advance: {
@@ -167,19 +176,33 @@ class chain_machine {
   //! The end of the last operation on any stream.
   double time() const noexcept { return std::max({now_, d2h_free_, h2d_free_}); }
 
+  //! The chain's step count n.
   std::int32_t steps() const noexcept { return n_; }
+  //! The compute stream's time.
   double now() const noexcept { return now_; }
+  //! When the d2h stream is free for the next offload.
   double d2h_free() const noexcept { return d2h_free_; }
+  //! When the h2d stream is free for the next prefetch.
   double h2d_free() const noexcept { return h2d_free_; }
+  //! The state in the working carry (-1: consumed by a backward).
   std::int32_t work() const noexcept { return work_; }
+  //! The step the next backward must reverse (-1 once finished).
   std::int32_t next_backward() const noexcept { return next_backward_; }
+  //! True once the turn has run.
   bool turned() const noexcept { return turned_; }
+  //! The device snapshot slots.
   std::span<chain_slot const> device() const noexcept { return device_; }
+  //! The host snapshot slots.
   std::span<chain_slot const> host() const noexcept { return host_; }
+  //! Forward steps run so far: advances and the turn.
   std::int64_t forward_steps() const noexcept { return forward_steps_; }
+  //! Copy time issued so far, on either copy stream.
   double copy_time() const noexcept { return copy_time_; }
+  //! The most device slots occupied at once so far.
   std::int32_t peak_device() const noexcept { return peak_device_; }
+  //! The most host slots occupied at once so far.
   std::int32_t peak_host() const noexcept { return peak_host_; }
+  //! The costs the machine times actions with.
   chain_costs const& costs() const noexcept { return *costs_; }
 
  private:
@@ -235,7 +258,8 @@ struct chain_evaluation {
   std::int64_t forward_steps = 0;   //!< advances and the turn
   std::int64_t extra_forwards = 0;  //!< forward steps beyond the first sweep's n
   double copy_us = 0;               //!< copy time issued (on either copy stream)
-  std::int32_t peak_device = 0, peak_host = 0;
+  //! `peak_device`: the most device slots occupied at once.
+  std::int32_t peak_device = 0, peak_host = 0;  //!< `peak_host`: the most host slots occupied at once
 };
 
 //! Runs `actions` through the model; throws `schedule_error` if an action is invalid or the
@@ -766,11 +790,11 @@ struct two_tier_options {
 
 //! A two-tier schedule, its predicted time (`evaluate_chain` of its actions) and how it was found.
 struct two_tier_result {
-  std::vector<chain_action> actions;
+  std::vector<chain_action> actions;  //!< the schedule, e.g. as a `checkpoint_spec::reversal`
   double predicted_us = 0;     //!< the model's time of `actions` (`evaluate_chain`)
   double dp_estimate_us = -1;  //!< the DP's own value (method dp; equal to `predicted_us` in every test)
-  std::int64_t extra_forwards = 0;
-  two_tier_method method = two_tier_method::dp;
+  std::int64_t extra_forwards = 0;  //!< forward steps beyond the first sweep's n
+  two_tier_method method = two_tier_method::dp;  //!< which search produced `actions`
 };
 
 namespace detail::ckpt {

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The strategy table: for a stack, a cost table and a device budget, the usual ways to
+//! \file
+//! The strategy table: for a stack, a cost table and a device budget, the usual ways to
 //! place activations side by side, each simulated: keep all, full remat, offload with copies on
 //! the compute stream, the same with latency hiding, with chunked copies and deeper prefetch,
 //! and the planner's choice. It shows the trade: prefetch buffers cost device memory, so the
@@ -22,9 +23,10 @@ TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
+//! Budgets and the rows of `compare_strategies`.
 struct strategy_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< for activations (the schedule's peak)
-  std::size_t host_budget = std::numeric_limits<std::size_t>::max();
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();  //!< pinned host bytes a row may use
   //! What the device holds besides activations (`transformer_resident_memory`): added to each
   //! row's device peak.
   std::size_t resident_bytes = 0;
@@ -37,24 +39,25 @@ struct strategy_options {
   //! The offload rows rematerialize the slots they neither keep nor offload (selective offload
   //! on top of full remat, as in the published JAX study); false: they keep them.
   bool remat_rest = false;
-  std::uint32_t deep_prefetch_distance = 3;
+  std::uint32_t deep_prefetch_distance = 3;  //!< prefetch distance of the chunked row (at most the layer count - 1)
   std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: `default_chunk_bytes`)
-  bool include_plan = true;
+  bool include_plan = true;  //!< add the planner's row (seeded with the others; shown when it fits)
 };
 
+//! One simulated strategy of the table.
 struct strategy_row {
-  std::string name;
+  std::string name;  //!< the label the text table shows
   //! A stable identifier: keep-all, full-remat, offload-naive, offload-lhs (latency hiding),
   //! offload-lhs-pipelined (chunked, deeper prefetch), planner.
   std::string key;
-  tide::strategy strategy;
-  double step_us = 0;
-  double exposed_transfer_us = 0;
-  double recompute_us = 0;
+  tide::strategy strategy;         //!< what `build_schedule` built the row's schedule from
+  double step_us = 0;              //!< simulated step time
+  double exposed_transfer_us = 0;  //!< compute-stream time spent on copies or waiting for them
+  double recompute_us = 0;         //!< compute time spent recomputing
   std::size_t activation_bytes = 0;  //!< the schedule's device peak
   std::size_t device_bytes = 0;      //!< the whole device's: resident bytes plus activations
-  std::size_t host_bytes = 0;
-  bool fits = false;
+  std::size_t host_bytes = 0;        //!< the schedule's pinned host peak
+  bool fits = false;                 //!< `activation_bytes` and `host_bytes` are within the budgets
 };
 
 namespace detail {
@@ -68,23 +71,34 @@ inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std
 }
 }  // namespace detail
 
+//! One row: `st` (with `opt.collectives`) built for `stack`, simulated under `costs`, its peaks
+//! checked against `opt`'s budgets. What `compare_strategies` does for each of its rows, for a
+//! strategy of your own (a policy file, say).
+inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
+                                      strategy_options const& opt, std::string key, std::string name) {
+  st.collectives = opt.collectives;
+  strategy_row r{std::move(name), std::move(key), std::move(st)};
+  auto s = build_schedule(stack, r.strategy);
+  auto sim = simulate(s, costs);
+  r.step_us = sim.summary.step_us;
+  r.exposed_transfer_us = sim.summary.exposed_transfer_us;
+  r.recompute_us = sim.summary.recompute_us;
+  r.activation_bytes = s.peak_device_bytes();
+  r.device_bytes = opt.resident_bytes + r.activation_bytes;
+  r.host_bytes = s.peak_host_bytes();
+  r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
+  return r;
+}
+
+//! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,
+//! in the order keep-all, full remat, offload rows, planner. Rows with nothing to remat or
+//! offload are left out.
 inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
                                                     strategy_options const& opt = {}) {
   costs.check_against(stack);
   std::vector<strategy_row> rows;
   auto add = [&](std::string key, std::string name, tide::strategy st) {
-    st.collectives = opt.collectives;
-    strategy_row r{std::move(name), std::move(key), std::move(st)};
-    auto s = build_schedule(stack, r.strategy);
-    auto sim = simulate(s, costs);
-    r.step_us = sim.summary.step_us;
-    r.exposed_transfer_us = sim.summary.exposed_transfer_us;
-    r.recompute_us = sim.summary.recompute_us;
-    r.activation_bytes = s.peak_device_bytes();
-    r.device_bytes = opt.resident_bytes + r.activation_bytes;
-    r.host_bytes = s.peak_host_bytes();
-    r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
-    rows.push_back(std::move(r));
+    rows.push_back(evaluate_strategy(stack, costs, std::move(st), opt, std::move(key), std::move(name)));
   };
   auto const rest = detail::slot_names_except(stack, opt.keep_slots);
   auto const offloaded = opt.offload_slots.empty() ? rest : opt.offload_slots;

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Hardware descriptions: compute throughput per data type, HBM capacity and bandwidth, the
+//! \file
+//! Hardware descriptions: compute throughput per data type, HBM capacity and bandwidth, the
 //! host link (and how many GPUs share it), the host memory a GPU may pin, and the fabric that
 //! collectives use. Presets carry public datasheet numbers (sources below); every field can be
 //! overridden, and a calibrated link (`calibrate.hpp`) replaces the nominal one with measured
@@ -53,10 +54,13 @@ namespace tide {
 //! The data type of a model's matrix products (attention and elementwise work stay in BF16).
 enum class precision : std::uint8_t { bf16, fp8 };
 
+//! "BF16" or "FP8", as reports print it.
 constexpr std::string_view to_string(precision p) noexcept { return p == precision::fp8 ? "FP8" : "BF16"; }
 
+//! One GPU as the cost model sees it: compute, HBM, host link, host memory and fabric. The
+//! presets in `tide::hardware` fill it from datasheets.
 struct hardware_spec {
-  std::string_view name;
+  std::string_view name;  //!< what reports call this hardware
   double dense_flops = 0;          //!< peak dense BF16 FLOP/s
   double fp8_dense_flops = 0;      //!< peak dense FP8 FLOP/s (0: none; FP8 then runs at the BF16 rate)
   std::size_t hbm_bytes = 0;       //!< device memory capacity
@@ -108,11 +112,12 @@ struct hardware_spec {
   constexpr double memory_seconds(double bytes) const noexcept { return bytes / hbm_bytes_per_second; }
 };
 
+//! Presets with public datasheet numbers (sources in the file comment of hardware.hpp).
 namespace hardware {
 
-inline constexpr double pcie5_x16_bytes_per_second = 32e9 * 16 * 128.0 / 130.0 / 8.0;  // 63.0 GB/s
-inline constexpr double nvlink_c2c_bytes_per_second = 450e9;                         // per direction
-inline constexpr std::size_t gb = std::size_t{1000} * 1000 * 1000;
+inline constexpr double pcie5_x16_bytes_per_second = 32e9 * 16 * 128.0 / 130.0 / 8.0;  //!< 63.0 GB/s per direction (PCIe 5.0 base spec)
+inline constexpr double nvlink_c2c_bytes_per_second = 450e9;                         //!< per direction (900 GB/s bidirectional, GH200 datasheet)
+inline constexpr std::size_t gb = std::size_t{1000} * 1000 * 1000;  //!< a decimal gigabyte, as datasheets count
 
 //! H100 SXM5 80 GB with a PCIe Gen5 x16 host link, in a DGX H100 (8 GPUs, 2 TB of host memory).
 constexpr hardware_spec h100_sxm() {

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The planner: chooses keep, offload or remat for every (layer, slot) and the pipeline
+//! \file
+//! The planner: chooses keep, offload or remat for every (layer, slot) and the pipeline
 //! parameters (prefetch distance, chunk size, staging buffers), minimizing the simulated step
 //! time while the schedule's device peak fits the budget (and its host bytes the host cap).
 //!
@@ -74,16 +75,18 @@ inline std::vector<strategy> default_candidates(stack_spec const& stack, std::si
   return r;
 }
 
+//! Which search `make_plan` runs (see the file comment).
 enum class plan_method : std::uint8_t {
   automatic,  //!< exact up to `exact_max_decisions`, heuristic above
-  exact,
-  heuristic,
+  exact,      //!< branch and bound: the fastest plan, at a cost exponential in the decisions
+  heuristic,  //!< orders of moves and a local search: for stacks of any size
 };
 
+//! Budgets and search settings of `make_plan`.
 struct plan_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< for the schedule's peak (activations)
-  std::size_t host_budget = std::numeric_limits<std::size_t>::max();
-  plan_method method = plan_method::automatic;
+  std::size_t host_budget = std::numeric_limits<std::size_t>::max();  //!< for the schedule's pinned host bytes
+  plan_method method = plan_method::automatic;                        //!< exact, heuristic, or by size
   std::size_t exact_max_decisions = 10;  //!< (layer, slot) pairs up to which `automatic` is exact
   std::size_t local_search_max_decisions = 64;  //!< the heuristic's local search runs up to this size
   std::size_t local_search_starts = 30;  //!< ... from at most this many distinct candidates, fastest first

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Policy code generation: the fewest rules that reproduce per-(layer, slot) decisions
+//! \file
+//! Policy code generation: the fewest rules that reproduce per-(layer, slot) decisions
 //! (`policy_from_decisions`), and a strategy printed as the C++ type that spells it
 //! (`to_cpp_types`), so a planned schedule can be fixed at compile time.
 

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Simulation: a schedule run once by the generic executor on the sim backend, for its step
+//! \file
+//! Simulation: a schedule run once by the generic executor on the sim backend, for its step
 //! time (the planner's inner loop) or its whole timeline and summary.
 
 #include <tide/backends/sim/cost_table.hpp>
@@ -32,8 +33,8 @@ inline double simulate_step_us(schedule_view s, cost_table const& costs) {
 
 //! One simulated step: its timeline and its summary (step time, exposed transfer time, peaks).
 struct sim_result {
-  timeline trace;
-  step_summary summary;
+  timeline trace;        //!< every op's interval and every blocking wait
+  step_summary summary;  //!< `summarize` of `trace`
 };
 
 //! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a budget it exceeds.

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The whole device in the model: what a training job keeps resident besides activations
+//! \file
+//! The whole device in the model: what a training job keeps resident besides activations
 //! (weights, gradients, optimizer state, gathered weights, gradient buffers, workspaces,
 //! collective buffers, an allocator reserve) from the model's dimensions and the parallel layout,
 //! and what its collectives cost from message sizes and the fabric (`hardware_spec`'s NVLink
@@ -56,7 +57,7 @@ struct parallel_layout {
 //! are assumptions stated here, for mixed-precision Adam with FP32 master weights (the common
 //! recipe); replace them with your framework's.
 struct training_spec {
-  parallel_layout layout;
+  parallel_layout layout;  //!< how the job is spread over GPUs
   double master_weight_bytes = 4;  //!< per parameter, sharded (FP32)
   double gradient_bytes = 4;       //!< per parameter, sharded (FP32 accumulation)
   double optimizer_bytes = 8;      //!< per parameter, sharded (Adam's two FP32 moments)
@@ -83,14 +84,15 @@ struct resident_memory {
   std::size_t optimizer = 0;          //!< ... of the optimizer state
   std::size_t gathered_weights = 0;   //!< the gathered layers (or, without FSDP, the compute copies)
   std::size_t gradient_buffer = 0;    //!< one layer's unsharded gradients before its reduce-scatter
-  std::size_t workspace = 0;
+  std::size_t workspace = 0;          //!< `training_spec::workspace_bytes`
   std::size_t logits = 0;             //!< the output head's logits for the micro-batch's tokens
   //! The largest layer's working set beyond its saved slots: the all-to-all send and receive
   //! buffers of a MoE layer's routed tokens.
   std::size_t layer_workspace = 0;
-  std::size_t collective_buffers = 0;
-  std::size_t fragmentation = 0;
+  std::size_t collective_buffers = 0;  //!< `training_spec::collective_buffer_bytes`
+  std::size_t fragmentation = 0;       //!< the HBM share `training_spec::fragmentation_reserve` sets aside
 
+  //! Every part: what the device holds besides activations.
   constexpr std::size_t total() const noexcept {
     return weights + gradients + optimizer + gathered_weights + gradient_buffer + workspace + logits + layer_workspace +
            collective_buffers + fragmentation;

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Transformer decoder stacks from public architecture dimensions: per-slot bytes from the
+//! \file
+//! Transformer decoder stacks from public architecture dimensions: per-slot bytes from the
 //! dimensions, per-layer compute time from FLOPs over throughput (`hardware_spec`).
 //!
 //! Each layer saves these slots (names are stable: policies and plans refer to them):
@@ -39,39 +40,45 @@ TIDE_DESIGNATED_INIT_BEGIN
 
 namespace tide {
 
+//! A decoder-only transformer's dimensions and run shape, from which `transformer_stack`,
+//! `transformer_costs` and `transformer_resident_memory` derive slots, costs and memory.
 struct transformer_spec {
-  std::string_view name;
-  std::uint32_t layer_count = 0;
+  std::string_view name;           //!< what reports call the model
+  std::uint32_t layer_count = 0;   //!< layers in the stack (with pipeline parallelism: one stage's)
   std::uint32_t dense_layers = 0;  //!< the first layers use the dense MLP; the rest MoE when experts > 0
-  std::uint64_t hidden = 0;
-  std::uint32_t heads = 0;
+  std::uint64_t hidden = 0;        //!< width of the residual stream
+  std::uint32_t heads = 0;         //!< query heads
   std::uint32_t kv_heads = 0;      //!< grouped-query attention (== heads: multi-head)
-  std::uint32_t head_dim = 0;
-  // Multi-head latent attention (DeepSeek-V2/V3); used when `latent_attention`.
+  std::uint32_t head_dim = 0;      //!< query and key head dimension without latent attention
+  //! Multi-head latent attention (DeepSeek-V2/V3): the rank and head-dimension fields below
+  //! replace `head_dim` for queries and keys.
   bool latent_attention = false;
-  std::uint32_t q_lora_rank = 0;
-  std::uint32_t kv_lora_rank = 0;
-  std::uint32_t qk_nope_head_dim = 0;
-  std::uint32_t qk_rope_head_dim = 0;
-  std::uint32_t v_head_dim = 0;
+  std::uint32_t q_lora_rank = 0;       //!< rank of the compressed query projection
+  std::uint32_t kv_lora_rank = 0;      //!< rank of the compressed key/value projection
+  std::uint32_t qk_nope_head_dim = 0;  //!< per-head query/key dimension without rotary embedding
+  std::uint32_t qk_rope_head_dim = 0;  //!< per-head query/key dimension that carries the rotary embedding
+  std::uint32_t v_head_dim = 0;        //!< value head dimension (0: `head_dim`), also without latent attention
   // MLP
   std::uint64_t ffn = 0;           //!< dense MLP intermediate width
   std::uint32_t experts = 0;       //!< routed experts (0: dense only)
   std::uint32_t top_k = 0;         //!< routed experts per token
-  std::uint32_t shared_experts = 0;
+  std::uint32_t shared_experts = 0;  //!< experts every token of a MoE layer goes through besides its routed ones
   std::uint64_t expert_ffn = 0;    //!< intermediate width of one expert
   // Run shape
-  std::uint64_t seq_len = 4096;
-  std::uint64_t micro_batch = 1;
+  std::uint64_t seq_len = 4096;         //!< tokens per sequence
+  std::uint64_t micro_batch = 1;        //!< sequences per micro-batch
   std::uint32_t bytes_per_element = 2;  //!< BF16 activations
   std::uint32_t tensor_parallel = 1;    //!< heads and MLP widths are split over this many GPUs
   std::uint64_t vocab = 0;              //!< embedding and output head rows (resident weights only)
   precision matmul = precision::bf16;   //!< the matrix products' data type (attention stays BF16)
 
+  //! Tokens per micro-batch.
   constexpr std::uint64_t tokens() const noexcept { return seq_len * micro_batch; }
+  //! True when `layer` has the MoE MLP: the model has experts and `layer` is past the dense ones.
   constexpr bool is_moe(std::uint32_t layer) const noexcept { return experts > 0 && layer >= dense_layers; }
 };
 
+//! Published architectures as `transformer_spec`s (sources at each).
 namespace models {
 
 //! DeepSeek-V3-like: 61 layers (3 dense, 58 MoE), hidden 7168, 128 heads with multi-head latent
@@ -220,11 +227,6 @@ inline stack_spec transformer_stack(transformer_spec const& m) {
   return s;
 }
 
-//! Per-layer costs of `m` on `hw` for one GPU of a job laid out as `t` says: forward, backward,
-//! per-slot recompute (matrix products at `m.matmul`'s rate, attention in BF16), `hw`'s host link
-//! (this GPU's share), and the collectives of `training.hpp` (FSDP gathers and reduce-scatters
-//! as the layers' collective hooks; tensor-parallel and expert-parallel exchanges on the compute
-//! path, paid again by the recomputes that need them).
 namespace detail {
 inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
                                     bool communication) {
@@ -308,6 +310,11 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
 }
 }  // namespace detail
 
+//! Per-layer costs of `m` on `hw` for one GPU of a job laid out as `t` says: forward, backward,
+//! per-slot recompute (matrix products at `m.matmul`'s rate, attention in BF16), `hw`'s host link
+//! (this GPU's share), and the collectives of `training.hpp` (FSDP gathers and reduce-scatters
+//! as the layers' collective hooks; tensor-parallel and expert-parallel exchanges on the compute
+//! path, paid again by the recomputes that need them).
 inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
   return detail::transformer_costs(m, hw, t, true);
 }
@@ -318,11 +325,12 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
   return detail::transformer_costs(m, hw, training_spec{}, false);
 }
 
-//! `m`'s parameters: all, and those of the routed experts (embedding and output head included).
+//! A model's parameters: all, and those of the routed experts.
 struct parameter_count {
-  double total = 0;
-  double experts = 0;
+  double total = 0;    //!< every parameter, embedding and output head included
+  double experts = 0;  //!< those of the routed experts (part of `total`)
 };
+//! `m`'s parameters, whole (not split over GPUs), embedding and output head included.
 inline parameter_count transformer_parameters(transformer_spec const& m) {
   parameter_count r;
   double per_type[2][2] = {};

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Timelines as Chrome trace JSON (loads in Perfetto and chrome://tracing): one track per
+//! \file
+//! Timelines as Chrome trace JSON (loads in Perfetto and chrome://tracing): one track per
 //! stream, one slice per op named by kind, layer and slot, and counter tracks for device and
 //! host bytes live.
 
@@ -15,7 +16,8 @@
 
 namespace tide {
 
-
+//! Writes timeline `t`, recorded running schedule `s`, to `out` as Chrome trace JSON; `process`
+//! names the trace's process.
 inline void write_chrome_trace(std::ostream& out, timeline const& t, schedule_view const& s,
                                std::string_view process = "tide") {
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";

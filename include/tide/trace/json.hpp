@@ -1,5 +1,6 @@
 #pragma once
-//! \file JSON text: the one string escaper tide and its examples use for the JSON they write
+//! \file
+//! JSON text: the one string escaper tide and its examples use for the JSON they write
 //! (Chrome traces, result files).
 
 #include <cstdio>

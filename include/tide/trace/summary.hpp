@@ -1,5 +1,6 @@
 #pragma once
-//! \file Step summaries from a timeline: step time, exposed transfer time, overlap, and the
+//! \file
+//! Step summaries from a timeline: step time, exposed transfer time, overlap, and the
 //! device and host occupancy over time (predicted peaks against measured live bytes).
 
 #include <algorithm>
@@ -14,6 +15,8 @@
 
 namespace tide {
 
+//! What one recorded step cost: where its time went, and its peak memory measured against the
+//! schedule's prediction.
 struct step_summary {
   double step_us = 0;                //!< from the step's start to the end of its last op
   double compute_us = 0;             //!< forward, recompute and backward time on the compute stream
@@ -32,12 +35,14 @@ struct step_summary {
 
 //! One step of an occupancy curve: from `t_us` on, `bytes` are live.
 struct occupancy_point {
-  double t_us = 0;
-  std::size_t bytes = 0;
+  double t_us = 0;        //!< microseconds from the step's start
+  std::size_t bytes = 0;  //!< bytes live from `t_us` on
 };
 
+//! Device and host bytes live over a step, as step curves in time order.
 struct occupancy {
-  std::vector<occupancy_point> device, host;
+  //! Bytes live in the device arena over the step.
+  std::vector<occupancy_point> device, host;  //!< the same in the host arena
 };
 
 namespace detail {

@@ -1,5 +1,6 @@
 #pragma once
-//! \file The CUDA backend: the executor's four streams are CUDA streams, its events CUDA events,
+//! \file
+//! The CUDA backend: the executor's four streams are CUDA streams, its events CUDA events,
 //! its copies `cudaMemcpyAsync` between one device arena and one pinned host arena allocated at
 //! setup. User lambdas run inline on the host thread and enqueue their kernels on `ctx.stream`.
 //!
@@ -47,6 +48,7 @@
 
 namespace tide {
 
+//! Budgets, streams, memory resources and failure handling of a `cuda_backend`.
 struct cuda_backend_options {
   //! Bytes the device arenas may hold at once (arenas that live executors still hold included).
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();
@@ -66,10 +68,12 @@ struct cuda_backend_options {
 };
 
 
+//! A `backend` that runs a schedule on one GPU: CUDA streams, events and asynchronous copies.
 class cuda_backend {
  public:
-  using tide_backend_tag = void;
-  using stream_type = cudaStream_t;
+  using tide_backend_tag = void;     //!< opts in to the `backend` concept
+  using stream_type = cudaStream_t;  //!< user lambdas enqueue their kernels on this
+  //! The device arena is not host memory, so debug guards and poisoning do not run.
   static constexpr bool device_memory_is_host_accessible = false;
 
   //! tide creates every stream, on the current device.
@@ -97,14 +101,19 @@ class cuda_backend {
       if (owned_[r]) static_cast<void>(cudaStreamDestroy(streams_[r]));
   }
 
+  //! The options the backend was built with.
   cuda_backend_options const& options() const noexcept { return opt_; }
+  //! The device the streams were created on (the current one at construction).
   int device() const noexcept { return device_; }
+  //! The stream of role `r`, as a `cuda::stream_ref` for CCCL-style APIs.
   ::cuda::stream_ref stream_ref(stream_role r) const noexcept { return streams_[static_cast<std::size_t>(r)]; }
   //! Bytes of the current arenas (the ones the next setup reuses when it fits).
   std::size_t device_arena_bytes() const noexcept { return device_arena_.size(); }
+  //! Bytes of the current pinned host arena, as `device_arena_bytes()`.
   std::size_t host_arena_bytes() const noexcept { return host_arena_.size(); }
   //! Bytes allocated now: the current arenas plus earlier ones that live executors still hold.
   std::size_t device_held_bytes() const { return device_arena_.held_bytes(); }
+  //! Pinned host bytes allocated now, as `device_held_bytes()`.
   std::size_t host_held_bytes() const { return host_arena_.held_bytes(); }
 
   //! Records each op's interval and each wait's blocked time into `t` with timed events
@@ -119,7 +128,9 @@ class cuda_backend {
   //! Withdraws a `capture_next_step` that no step took up (a step that threw before starting),
   //! so that the next eager step runs instead of being captured.
   void cancel_capture() noexcept { capture_.cancel(); }
+  //! True while a step is being captured into a graph (from its `begin_step` to its `end_step`).
   bool capturing() const noexcept { return capture_.active(); }
+  //! Hands over the captured step; throws `error` when no step was captured.
   captured_step end_capture() { return capture_.claim(); }
 
   //! Called while the backend waits for its streams, with `timed_out` true once `sync_timeout`
@@ -127,6 +138,7 @@ class cuda_backend {
   //! peer), after making the streams drain (e.g. by aborting its communicator); the wait then
   //! ends and that exception is thrown. Registered once; nothing is allocated per step.
   using watcher = std::function<void(bool timed_out)>;
+  //! Registers `w` for every later synchronization (see `watcher`).
   void watch(watcher w) { watchers_.push_back(std::move(w)); }
 
   //! Waits for every stream, polling the watchers, for at most `sync_timeout` (then twice that
@@ -207,8 +219,10 @@ class cuda_backend {
     return a;
   }
 
+  //! The CUDA stream of role `r`.
   stream_type stream(stream_role r) const noexcept { return streams_[static_cast<std::size_t>(r)]; }
 
+  //! Records event `e` on the stream of `r` (`cudaEventRecord`).
   void record(stream_role r, std::uint32_t e) { TIDE_CUDA_CHECK(cudaEventRecord(events_[e], stream(r))); }
 
   //! Waits for the most recent record of `e` (a never-recorded event is complete: no wait).
@@ -234,6 +248,7 @@ class cuda_backend {
     op_marks_.push_back({i, r, begin, mark(r)});
   }
 
+  //! A `cudaMemcpyAsync` on the stream of `r`, in the direction of the op's kind.
   void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
     nvtx_op_range const range(opt_.nvtx, o, slot_name(o));
     auto const kind = o.kind == op_kind::offload    ? cudaMemcpyDeviceToHost

@@ -1,5 +1,6 @@
 #pragma once
-//! \file CUDA failures as exceptions: `tide::cuda_error` names the call, the error and where it
+//! \file
+//! CUDA failures as exceptions: `tide::cuda_error` names the call, the error and where it
 //! happened. Every CUDA runtime call tide makes goes through `TIDE_CUDA_CHECK`.
 
 #include <cuda_runtime_api.h>
@@ -36,11 +37,12 @@ constexpr bool is_sticky(cudaError_t e) noexcept {
 
 //! A CUDA runtime call failed.
 struct cuda_error : error {
-  cudaError_t code = cudaSuccess;
+  cudaError_t code = cudaSuccess;  //!< what the call returned
   std::string call;                //!< the call as written, e.g. `cudaMemcpyAsync(dst, src, n, kind, s)`
   std::string where;               //!< file:line of the call
   bool sticky = false;             //!< the context is unusable (see `is_sticky`)
 
+  //! The failure of `call_text` at `location` with `e`; `sticky` is set from `is_sticky(e)`.
   cuda_error(cudaError_t e, std::string const& call_text, std::string const& location)
       : error(message(cudaGetErrorName(e), cudaGetErrorString(e), call_text, location, is_sticky(e))),
         code(e),
@@ -85,6 +87,7 @@ struct first_failure {
     if (code != cudaSuccess) throw_cuda_error(code, call, __FILE__, line);
   }
 };
+//! Internal: notes the failure of a call into the `first_failure` `f` instead of throwing.
 #define TIDE_CUDA_NOTE(f, ...) (f).note((__VA_ARGS__), #__VA_ARGS__, __LINE__)
 }  // namespace detail
 

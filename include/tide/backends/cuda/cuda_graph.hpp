@@ -1,5 +1,6 @@
 #pragma once
-//! \file CUDA graphs: the capture machinery the CUDA backend runs a step through, and a whole
+//! \file
+//! CUDA graphs: the capture machinery the CUDA backend runs a step through, and a whole
 //! executor step captured into a graph and replayed step after step.
 //!
 //! Capture runs the executor's ordinary step with the backend in capture mode: the compute stream
@@ -59,11 +60,13 @@ inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))();
 //! One step captured into a CUDA graph (not yet instantiated) and the host tasks it calls; owns
 //! the graph.
 struct captured_step {
-  cudaGraph_t graph = nullptr;
-  detail::task_pool tasks;
+  cudaGraph_t graph = nullptr;  //!< owned; null when nothing was captured
+  detail::task_pool tasks;      //!< the host tasks the graph's host nodes point to: they live as long as it
 
   captured_step() = default;
+  //! Takes `o`'s graph and tasks; `o` is left empty.
   captured_step(captured_step&& o) noexcept : graph(std::exchange(o.graph, nullptr)), tasks(std::move(o.tasks)) {}
+  //! Destroys this graph, then takes `o`'s graph and tasks.
   captured_step& operator=(captured_step&& o) noexcept {
     if (this != &o) {
       reset();
@@ -73,6 +76,7 @@ struct captured_step {
     return *this;
   }
   ~captured_step() { reset(); }
+  //! Destroys the graph (the tasks are kept for reuse).
   void reset() noexcept {
     if (graph) static_cast<void>(cudaGraphDestroy(graph));
     graph = nullptr;
@@ -160,11 +164,15 @@ class stream_capture {
 
 }  // namespace detail
 
+//! An executor step captured once and replayed as an instantiated CUDA graph, so that a step
+//! costs one launch instead of one per op. Move-only; owns the graph and its instantiation.
 class cuda_graph {
  public:
   cuda_graph() = default;
+  //! Takes `o`'s graph; `o` is left empty.
   cuda_graph(cuda_graph&& o) noexcept
       : step_(std::move(o.step_)), exec_(std::exchange(o.exec_, nullptr)), stream_(o.stream_) {}
+  //! Destroys this graph, then takes `o`'s.
   cuda_graph& operator=(cuda_graph&& o) noexcept {
     if (this != &o) {
       destroy();
@@ -215,8 +223,11 @@ class cuda_graph {
     stream_ = be.stream(stream_role::compute);
   }
 
+  //! True once a capture succeeded: `replay` has a graph to launch.
   bool ready() const noexcept { return exec_ != nullptr; }
+  //! The captured graph (null before a capture), e.g. for `cudaGraphDebugDotPrint`.
   cudaGraph_t graph() const noexcept { return step_.graph; }
+  //! The instantiated graph (null before a capture), for launching it by hand.
   cudaGraphExec_t exec() const noexcept { return exec_; }
 
   //! Launches the captured step on the backend's compute stream; does not wait.

@@ -1,5 +1,6 @@
 #pragma once
-//! \file Memory for the CUDA backend: the resource concept user-supplied resources satisfy, the
+//! \file
+//! Memory for the CUDA backend: the resource concept user-supplied resources satisfy, the
 //! default pinned-host and device resources, and the pool an arena lives in.
 //!
 //! The concept is the shape of CCCL's `cuda::mr::resource` (allocate/deallocate with an
@@ -36,11 +37,13 @@ concept memory_resource = requires(R& r, void* p, std::size_t n, std::size_t a) 
 
 //! Device memory from `cudaMalloc`.
 struct device_memory_resource {
+  //! `bytes` from `cudaMalloc`, which aligns to 256 bytes whatever is asked; throws `cuda_error`.
   void* allocate(std::size_t bytes, std::size_t /*alignment: cudaMalloc gives 256*/) {
     void* p = nullptr;
     TIDE_CUDA_CHECK(cudaMalloc(&p, bytes));
     return p;
   }
+  //! `cudaFree`; errors are ignored (it runs on teardown paths).
   void deallocate(void* p, std::size_t, std::size_t) noexcept { static_cast<void>(cudaFree(p)); }
   friend constexpr bool operator==(device_memory_resource const&, device_memory_resource const&) noexcept {
     return true;
@@ -50,11 +53,13 @@ struct device_memory_resource {
 //! Page-locked host memory from `cudaHostAlloc`, so that copies run at full link bandwidth and
 //! asynchronously with respect to the host. Portable: usable from every device's context.
 struct pinned_memory_resource {
+  //! `bytes` from `cudaHostAlloc`, page aligned whatever is asked; throws `cuda_error`.
   void* allocate(std::size_t bytes, std::size_t /*alignment: page aligned*/) {
     void* p = nullptr;
     TIDE_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocPortable));
     return p;
   }
+  //! `cudaFreeHost`; errors are ignored (it runs on teardown paths).
   void deallocate(void* p, std::size_t, std::size_t) noexcept { static_cast<void>(cudaFreeHost(p)); }
   friend constexpr bool operator==(pinned_memory_resource const&, pinned_memory_resource const&) noexcept {
     return true;
@@ -69,6 +74,7 @@ static_assert(::cuda::mr::resource<device_memory_resource> && ::cuda::mr::resour
 //! A non-owning reference to any `memory_resource`; the resource must outlive the backend.
 class resource_ref {
  public:
+  //! Refers to `r`, which must outlive the reference.
   template <memory_resource R>
     requires(!std::same_as<std::remove_cvref_t<R>, resource_ref>)
   resource_ref(R& r) noexcept  // NOLINT: implicit, like cuda::mr::resource_ref
@@ -78,7 +84,9 @@ class resource_ref {
           static_cast<R*>(o)->deallocate(p, n, a);
         }) {}
 
+  //! Forwards to the resource's `allocate`.
   void* allocate(std::size_t bytes, std::size_t alignment) const { return allocate_(obj_, bytes, alignment); }
+  //! Forwards to the resource's `deallocate`.
   void deallocate(void* p, std::size_t bytes, std::size_t alignment) const noexcept {
     deallocate_(obj_, p, bytes, alignment);
   }

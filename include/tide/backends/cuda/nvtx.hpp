@@ -1,5 +1,6 @@
 #pragma once
-//! \file NVTX3 ranges in the `tide` domain, named like tide's own trace ("forward L3",
+//! \file
+//! NVTX3 ranges in the `tide` domain, named like tide's own trace ("forward L3",
 //! "offload L3 q_proj 1/4"), so that an Nsight Systems timeline reads like a tide timeline. Ranges
 //! are pushed on the host around the enqueueing of each op; Nsight Systems projects them onto the
 //! CUDA stream the op's kernels and copies ran on.
@@ -19,7 +20,7 @@ namespace tide {
 
 //! The NVTX domain of every range tide emits.
 struct nvtx_domain {
-  static constexpr char const* name{"tide"};
+  static constexpr char const* name{"tide"};  //!< the domain's name, as Nsight Systems shows it
 };
 
 namespace detail {
@@ -45,6 +46,7 @@ constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
 //! A range in the `tide` domain for the lifetime of the object (or nothing when `enabled` is false).
 class nvtx_op_range {
  public:
+  //! Pushes a range named like `o` in tide's trace (with `slot_name` for a copy), coloured by kind.
   nvtx_op_range(bool enabled, op const& o, std::string_view slot_name = {}) noexcept : enabled_(enabled) {
     if (!enabled_) return;
     char buf[128];
@@ -67,6 +69,7 @@ inline void nvtx_push(char const* name) noexcept {
   nvtx3::event_attributes const attr{nvtx3::message{name}, nvtx3::rgb{0x60, 0x60, 0x60}};
   nvtxDomainRangePushEx(nvtx3::domain::get<nvtx_domain>(), attr.get());
 }
+//! Pops the range of the matching `nvtx_push`.
 inline void nvtx_pop() noexcept { nvtxDomainRangePop(nvtx3::domain::get<nvtx_domain>()); }
 
 }  // namespace tide

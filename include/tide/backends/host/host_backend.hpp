@@ -1,5 +1,6 @@
 #pragma once
-//! \file The host backend: each stream is a worker thread with a FIFO queue, events are
+//! \file
+//! The host backend: each stream is a worker thread with a FIFO queue, events are
 //! completion counters other streams wait on, copies are `memcpy` on the copy stream's worker.
 //! The device arena is ordinary memory with a hard budget standing for the GPU's memory:
 //! it bounds the bytes held at once, arenas of live executors included (see arena_pool.hpp).
@@ -34,11 +35,12 @@
 
 namespace tide {
 
+//! Budgets and copy pacing for a `host_backend`.
 struct host_backend_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget, bytes held at once
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
-  link_model d2h{};
-  link_model h2d{};
+  link_model d2h{};  //!< paces offloads; the default is unpaced (as fast as `memcpy`)
+  link_model h2d{};  //!< paces prefetches; the default is unpaced (as fast as `memcpy`)
 };
 
 namespace detail {
@@ -58,14 +60,17 @@ struct page_allocator {
 
 }  // namespace detail
 
+//! A `backend` that runs a schedule on the CPU with real data: one worker thread per stream.
 class host_backend {
  public:
-  using tide_backend_tag = void;
+  using tide_backend_tag = void;  //!< opts in to the `backend` concept
   //! Host lambdas run on the stream's worker thread; the handle says which stream that is.
   using stream_type = stream_role;
+  //! Both arenas are host memory, so debug guards and poisoning can run.
   static constexpr bool device_memory_is_host_accessible = true;
-  using clock = std::chrono::steady_clock;
+  using clock = std::chrono::steady_clock;  //!< the clock of timeline intervals and copy pacing
 
+  //! Starts one worker thread per stream; throws if a thread cannot start.
   explicit host_backend(host_backend_options opt = {})
       : opt_(opt),
         device_("tide: host backend device arena", opt.device_budget),
@@ -84,15 +89,20 @@ class host_backend {
 
   //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
   void record_timeline(timeline* t) noexcept { timeline_ = t; }
+  //! The budgets and links the backend was built with.
   host_backend_options const& options() const noexcept { return opt_; }
   //! The largest arena an executor was given.
   std::size_t device_peak_bytes() const noexcept { return device_.peak(); }
+  //! The largest pinned host arena an executor was given.
   std::size_t host_peak_bytes() const noexcept { return host_.peak(); }
   //! Bytes allocated now: the current arena plus earlier ones that live executors still hold.
   //! The budgets bound these.
   std::size_t device_held_bytes() const { return device_.held_bytes(); }
+  //! Host arena bytes allocated now, as `device_held_bytes()`.
   std::size_t host_held_bytes() const { return host_.held_bytes(); }
 
+  //! Reserves both arenas within the budgets (throws `out_of_memory`), sizes events and queues
+  //! for the schedule. Throws `error` while a step is enqueued: the workers use what it replaces.
   arenas setup(backend_setup const& s) {
     // The workers use the events and queues that setup may replace.
     if (in_step_.load())
@@ -116,19 +126,24 @@ class host_backend {
     return a;
   }
 
+  //! `r` itself: host work for stream `r` runs on its worker.
   stream_type stream(stream_role r) const noexcept { return r; }
 
+  //! Records event `e` on `r`: it completes when `r`'s worker reaches it.
   void record(stream_role r, std::uint32_t e) {
     recorded_[e] = true;
     auto const target = ++events_[e].recorded;
     push(r, {item::record, e, target});
   }
+  //! Enqueues on `r` a wait for the most recent record of `e`; a no-op for a never-recorded event.
   void wait(stream_role r, std::uint32_t e) {
     if (!recorded_[e]) return;                // waiting on a never-recorded event is a no-op, as on CUDA
     auto const target = events_[e].recorded;  // the most recent record, as on CUDA
     push(r, {item::wait, e, target});
   }
+  //! Enqueues `t` on `r`'s worker.
   void run(stream_role r, std::uint32_t i, op const&, task t) { push(r, {item::run, i, 0, t}); }
+  //! Enqueues a `memcpy` on `r`'s worker, paced by the link of the copy's direction.
   void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
     item it{item::copy, i};
     it.dst = dst;
@@ -137,8 +152,10 @@ class host_backend {
     it.pace = o.kind == op_kind::offload ? &opt_.d2h : &opt_.h2d;
     push(r, it);
   }
+  //! Enqueues `t` on `r`'s worker, where it occupies the stream as an op would.
   void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
 
+  //! Starts the step's clock; throws `error` when the previous step was not waited for.
   void begin_step(schedule_view) {
     if (in_step_.exchange(true))
       throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");

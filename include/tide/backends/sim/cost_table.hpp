@@ -1,5 +1,6 @@
 #pragma once
-//! \file The cost table: what each op of a schedule costs in time, as the sim backend and the
+//! \file
+//! The cost table: what each op of a schedule costs in time, as the sim backend and the
 //! planner consume it. Compute ops take their time per layer (forward, backward, recompute as a
 //! function of which slots are rematted), copies take latency plus bytes over bandwidth on a
 //! per-direction link, collectives take their time per layer. A table comes from a model
@@ -21,8 +22,8 @@ namespace tide {
 
 //! What one layer's ops cost, in microseconds.
 struct layer_cost {
-  double forward_us = 0;
-  double backward_us = 0;
+  double forward_us = 0;   //!< the layer's forward
+  double backward_us = 0;  //!< the layer's backward
   //! A recompute that produces every slot of the layer; below zero: the same as `forward_us`.
   double recompute_us = -1;
   //! Optional, one per slot of the layer's type: the time to produce only that slot again (its
@@ -33,6 +34,7 @@ struct layer_cost {
   double reduce_us = 0;  //!< the reduce hook after the layer's backward (e.g. a gradient reduce)
   double regather_us = 0;    //!< the collective before the layer's recompute and backward (the weights again)
 
+  //! A recompute of the whole layer: `recompute_us`, or `forward_us` where that is below zero.
   constexpr double full_recompute_us() const noexcept { return recompute_us < 0 ? forward_us : recompute_us; }
   //! Recompute time when the slots bound as `remat` in `slots` are rematted.
   constexpr double recompute_time_us(std::span<slot_binding const> slots) const noexcept {
@@ -55,9 +57,9 @@ struct layer_cost {
 //! The host link: one `link_model` per direction. Full duplex (PCIe, NVLink-C2C) lets an
 //! offload and a prefetch run at once at full speed each; a shared link serializes them.
 struct link_spec {
-  link_model d2h{};
-  link_model h2d{};
-  bool full_duplex = true;
+  link_model d2h{};         //!< device to host (offloads)
+  link_model h2d{};         //!< host to device (prefetches)
+  bool full_duplex = true;  //!< false: both directions share one link, so copies serialize
   //! Both directions at `bytes_per_second` with `latency_s`.
   static constexpr link_spec symmetric(double bytes_per_second, double latency_s = 0, bool duplex = true) noexcept {
     return {{bytes_per_second, latency_s}, {bytes_per_second, latency_s}, duplex};
@@ -66,14 +68,15 @@ struct link_spec {
 
 //! Per-layer costs for a whole stack, plus the link. `layers.size()` is the stack's layer count.
 struct cost_table {
-  std::vector<layer_cost> layers;
-  link_spec link{};
+  std::vector<layer_cost> layers;  //!< one per layer of the stack, in order
+  link_spec link{};                //!< what copies between host and device cost
   //! Time from an event's record to the waiting stream resuming, when the wait blocks (thread
   //! wake-up on the host backend, a few microseconds on a GPU). `calibrate` measures it.
   double sync_latency_us = 0;
   //! Time a stream spends between two ops of its own (dispatch; launch overhead on a GPU).
   double op_overhead_us = 0;
 
+  //! `layers.size()`, as the schedule's layer index type.
   std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! Compute time of a keep-all step: the lower bound of any schedule's step time.
   double compute_us() const noexcept {

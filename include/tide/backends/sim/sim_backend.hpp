@@ -1,5 +1,6 @@
 #pragma once
-//! \file The sim backend: the backend concept in virtual time. The generic executor runs the
+//! \file
+//! The sim backend: the backend concept in virtual time. The generic executor runs the
 //! same op program as on the host or a GPU, but nothing is computed or copied: compute ops take
 //! their time from a `cost_table`, copies take latency plus bytes over bandwidth on a
 //! per-direction link (full duplex or shared), collectives take their time from the table.
@@ -29,14 +30,17 @@
 
 namespace tide {
 
+//! Budgets for the sim backend's arenas, so that a sweep can reject schedules that do not fit.
 struct sim_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< setup throws above this
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< setup throws above this
 };
 
+//! A `backend` that runs a schedule in virtual time: step times from a `cost_table`, no data.
 class sim_backend {
  public:
-  using tide_backend_tag = void;
+  using tide_backend_tag = void;  //!< opts in to the `backend` concept
+  //! Host lambdas receive the role itself: there is no stream behind it.
   using stream_type = stream_role;
   //! There is no memory behind the arenas, so debug guards and poisoning cannot run.
   static constexpr bool device_memory_is_host_accessible = false;
@@ -47,12 +51,16 @@ class sim_backend {
 
   //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
   void record_timeline(timeline* t) noexcept { timeline_ = t; }
+  //! The table the backend was built with.
   cost_table const& costs() const noexcept { return *costs_; }
+  //! The budgets the backend was built with.
   sim_options const& options() const noexcept { return opt_; }
 
   //! The last step's time: the end of its last op, in microseconds.
   double step_us() const noexcept { return step_us_; }
+  //! The device arena of the last setup, in bytes.
   std::size_t device_peak_bytes() const noexcept { return device_bytes_; }
+  //! The pinned host arena of the last setup, in bytes.
   std::size_t host_peak_bytes() const noexcept { return host_bytes_; }
 
   //! Checks that the cost table has one layer per layer of the schedule (throws `cost_model_error`
@@ -74,8 +82,10 @@ class sim_backend {
     return {reinterpret_cast<std::byte*>(std::uintptr_t{1} << 44), reinterpret_cast<std::byte*>(std::uintptr_t{1} << 45)};
   }
 
+  //! `r` itself.
   stream_type stream(stream_role r) const noexcept { return r; }
 
+  //! Stamps event `e` with the time stream `r` is free, i.e. the end of its last op.
   void record(stream_role r, std::uint32_t e) { event_us_[e] = ready_[index(r)]; }
   //! Waits for the most recent record, as on CUDA: the stream resumes no earlier than
   //! `sync_latency_us` after it, whether it arrived before or after the record (a later waiter is
@@ -117,6 +127,7 @@ class sim_backend {
     auto const begin = std::max(ready_[index(r)] + costs_->op_overhead_us, busy);
     busy = advance(r, i, begin, (d2h ? link.d2h : link.h2d).seconds(n) * 1e6);
   }
+  //! Does nothing: the debug checks it would run need data.
   void host_task(stream_role, task) noexcept {}
 
   //! Starts virtual time at zero for the step of `s`. When `s` is not the previous step's schedule
@@ -136,7 +147,9 @@ class sim_backend {
     step_us_ = 0;
     if (timeline_) timeline_->clear();
   }
+  //! Sets `step_us()` to the end of the last op on any stream.
   void end_step() noexcept { step_us_ = *std::max_element(ready_.begin(), ready_.end()); }
+  //! Does nothing: the step was computed as it was issued.
   void wait_step() noexcept {}
 
  private:

@@ -1,0 +1,338 @@
+// Policy, calibration and model files (<tide/io/json.hpp>): the planner's result round-trips
+// (plan -> JSON text -> strategy -> the same schedule, op for op), the format of a type-level
+// strategy is pinned, bad documents name their JSON path, a calibration measured on the host
+// backend round-trips bit for bit, and the documented model file reads as the stack it describes.
+#include <gtest/gtest.h>
+
+#include <tide/io/json.hpp>
+#include <tide/plan/checkpointing.hpp>
+#include <tide/plan/policy_codegen.hpp>
+#include <tide/tide.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include <unistd.h>
+
+using namespace tide;
+
+namespace {
+
+std::string const source_root = TIDE_SOURCE_ROOT;
+
+void expect_same_schedule(schedule const& a, schedule const& b) {
+  EXPECT_EQ(a.ops, b.ops);
+  EXPECT_EQ(a.slots, b.slots);
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.waits, b.waits);
+  EXPECT_EQ(a.event_count, b.event_count);
+  EXPECT_EQ(a.arena, b.arena);
+  EXPECT_EQ(a.buffers, b.buffers);
+  EXPECT_EQ(a.pipeline, b.pipeline);
+  EXPECT_EQ(a.collectives, b.collectives);
+  EXPECT_EQ(a.carry, b.carry);
+}
+
+strategy through_text(strategy const& st, stack_spec const& stack) {
+  auto const text = io::to_json(st).dump(2);
+  return io::strategy_from_json(io::parse_json(text, "test"), stack);
+}
+
+// What the error says when reading `text` for `stack`, or "" when it reads.
+std::string error_of(std::string_view text, stack_spec const& stack) {
+  try {
+    (void)io::strategy_from_json(io::parse_json(text, "policy file t.json"), stack, "policy file t.json");
+  } catch (io::json_error const& e) {
+    return e.what();
+  }
+  return "";
+}
+
+stack_spec chain_stack() {
+  stack_spec st;
+  st.append({"blk", {{"x", 4096, true}, {"qkv", 12288}, {"mlp_up", 16384}}}, 6);
+  return st;
+}
+
+}  // namespace
+
+//! [policy_round_trip]
+TEST(PolicyFile, PlannerResultRoundTripsToTheSameSchedule) {
+  auto const model = io::read_model_file(source_root + "/docs/examples/model.json");
+  auto const costs = model.costs(hardware::h100_sxm(), hardware::h100_sxm().link());
+  auto const keep_peak = build_schedule(model.stack, strategy{}).peak_device_bytes();
+  auto const p = make_plan(model.stack, costs, {.device_budget = keep_peak / 8});
+  ASSERT_TRUE(p.fits);
+  std::size_t offloaded = 0, rematted = 0;
+  for (auto d : p.decisions) offloaded += d == placement::offload, rematted += d == placement::remat;
+  ASSERT_GT(offloaded, 0u) << "a budget this small should offload";
+  ASSERT_GT(rematted, 0u) << "a budget this small should rematerialize";
+
+  // plan -> JSON text -> strategy: the same schedule, op for op.
+  auto const back = through_text(p.strategy, model.stack);
+  expect_same_schedule(build_schedule(model.stack, back), p.build(model.stack));
+  EXPECT_EQ(io::to_json(back), io::to_json(p.strategy));
+}
+//! [policy_round_trip]
+
+TEST(PolicyFile, EveryStrategyTableRowRoundTrips) {
+  auto const model = io::read_model_file(source_root + "/docs/examples/model.json");
+  auto const costs = model.costs(hardware::gb200(), hardware::gb200().link());
+  auto const rows = compare_strategies(model.stack, costs, {.keep_slots = {"layer_input"}, .remat_rest = true});
+  ASSERT_GE(rows.size(), 5u);
+  for (auto const& r : rows) {
+    SCOPED_TRACE(r.key);
+    expect_same_schedule(build_schedule(model.stack, through_text(r.strategy, model.stack)), build_schedule(model.stack, r.strategy));
+  }
+}
+
+TEST(PolicyFile, CheckpointsWithAHostTierRoundTrip) {
+  stack_spec st;
+  st.carry = {"u", 4096};
+  st.append({"step", {{"flux", 8192}}}, 9);
+  auto const reversal = two_tier_plan(9, 2, 2, chain_costs::constant(10, 20, 5, 5)).actions;
+  strategy const want{.policy = {rule_spec{.where = placement::remat}},
+                      .checkpoints = {.device_snapshots = 2, .host_snapshots = 2, .reversal = reversal}};
+  auto const back = through_text(want, st);
+  EXPECT_EQ(back.checkpoints, want.checkpoints);
+  expect_same_schedule(build_schedule(st, back), build_schedule(st, want));
+  // Every carry stored: written as "every".
+  auto const every = io::to_json(strategy{.checkpoints = {.host_snapshots = 1, .reversal = reversal}});
+  EXPECT_EQ(every["checkpoints"]["device_snapshots"], "every");
+}
+
+// The format, pinned: a type-level strategy, its value, its file.
+TEST(PolicyFile, TypeLevelStrategyWritesTheDocumentedFormat) {
+  using planned = strategy_of<policy<offload<slot_names<"qkv", "mlp_up">, layer_range<0, 4>, min_bytes<1024>>, remat<slot_names<"qkv">>>,
+                              buffers<staging_buffers<3>>, pipeline<prefetch_distance<2>, chunk_bytes<(1 << 20)>>,
+                              collectives<before_forward>>;
+  auto const j = io::to_json(planned::spec());
+  EXPECT_EQ(j.dump(),
+            R"({"rules":[{"action":"offload","slots":["qkv","mlp_up"],"layers":[0,4],"min_bytes":1024},)"
+            R"({"action":"remat","slots":["qkv"]}],)"
+            R"("buffers":{"staging_buffers":3,"device_alignment":256,"host_alignment":64,"guard_bytes":0,"share_phase_regions":true},)"
+            R"("pipeline":{"latency_hiding":true,"prefetch_distance":2,"chunk_bytes":1048576,"max_offloads_in_flight":2},)"
+            R"("collectives":{"before_forward":true,"after_backward":false,"before_backward":false}})");
+  auto const st = chain_stack();
+  auto const back = io::strategy_from_json(j, st);
+  EXPECT_EQ(io::to_json(back), j);
+  // Absent parts keep their defaults; a range open at the end is written as null.
+  auto const partial = io::strategy_from_json(
+      io::parse_json(R"({"rules": [{"action": "remat", "layers": [2, null]}], "pipeline": {"latency_hiding": false}})", "t"), st);
+  EXPECT_EQ(partial.policy.rules.at(0).first_layer, 2u);
+  EXPECT_EQ(partial.policy.rules.at(0).last_layer, all_layers);
+  EXPECT_FALSE(partial.pipeline.latency_hiding);
+  EXPECT_EQ(partial.pipeline.prefetch_distance, pipeline_spec{}.prefetch_distance);
+  EXPECT_EQ(partial.buffers, buffer_spec{});
+}
+
+TEST(PolicyFile, BadDocumentsNameTheirJsonPath) {
+  auto const st = chain_stack();
+  struct bad {
+    char const* text;
+    char const* path;
+    char const* says;
+  };
+  for (auto const& b : {
+           bad{R"({"rules": [{"action": "offload", "slots": ["qkv", "qery"]}]})", "/rules/0/slots/1",
+               "unknown slot 'qery' (the stack's slots: x, qkv, mlp_up)"},
+           bad{R"({"pipeline": {"prefetch_distanc": 2}})", "/pipeline/prefetch_distanc", "unknown key 'prefetch_distanc'"},
+           bad{R"({"rules": [{"action": "offlaod"}]})", "/rules/0/action", "unknown value 'offlaod'"},
+           bad{R"({"rules": [{"slots": ["qkv"]}]})", "/rules/0", "missing key 'action'"},
+           bad{R"({"rules": [{"action": "remat", "layers": [4, 2]}]})", "/rules/0/layers", "is empty"},
+           bad{R"({"rules": [{"action": "remat", "layers": [4]}]})", "/rules/0/layers", "two entries"},
+           bad{R"({"rules": [{"action": "remat", "slots": []}]})", "/rules/0/slots", "selects nothing"},
+           bad{R"({"buffers": {"device_alignment": 100}})", "/buffers/device_alignment", "power of two"},
+           bad{R"({"pipeline": {"latency_hiding": "yes"}})", "/pipeline/latency_hiding", "expected true or false"},
+           bad{R"({"pipeline": {"prefetch_distance": -1}})", "/pipeline/prefetch_distance", "non-negative integer"},
+           bad{R"({"pipeline": {"prefetch_distance": 1.5}})", "/pipeline/prefetch_distance", "non-negative integer"},
+           bad{R"({"pipeline": {"prefetch_distance": 4294967296}})", "/pipeline/prefetch_distance", "at most 4294967295"},
+           bad{R"({"pipeline": {"max_offloads_in_flight": 0}})", "/pipeline/max_offloads_in_flight", "at least 1"},
+           bad{R"({"rules": {}})", "/rules", "expected an array"},
+           bad{R"({"checkpoints": {"device_snapshots": 0}})", "/checkpoints/device_snapshots", "at least 1"},
+           bad{R"({"checkpoints": {"reversal": [{"op": "jump"}]}})", "/checkpoints/reversal/0/op", "unknown value 'jump'"},
+           bad{R"({"rules": [], "extra": 1})", "/extra", "unknown key 'extra'"},
+           bad{R"([1, 2])", "/:", "expected an object"},
+       }) {
+    SCOPED_TRACE(b.text);
+    auto const what = error_of(b.text, st);
+    EXPECT_NE(what.find(std::string("policy file t.json: ") + b.path), std::string::npos) << what;
+    EXPECT_NE(what.find(b.says), std::string::npos) << what;
+  }
+  auto const malformed = error_of(R"({"rules": [})", st);
+  EXPECT_NE(malformed.find("malformed JSON at byte 12"), std::string::npos) << malformed;
+  // A JSON Pointer escapes '/' and '~' in keys.
+  EXPECT_NE(error_of(R"({"a/b~c": 1})", st).find("/a~1b~0c"), std::string::npos);
+  // After errors, a good document still reads.
+  EXPECT_EQ(error_of(R"({"rules": [{"action": "offload", "slots": ["qkv"]}]})", st), "");
+  try {
+    (void)io::read_policy_file("/nonexistent/p.json", st);
+    FAIL() << "read a missing file";
+  } catch (io::json_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("policy file /nonexistent/p.json: /: cannot open"), std::string::npos) << e.what();
+  }
+}
+
+// A read strategy refers to the stack's own names, not to the document's.
+TEST(PolicyFile, SlotNamesReferToTheStack) {
+  auto const st = chain_stack();
+  strategy s;
+  {
+    auto const j = io::parse_json(R"({"rules": [{"action": "offload", "slots": ["mlp_up"]}]})", "t");
+    s = io::strategy_from_json(j, st);
+  }
+  ASSERT_EQ(s.policy.rules.at(0).slots.size(), 1u);
+  EXPECT_EQ(s.policy.rules[0].slots[0].data(), st.types[0].slots[2].name.data());
+}
+
+TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
+  stack_spec st;
+  st.append({"blk", {{"x", 4096, true}, {"h", 16384}}}, 3);
+  host_backend_options o;
+  o.d2h = o.h2d = {1e9, 10e-6};
+  host_backend backend(o);
+  auto work = [](auto const& c) {
+    auto const until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    if constexpr (requires { c.produces(0); })
+      for (std::uint16_t k = 0; k < c.slot_count(); ++k)
+        if (c.produces(k)) c.slot(k)[0] = std::byte{1};
+  };
+  auto const measured = calibrate(st, backend, work, work, {.repeats = 1});
+  auto const path = (std::filesystem::temp_directory_path() / ("tide_calibration_" + std::to_string(::getpid()) + ".json")).string();
+  io::write_calibration_file(path, measured);
+  auto const back = io::read_calibration_file(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(back.layers.size(), measured.layers.size());
+  for (std::size_t l = 0; l < measured.layers.size(); ++l) {
+    EXPECT_EQ(back.layers[l].forward_us, measured.layers[l].forward_us);
+    EXPECT_EQ(back.layers[l].backward_us, measured.layers[l].backward_us);
+    EXPECT_EQ(back.layers[l].full_recompute_us(), measured.layers[l].full_recompute_us());
+    EXPECT_EQ(back.layers[l].slot_recompute_us, measured.layers[l].slot_recompute_us);
+  }
+  EXPECT_EQ(back.link.d2h.bytes_per_second, measured.link.d2h.bytes_per_second);
+  EXPECT_EQ(back.link.h2d.latency_s, measured.link.h2d.latency_s);
+  EXPECT_EQ(back.link.full_duplex, measured.link.full_duplex);
+  EXPECT_EQ(back.sync_latency_us, measured.sync_latency_us);
+  EXPECT_EQ(back.op_overhead_us, measured.op_overhead_us);
+  back.check_against(st);
+
+  auto bad = [](std::string_view text) {
+    try {
+      (void)io::cost_table_from_json(io::parse_json(text, "c"), "calibration file c");
+    } catch (io::json_error const& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(bad(R"({"layers": [], "link": {}})").find("/layers: expected at least one layer"), std::string::npos);
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": -2}], "link": {}})").find("/layers/0/backward_us"), std::string::npos);
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": 0}}})")
+                .find("/link/d2h/bytes_per_second: expected a positive bandwidth"),
+            std::string::npos);
+}
+
+TEST(ModelFile, TheDocumentedFileReadsAsItsStack) {
+  auto const m = io::read_model_file(source_root + "/docs/examples/model.json");
+  ASSERT_EQ(m.stack.layer_count(), 24u);
+  ASSERT_EQ(m.stack.types.size(), 1u);
+  auto const& t = m.stack.types[0];
+  ASSERT_EQ(t.slots.size(), 5u);
+  EXPECT_EQ(t.slots[0].name, "layer_input");
+  EXPECT_TRUE(t.slots[0].input);
+  EXPECT_EQ(t.slots[3].name, "mlp_up");
+  EXPECT_EQ(t.slots[3].bytes, 268435456u);
+  EXPECT_EQ(m.resident_bytes, std::size_t{20} << 30);
+  ASSERT_TRUE(m.has_costs());
+  auto const hw = hardware::h100_sxm();
+  auto const c = m.costs(hw, hw.link());
+  ASSERT_EQ(c.layers.size(), 24u);
+  // Work into time on the preset: FLOPs at peak times MFU, bytes at HBM bandwidth.
+  EXPECT_DOUBLE_EQ(c.layers[5].forward_us, 1e6 * (1924145348608.0 / (hw.dense_flops * hw.mfu) + 671088640.0 / hw.hbm_bytes_per_second));
+  EXPECT_DOUBLE_EQ(c.layers[5].backward_us, 1e6 * (2 * 1924145348608.0 / (hw.dense_flops * hw.mfu) + 2 * 671088640.0 / hw.hbm_bytes_per_second));
+  ASSERT_EQ(c.layers[5].slot_recompute_us.size(), 5u);
+  EXPECT_EQ(c.layers[5].slot_recompute_us[0], 0);  // the input: never rematerialized
+  c.check_against(m.stack);
+}
+
+TEST(ModelFile, CopiesKeepTheirNames) {
+  io::model_description copy;
+  {
+    auto const m = io::model_from_json(io::parse_json(R"({"layer_types": [{"name": "step", "slots": [{"name": "flux", "bytes": 64}],
+      "cost": {"forward_us": 10, "backward_us": 20}}], "layers": [{"type": "step", "count": 5}], "carry": {"name": "u", "bytes": 32}})",
+                                                       "m"));
+    copy = m;
+  }
+  EXPECT_EQ(copy.stack.types[0].name, "step");
+  EXPECT_EQ(copy.stack.types[0].slots[0].name, "flux");
+  EXPECT_EQ(copy.stack.carry.name, "u");
+  EXPECT_EQ(copy.stack.carry.bytes, 32u);
+  EXPECT_EQ(build_schedule(copy.stack, strategy{.checkpoints = {.device_snapshots = 2}}).carry.device_snapshots, 2u);
+}
+
+TEST(ModelFile, BadDescriptionsNameTheirJsonPath) {
+  auto error_of_model = [](std::string_view text) {
+    try {
+      (void)io::model_from_json(io::parse_json(text, "m"), "model file m.json");
+    } catch (io::json_error const& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  struct bad {
+    char const* text;
+    char const* says;
+  };
+  std::string const ok_type = R"({"name": "blk", "slots": [{"name": "a", "bytes": 8}], "cost": {"forward_us": 1, "backward_us": 2}})";
+  for (auto const& b : {
+           bad{R"({"layers": []})", "/: missing key 'layer_types'"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}]}], "layers": [{"type": "blc"}]})",
+               "/layers/0/type: unknown layer type 'blc' (the file's types: blk)"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}, {"name": "a", "bytes": 8}]}], "layers": [{"type": "blk"}]})",
+               "/layer_types/0/slots/1/name: a second slot named 'a'"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 0}]}], "layers": [{"type": "blk"}]})",
+               "/layer_types/0/slots/0/bytes: expected a positive size"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}], "cost": {"forward_us": 1, "backward_us": 2, "forward_flops": 5}}], "layers": [{"type": "blk"}]})",
+               "/layer_types/0/cost: give times (forward_us, ...) or work (forward_flops, ...), not both"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8, "recompute_us": 1}, {"name": "b", "bytes": 8}], "cost": {"forward_us": 1, "backward_us": 2}}], "layers": [{"type": "blk"}]})",
+               "/layer_types/0/slots: some slots give a recompute cost"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}], "cost": {"forward_us": 1}}], "layers": [{"type": "blk"}]})",
+               "/layer_types/0/cost: missing key 'backward_us'"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}]}], "layers": [{"type": "blk", "count": 0}]})",
+               "/layers/0/count: expected at least 1"},
+           bad{R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}]}], "layers": [{"type": "blk"}], "carry": {"name": "u", "bytes": 0}})",
+               "/carry/bytes: expected a positive size"},
+           bad{R"({"layer_types": [{"name": "blk", "slot": []}], "layers": []})", "/layer_types/0/slot: unknown key 'slot'"},
+       }) {
+    SCOPED_TRACE(b.text);
+    auto const what = error_of_model(b.text);
+    EXPECT_NE(what.find(std::string("model file m.json: ") + b.says), std::string::npos) << what;
+  }
+  // A type without a cost: reading works (a calibration file may give the costs), costing names it.
+  auto const m = io::model_from_json(
+      io::parse_json(R"({"layer_types": [{"name": "blk", "slots": [{"name": "a", "bytes": 8}]}], "layers": [{"type": "blk"}]})", "m"));
+  EXPECT_FALSE(m.has_costs());
+  try {
+    (void)m.costs(hardware::h100_sxm(), {});
+    FAIL() << "costed a type without a cost";
+  } catch (cost_model_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 0 (type 'blk') of the model file has no cost"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(error_of_model(R"({"layer_types": [)" + ok_type + R"(], "layers": [{"type": "blk", "count": 3}]})"), "");
+  // A run of layers with its own cost; slot recompute costs stay the type's, in the same unit.
+  auto const typed = R"({"name": "blk", "slots": [{"name": "a", "bytes": 8, "recompute_us": 0.5}], "cost": {"forward_us": 1, "backward_us": 2}})";
+  auto const own = io::model_from_json(io::parse_json(std::string(R"({"layer_types": [)") + typed +
+                                                          R"(], "layers": [{"type": "blk", "count": 2}, {"type": "blk", "cost": {"forward_us": 5, "backward_us": 9}}]})",
+                                                      "m"));
+  auto const oc = own.costs(hardware::h100_sxm(), {});
+  ASSERT_EQ(oc.layers.size(), 3u);
+  EXPECT_EQ(oc.layers[1].forward_us, 1);
+  EXPECT_EQ(oc.layers[2].forward_us, 5);
+  EXPECT_EQ(oc.layers[2].backward_us, 9);
+  EXPECT_EQ(oc.layers[2].slot_recompute_us, std::vector<double>{0.5});
+  EXPECT_NE(error_of_model(std::string(R"({"layer_types": [)") + typed + R"(], "layers": [{"type": "blk", "cost": {"forward_flops": 5}}]})")
+                .find("/layers/0/cost: the type's slot recompute costs are times"),
+            std::string::npos);
+}

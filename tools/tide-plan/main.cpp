@@ -1,0 +1,420 @@
+// tide-plan: what should I offload on my model and machine, and how fast will it be?
+//
+// Takes a preset model (with its sequence length, micro-batch and parallel layout) or a model
+// file, a hardware preset or a calibration file, and budgets; prints the strategy table (keep all,
+// full remat, naive offload, latency-hidden offload, pipelined, the planner's choice) and writes
+// the chosen plan as a policy file, as C++ types and as a predicted timeline. `--help` lists every
+// flag. Bad input exits 2 with a message that names it; docs/planning.md has a walk-through.
+#include "example.hpp"  // the command line (examples/common: shared with the examples, not part of tide)
+
+#include <tide/io/json.hpp>
+#include <tide/plan/policy_codegen.hpp>
+#include <tide/tide.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+struct args {
+  std::string model, model_file, hardware = "h200", calibration;
+  std::uint64_t seq = 0, micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
+  bool fp8 = false;
+  double device_memory_gib = 0, host_budget_gib = 0;
+  std::string offload, policy, policy_out, cpp, trace;
+  bool json = false, quiet = false;
+};
+
+constexpr char const* preamble =
+    "tide-plan: plans where the data saved for backward lives (kept, offloaded to host memory and\n"
+    "prefetched back, or recomputed) on a model and a machine, and predicts the step.\n\n"
+    "  tide-plan --model deepseek-v3 --hardware gb200 --micro-batch 8 --gpus 128 --fsdp 128 --ep 64\n"
+    "  tide-plan --model-file my_model.json --calibration measured.json --policy-out plan.json\n\n";
+constexpr char const* epilog =
+    "\nModels: deepseek-v3, llama-3.1-405b (public dimensions; see tide/plan/transformer.hpp), or a\n"
+    "model file (docs/model.schema.json). Hardware: h100, h200, gh200, gb200, vera-rubin (datasheets;\n"
+    "see tide/plan/hardware.hpp). A calibration file (docs/calibration.schema.json, written by\n"
+    "tide::io::write_calibration_file from tide::calibrate's table) replaces the preset's host link\n"
+    "and overheads, and gives a model file's layer costs when the file has none.\n"
+    "The device budget is the device memory less what the model keeps resident (weights, gradients,\n"
+    "optimizer state, workspaces: from the parallel layout for presets, resident_bytes in a model file).\n"
+    "A progress line goes to stderr when planning takes over a second (TIDE_PLAN_PROGRESS_AFTER: seconds).\n"
+    "Exit status: 0 done; 2 bad input (unknown preset, malformed file, budget below the smallest schedule).\n";
+
+[[noreturn]] void bad_input(std::string message) {
+  if (message.starts_with("tide: ")) message.erase(0, 6);
+  std::fprintf(stderr, "tide-plan: %s\n", message.c_str());
+  std::exit(2);
+}
+
+tide::hardware_spec hardware_named(std::string const& n) {
+  using namespace tide::hardware;
+  if (n == "h100") return h100_sxm();
+  if (n == "h200") return h200_sxm();
+  if (n == "gh200") return gh200();
+  if (n == "gb200") return gb200();
+  if (n == "vera-rubin") return vera_rubin();
+  bad_input("unknown hardware preset '" + n + "' (the presets: h100, h200, gh200, gb200, vera-rubin)");
+}
+
+std::vector<std::string_view> split_names(std::string const& list, tide::stack_spec const& stack) {
+  std::vector<std::string_view> r;
+  std::size_t pos = 0;
+  while (pos <= list.size()) {
+    auto const end = std::min(list.find(',', pos), list.size());
+    auto const name = list.substr(pos, end - pos);
+    bool found = false;
+    for (auto const& t : stack.types)
+      for (auto const& s : t.slots)
+        if (!found && s.name == name) r.push_back(s.name), found = true;
+    if (!found) bad_input("--offload: unknown slot '" + name + "' (the model's slots: " + tide::io::detail::slot_list(stack) + ")");
+    pos = end + 1;
+  }
+  return r;
+}
+
+//! Where tide-plot-trace is: beside this program (installed, or in the build folder).
+std::string plot_script() {
+  std::error_code ec;
+  auto const self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  auto const p = self.parent_path() / "tide-plot-trace";
+  return std::filesystem::exists(p) ? p.string() : std::string();
+}
+
+std::string shell_quote(std::string const& s) {
+  std::string r = "'";
+  for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return r + "'";
+}
+
+double gib(std::size_t b) { return static_cast<double>(b) / double(1ull << 30); }
+
+// The problem to plan: a stack, its costs and what else the device holds.
+struct problem {
+  std::string name;
+  tide::stack_spec stack;
+  tide::cost_table costs;
+  std::size_t resident_bytes = 0;
+  std::size_t device_budget = 0;  // for activations
+  std::size_t host_budget = 0;
+  tide::strategy_options options;
+  tide::io::model_description file;  // owns a model file's names
+  std::vector<std::string> notes;
+};
+
+problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional<tide::cost_table> const& calibration) {
+  using namespace tide;
+  problem p;
+  std::size_t const device_memory =
+      a.device_memory_gib > 0 ? static_cast<std::size_t>(a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
+  if (!a.model.empty()) {
+    transformer_spec m;
+    std::vector<std::string_view> offload;
+    if (a.model == "deepseek-v3") {
+      m = models::deepseek_v3(a.seq ? a.seq : 4096, a.micro_batch, static_cast<std::uint32_t>(a.tp));
+      offload = {"q_latent", "kv_latent", "mlp_up"};  // attention projections, MoE up-projections
+    } else if (a.model == "llama-3.1-405b") {
+      m = models::llama3_405b(a.seq ? a.seq : 8192, a.micro_batch, static_cast<std::uint32_t>(a.tp));
+      offload = {"qkv"};
+    } else {
+      bad_input("unknown model preset '" + a.model + "' (the presets: deepseek-v3, llama-3.1-405b; or --model-file FILE)");
+    }
+    if (a.fp8) m.matmul = precision::fp8;
+    training_spec t{.layout = {.gpus = static_cast<std::uint32_t>(a.gpus),
+                               .fsdp = static_cast<std::uint32_t>(a.fsdp),
+                               .expert_parallel = static_cast<std::uint32_t>(a.ep),
+                               .pipeline_parallel = static_cast<std::uint32_t>(a.pp)}};
+    try {
+      p.stack = transformer_stack(m);
+      p.costs = transformer_costs(m, hw, t);
+      p.resident_bytes = transformer_resident_memory(m, hw, t).total();
+      p.options.collectives = training_collectives(t);
+    } catch (tide::error const& e) {
+      bad_input(e.what());
+    }
+    if (calibration) {
+      p.costs.link = calibration->link;
+      p.costs.sync_latency_us = calibration->sync_latency_us;
+      p.costs.op_overhead_us = calibration->op_overhead_us;
+      p.notes.push_back("host link and overheads from the calibration file");
+    }
+    p.options.offload_slots = offload;
+    p.options.remat_rest = true;  // selective offload on top of full remat, as in the published study
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "%s, seq %llu, micro-batch %llu, TP %llu, %llu GPUs (FSDP %llu, EP %llu, PP %llu)%s",
+                  std::string(m.name).c_str(), static_cast<unsigned long long>(m.seq_len),
+                  static_cast<unsigned long long>(m.micro_batch), static_cast<unsigned long long>(a.tp),
+                  static_cast<unsigned long long>(a.gpus), static_cast<unsigned long long>(a.fsdp),
+                  static_cast<unsigned long long>(a.ep), static_cast<unsigned long long>(a.pp), a.fp8 ? ", FP8" : "");
+    p.name = buf;
+  } else {
+    try {
+      p.file = io::read_model_file(a.model_file);
+    } catch (tide::error const& e) {
+      bad_input(e.what());
+    }
+    p.stack = p.file.stack;
+    p.name = p.file.name.empty() ? a.model_file : p.file.name;
+    p.resident_bytes = p.file.resident_bytes;
+    p.options.collectives = p.file.collectives();
+    auto const link = calibration ? calibration->link : hw.link();
+    try {
+      if (p.file.has_costs()) {
+        p.costs = p.file.costs(hw, link);
+      } else if (calibration) {
+        if (calibration->layers.size() != p.stack.layer_count())
+          bad_input("the model file gives no costs and the calibration file has " + std::to_string(calibration->layers.size()) +
+                    " layers, the model " + std::to_string(p.stack.layer_count()) +
+                    ": calibrate the same stack, or give \"cost\" per layer type in the model file");
+        p.costs = *calibration;
+        p.notes.push_back("layer costs from the calibration file");
+      } else {
+        p.costs = p.file.costs(hw, link);  // throws, naming the type without a cost
+      }
+      p.costs.check_against(p.stack);
+    } catch (tide::error const& e) {
+      bad_input(e.what());
+    }
+    if (calibration) {
+      p.costs.sync_latency_us = calibration->sync_latency_us;
+      p.costs.op_overhead_us = calibration->op_overhead_us;
+      if (p.file.has_costs()) p.notes.push_back("host link and overheads from the calibration file");
+    }
+    // The remat and offload rows keep the layers' inputs: what a recompute starts from.
+    p.options.keep_slots.clear();
+    for (auto const& t : p.stack.types)
+      for (auto const& s : t.slots)
+        if (s.input) p.options.keep_slots.push_back(s.name);
+  }
+  if (!a.offload.empty()) p.options.offload_slots = split_names(a.offload, p.stack);
+  if (p.resident_bytes >= device_memory)
+    bad_input("the model keeps " + tide::format_bytes(static_cast<double>(p.resident_bytes)) +
+              " resident (weights, gradients, optimizer state, workspaces), more than the device's " +
+              tide::format_bytes(static_cast<double>(device_memory)) + ": nothing is left for activations");
+  p.device_budget = device_memory - p.resident_bytes;
+  p.host_budget = a.host_budget_gib > 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
+  p.options.device_budget = p.device_budget;
+  p.options.host_budget = p.host_budget;
+  p.options.resident_bytes = p.resident_bytes;
+  return p;
+}
+
+// Runs `work` on a thread; after a second, a progress line on stderr until it is done.
+template <class F>
+auto with_progress(F&& work, bool quiet) {
+  auto fut = std::async(std::launch::async, std::forward<F>(work));
+  auto const t0 = std::chrono::steady_clock::now();
+  double after = 1.0;  // seconds before the line shows; TIDE_PLAN_PROGRESS_AFTER overrides it
+  if (char const* e = std::getenv("TIDE_PLAN_PROGRESS_AFTER")) after = std::atof(e);
+  bool const tty = isatty(STDERR_FILENO) != 0;
+  bool shown = false;
+  while (fut.wait_for(std::chrono::milliseconds(quiet ? 1000 : after < 0.25 ? 1 : 250)) != std::future_status::ready) {
+    auto const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (quiet || s < after) continue;
+    if (tty) std::fprintf(stderr, "\rtide-plan: planning... %.0f s", s);
+    else if (!shown) std::fprintf(stderr, "tide-plan: planning (more than a second)...\n");
+    shown = true;
+  }
+  if (shown) {
+    auto const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "%stide-plan: planned in %.1f s\n", tty ? "\r" : "", s);
+  }
+  return fut.get();  // rethrows what the work threw
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace tide;
+  args a;
+  example::cli cli("tide-plan");
+  cli.option("--model", a.model, "NAME", "a preset model: deepseek-v3 or llama-3.1-405b")
+      .option("--model-file", a.model_file, "FILE", "a model described in JSON (docs/model.schema.json)")
+      .option("--seq", a.seq, "N", "preset: sequence length (default: 4096 for deepseek-v3, 8192 for llama-3.1-405b)")
+      .option("--micro-batch", a.micro_batch, "N", "preset: sequences per micro-batch (default 1)")
+      .option("--tp", a.tp, "N", "preset: tensor-parallel degree (default 1)")
+      .option("--gpus", a.gpus, "N", "preset: GPUs in the job (default 1)")
+      .option("--fsdp", a.fsdp, "N", "preset: FSDP (ZeRO-3) sharding degree (default 1)")
+      .option("--ep", a.ep, "N", "preset: expert-parallel degree (default 1)")
+      .option("--pp", a.pp, "N", "preset: pipeline-parallel stages (default 1)")
+      .flag("--fp8", a.fp8, "preset: FP8 matrix products")
+      .option("--hardware", a.hardware, "NAME", "h100, h200, gh200, gb200 or vera-rubin (default h200)")
+      .option("--calibration", a.calibration, "FILE", "a measured cost table (docs/calibration.schema.json)")
+      .option("--device-memory", a.device_memory_gib, "GIB", "device memory for the whole step (default: the GPU's HBM)")
+      .option("--host-budget", a.host_budget_gib, "GIB", "pinned host memory for offloaded data (default: the preset's pinnable share)")
+      .option("--offload", a.offload, "SLOTS", "the slots the offload rows offload, comma separated (default: the preset's choice, "
+                                                "or every slot but the layer inputs)")
+      .option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row")
+      .flag("--json", a.json, "the table and the plan as JSON on stdout")
+      .option("--policy-out", a.policy_out, "FILE", "write the plan as a policy file (docs/policy.schema.json)")
+      .option("--cpp", a.cpp, "FILE", "write the plan as C++ types (tide::strategy_of<...>); - for stdout")
+      .option("--trace", a.trace, "FILE", "write the plan's predicted timeline: FILE (Chrome trace) and FILE.png")
+      .flag("--quiet", a.quiet, "no progress line");
+  for (int i = 1; i < argc; ++i)
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::printf("%s%s%s", preamble, cli.help().c_str(), epilog);
+      return 0;
+    }
+  cli.parse(argc, argv);
+  if (a.model.empty() == a.model_file.empty()) cli.fail("give one of --model NAME and --model-file FILE");
+  if (!a.model_file.empty() && (a.seq || a.micro_batch != 1 || a.tp != 1 || a.gpus != 1 || a.fsdp != 1 || a.ep != 1 || a.pp != 1 || a.fp8))
+    cli.fail("--seq, --micro-batch, --tp, --gpus, --fsdp, --ep, --pp and --fp8 describe a preset: a model file gives its sizes itself");
+  if (a.micro_batch == 0 || a.tp == 0 || a.gpus == 0 || a.fsdp == 0 || a.ep == 0 || a.pp == 0)
+    cli.fail("--micro-batch, --tp, --gpus, --fsdp, --ep and --pp must be at least 1");
+  if (a.gpus > 1u << 20 || a.tp > a.gpus * 64 || a.fsdp > a.gpus || a.ep > a.gpus || a.pp > a.gpus)
+    cli.fail("--fsdp, --ep and --pp cannot exceed --gpus");
+  if (a.device_memory_gib < 0 || a.host_budget_gib < 0) cli.fail("--device-memory and --host-budget must be positive");
+
+  auto const hw = hardware_named(a.hardware);
+  std::optional<cost_table> calibration;
+  if (!a.calibration.empty()) try {
+      calibration = io::read_calibration_file(a.calibration);
+    } catch (tide::error const& e) {
+      bad_input(e.what());
+    }
+  auto p = make_problem(a, hw, calibration);
+  std::optional<strategy> user_policy;
+  if (!a.policy.empty()) try {
+      user_policy = io::read_policy_file(a.policy, p.stack);
+      user_policy->collectives = p.options.collectives;  // the model's hooks, as every row has them
+      (void)build_schedule(p.stack, *user_policy);  // names an unused rule or a bad field before planning
+    } catch (tide::error const& e) {
+      bad_input(e.what());
+    }
+
+  struct result {
+    std::vector<strategy_row> rows;
+    plan chosen;
+  };
+  result r;
+  try {
+    r = with_progress(
+        [&] {
+          result x;
+          auto o = p.options;
+          o.include_plan = false;
+          x.rows = compare_strategies(p.stack, p.costs, o);
+          std::vector<strategy> seeds;
+          for (auto const& row : x.rows) seeds.push_back(row.strategy);
+          if (user_policy) seeds.push_back(*user_policy);
+          x.chosen = make_plan(p.stack, p.costs,
+                               {.device_budget = p.device_budget,
+                                .host_budget = p.host_budget,
+                                .candidates = default_candidates(p.stack, 0, p.options.collectives),
+                                .resident_bytes = p.resident_bytes,
+                                .seeds = std::move(seeds)});
+          return x;
+        },
+        a.quiet);
+  } catch (tide::error const& e) {
+    bad_input(e.what());
+  }
+  if (user_policy) r.rows.push_back(evaluate_strategy(p.stack, p.costs, *user_policy, p.options, "policy-file", "policy file"));
+  auto const& pl = r.chosen;
+  if (!pl.fits)
+    bad_input("no schedule fits: the device budget for activations is " + format_bytes(static_cast<double>(p.device_budget)) +
+              " (device memory less " + format_bytes(static_cast<double>(p.resident_bytes)) +
+              " resident) and the smallest schedule found needs " + format_bytes(static_cast<double>(pl.smallest_device_bytes)) +
+              (p.host_budget != static_cast<std::size_t>(-1)
+                   ? " (host budget " + format_bytes(static_cast<double>(p.host_budget)) + ")"
+                   : std::string()) +
+              ": raise --device-memory or --host-budget, or shrink the micro-batch or sequence");
+  auto const planned = evaluate_strategy(p.stack, p.costs, pl.strategy, p.options, "planner",
+                                         pl.exact ? "planner (exact)" : "planner (heuristic)");
+  r.rows.push_back(planned);
+
+  std::vector<std::string> wrote;
+  try {
+    if (!a.policy_out.empty()) {
+      io::write_policy_file(a.policy_out, pl.strategy);
+      wrote.push_back(a.policy_out + " (policy file)");
+    }
+    if (!a.cpp.empty()) {
+      auto const code = "// tide-plan's plan for " + p.name + " on " + std::string(hw.name) + "\n" + to_cpp_types(pl.strategy, "tide_plan");
+      if (a.cpp == "-") {
+        if (!a.json) std::printf("%s", code.c_str());
+      } else {
+        std::ofstream out(a.cpp);
+        out << code;
+        if (!out) throw tide::error("tide-plan: cannot write " + a.cpp);
+        wrote.push_back(a.cpp + " (C++ types)");
+      }
+    }
+    if (!a.trace.empty()) {
+      auto s = pl.build(p.stack);
+      auto sim = simulate(s, p.costs);
+      {
+        std::ofstream out(a.trace);
+        write_chrome_trace(out, sim.trace, s, "tide-plan: " + p.name + " on " + std::string(hw.name));
+        if (!out) throw tide::error("tide-plan: cannot write " + a.trace);
+      }
+      wrote.push_back(a.trace + " (Chrome trace: chrome://tracing or ui.perfetto.dev)");
+      auto const script = plot_script();
+      auto const png = a.trace + ".png";
+      if (script.empty()) {
+        std::fprintf(stderr, "tide-plan: no PNG: tide-plot-trace is not installed beside tide-plan\n");
+      } else if (std::system(("python3 " + shell_quote(script) + " " + shell_quote(a.trace) + " " + shell_quote(png) + " >/dev/null 2>&1").c_str()) != 0) {
+        std::fprintf(stderr, "tide-plan: no PNG: tide-plot-trace needs python3 with matplotlib (pip install matplotlib)\n");
+      } else {
+        wrote.push_back(png + " (timeline)");
+      }
+    }
+  } catch (tide::error const& e) {
+    bad_input(e.what());
+  }
+
+  if (a.json) {
+    io::json j;
+    j["model"] = p.name;
+    j["hardware"] = std::string(hw.name);
+    j["layers"] = p.stack.layer_count();
+    j["resident_bytes"] = p.resident_bytes;
+    j["device_budget_bytes"] = p.device_budget;
+    j["host_budget_bytes"] = p.host_budget == static_cast<std::size_t>(-1) ? io::json(nullptr) : io::json(p.host_budget);
+    j["rows"] = io::json::array();
+    for (auto const& row : r.rows)
+      j["rows"].push_back({{"key", row.key},
+                           {"name", row.name},
+                           {"step_us", row.step_us},
+                           {"exposed_transfer_us", row.exposed_transfer_us},
+                           {"recompute_us", row.recompute_us},
+                           {"activation_bytes", row.activation_bytes},
+                           {"device_bytes", row.device_bytes},
+                           {"host_bytes", row.host_bytes},
+                           {"fits", row.fits}});
+    j["plan"] = {{"step_us", planned.step_us},
+                 {"activation_bytes", pl.device_bytes},
+                 {"device_bytes", pl.whole_device_bytes()},
+                 {"host_bytes", pl.host_bytes},
+                 {"exact", pl.exact},
+                 {"schedules_built", pl.evaluations},
+                 {"policy", io::to_json(pl.strategy)}};
+    j["wrote"] = wrote;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%s on %s (%u layers)\n", p.name.c_str(), std::string(hw.name).c_str(), p.stack.layer_count());
+  std::printf("  resident %s; activation budget %s; host budget %s\n", format_bytes(static_cast<double>(p.resident_bytes)).c_str(),
+              format_bytes(static_cast<double>(p.device_budget)).c_str(),
+              p.host_budget == static_cast<std::size_t>(-1) ? "unlimited" : format_bytes(static_cast<double>(p.host_budget)).c_str());
+  for (auto const& n : p.notes) std::printf("  %s\n", n.c_str());
+  std::printf("%s", format_strategy_table(r.rows).c_str());
+  std::size_t off = 0, rem = 0;
+  for (auto d : pl.decisions) off += d == placement::offload, rem += d == placement::remat;
+  std::printf("  plan: %zu offloaded, %zu rematerialized of %zu (layer, slot) pairs; step %.2f ms, device peak %.1f GiB, host %.1f GiB\n",
+              off, rem, pl.decisions.size(), planned.step_us / 1e3, gib(pl.whole_device_bytes()), gib(pl.host_bytes));
+  for (auto const& w : wrote) std::printf("  wrote %s\n", w.c_str());
+  return 0;
+}
