@@ -4,8 +4,8 @@ headers: with the flags from the installed pkg-config file, and with CMake throu
 package (find_package) and through the source tree (add_subdirectory); checks `pkg-config
 --cflags tide-cuda` when the build has the CUDA backend.
 
-With nlohmann/json (environment TIDE_JSON: system, fallback or none), also the CMake target
-tide::json (when the system's package is there for CMake to find) and the installed tide-plan.
+With nlohmann/json (environment TIDE_JSON: system when pkg-config found it, other, or none), also
+the installed tide-plan and, for system, pkg-config tide-json and the CMake target tide::json.
 
 usage: install_test.py BUILD_DIR SOURCE_ROOT WORK_DIR COMPILER..."""
 import os, pathlib, shutil, subprocess, sys

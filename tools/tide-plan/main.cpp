@@ -15,11 +15,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <limits>
 #include <optional>
 #include <string>
 #include <thread>
@@ -31,7 +33,8 @@ struct args {
   std::string model, model_file, hardware = "h200", calibration;
   std::uint64_t seq = 0, micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
   bool fp8 = false;
-  double device_memory_gib = 0, host_budget_gib = 0;
+  static constexpr double preset = -std::numeric_limits<double>::max();  // not given: the hardware preset's
+  double device_memory_gib = preset, host_budget_gib = preset;
   std::string offload, policy, policy_out, cpp, trace;
   bool json = false, quiet = false;
 };
@@ -118,7 +121,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
   using namespace tide;
   problem p;
   std::size_t const device_memory =
-      a.device_memory_gib > 0 ? static_cast<std::size_t>(a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
+      a.device_memory_gib >= 0 ? static_cast<std::size_t>(a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
   if (!a.model.empty()) {
     transformer_spec m;
     std::vector<std::string_view> offload;
@@ -204,7 +207,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
               " resident (weights, gradients, optimizer state, workspaces), more than the device's " +
               tide::format_bytes(static_cast<double>(device_memory)) + ": nothing is left for activations");
   p.device_budget = device_memory - p.resident_bytes;
-  p.host_budget = a.host_budget_gib > 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
+  p.host_budget = a.host_budget_gib >= 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
   p.options.device_budget = p.device_budget;
   p.options.host_budget = p.host_budget;
   p.options.resident_bytes = p.resident_bytes;
@@ -224,7 +227,7 @@ auto with_progress(F&& work, bool quiet) {
     auto const s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (quiet || s < after) continue;
     if (tty) std::fprintf(stderr, "\rtide-plan: planning... %.0f s", s);
-    else if (!shown) std::fprintf(stderr, "tide-plan: planning (more than a second)...\n");
+    else if (!shown) std::fprintf(stderr, "tide-plan: planning (more than %g s)...\n", after);
     shown = true;
   }
   if (shown) {
@@ -236,7 +239,7 @@ auto with_progress(F&& work, bool quiet) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   using namespace tide;
   args a;
   example::cli cli("tide-plan");
@@ -252,11 +255,13 @@ int main(int argc, char** argv) {
       .flag("--fp8", a.fp8, "preset: FP8 matrix products")
       .option("--hardware", a.hardware, "NAME", "h100, h200, gh200, gb200 or vera-rubin (default h200)")
       .option("--calibration", a.calibration, "FILE", "a measured cost table (docs/calibration.schema.json)")
-      .option("--device-memory", a.device_memory_gib, "GIB", "device memory for the whole step (default: the GPU's HBM)")
-      .option("--host-budget", a.host_budget_gib, "GIB", "pinned host memory for offloaded data (default: the preset's pinnable share)")
+      .option("--device-memory", a.device_memory_gib, "GIB",
+              "device memory for the whole step, in GiB (2^30 bytes; default: the GPU's HBM; the presets' 141 GB is 131.3 GiB)")
+      .option("--host-budget", a.host_budget_gib, "GIB", "pinned host memory for offloaded data, in GiB (default: the preset's pinnable share; "
+                                                         "0: none)")
       .option("--offload", a.offload, "SLOTS", "the slots the offload rows offload, comma separated (default: the preset's choice, "
                                                 "or every slot but the layer inputs)")
-      .option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row")
+      .option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row (with the model's collective hooks)")
       .flag("--json", a.json, "the table and the plan as JSON on stdout")
       .option("--policy-out", a.policy_out, "FILE", "write the plan as a policy file (docs/policy.schema.json)")
       .option("--cpp", a.cpp, "FILE", "write the plan as C++ types (tide::strategy_of<...>); - for stdout")
@@ -273,9 +278,17 @@ int main(int argc, char** argv) {
     cli.fail("--seq, --micro-batch, --tp, --gpus, --fsdp, --ep, --pp and --fp8 describe a preset: a model file gives its sizes itself");
   if (a.micro_batch == 0 || a.tp == 0 || a.gpus == 0 || a.fsdp == 0 || a.ep == 0 || a.pp == 0)
     cli.fail("--micro-batch, --tp, --gpus, --fsdp, --ep and --pp must be at least 1");
-  if (a.gpus > 1u << 20 || a.tp > a.gpus * 64 || a.fsdp > a.gpus || a.ep > a.gpus || a.pp > a.gpus)
-    cli.fail("--fsdp, --ep and --pp cannot exceed --gpus");
-  if (a.device_memory_gib < 0 || a.host_budget_gib < 0) cli.fail("--device-memory and --host-budget must be positive");
+  // Bounds that keep every derived size far from overflow: tokens, slot bytes, FLOPs.
+  if (a.seq > (1u << 22) || a.micro_batch > (1u << 16) || a.seq * a.micro_batch > (std::uint64_t{1} << 28))
+    cli.fail("--seq is at most 4194304, --micro-batch at most 65536, and their product at most 2^28 tokens");
+  if (a.gpus > (1u << 20)) cli.fail("--gpus is at most 1048576");
+  if (a.tp > 1024) cli.fail("--tp is at most 1024");
+  if (a.fsdp > a.gpus || a.ep > a.gpus || a.pp > a.gpus) cli.fail("--fsdp, --ep and --pp cannot exceed --gpus");
+  auto gib_ok = [](double g) { return g == args::preset || (std::isfinite(g) && g >= 0 && g <= double(1u << 24)); };
+  if (!gib_ok(a.device_memory_gib) || !gib_ok(a.host_budget_gib))
+    cli.fail("--device-memory and --host-budget are GiB from 0 to 16777216");
+  if (a.device_memory_gib == 0) cli.fail("--device-memory 0 leaves nothing for the step");
+  if (a.cpp == "-" && a.json) cli.fail("--cpp - and --json both write to stdout: give --cpp a file");
 
   auto const hw = hardware_named(a.hardware);
   std::optional<cost_table> calibration;
@@ -344,7 +357,7 @@ int main(int argc, char** argv) {
     if (!a.cpp.empty()) {
       auto const code = "// tide-plan's plan for " + p.name + " on " + std::string(hw.name) + "\n" + to_cpp_types(pl.strategy, "tide_plan");
       if (a.cpp == "-") {
-        if (!a.json) std::printf("%s", code.c_str());
+        std::printf("%s", code.c_str());
       } else {
         std::ofstream out(a.cpp);
         out << code;
@@ -417,4 +430,16 @@ int main(int argc, char** argv) {
               off, rem, pl.decisions.size(), planned.step_us / 1e3, gib(pl.whole_device_bytes()), gib(pl.host_bytes));
   for (auto const& w : wrote) std::printf("  wrote %s\n", w.c_str());
   return 0;
+}
+
+int main(int argc, char** argv) {
+  // Bad input is reported where it is found (exit 2); what escapes is tide's or the system's.
+  try {
+    return run(argc, argv);
+  } catch (tide::error const& e) {
+    bad_input(e.what());
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "tide-plan: internal error: %s\n", e.what());
+    return 1;
+  }
 }

@@ -74,11 +74,11 @@ class node {
   std::string const& path() const noexcept { return path_; }
   [[noreturn]] void fail(std::string const& problem) const { throw json_error(doc_, path_, problem); }
 
-  //! Checks that this is an object whose keys are all in `allowed` ("$schema" is always allowed).
+  //! Checks that this is an object whose keys are all in `allowed` (and, at the root, "$schema").
   node const& object(std::initializer_list<std::string_view> allowed) const {
     if (!v_->is_object()) fail("expected an object, found " + type_name(*v_));
     for (auto const& [k, _] : v_->items()) {
-      if (k == "$schema") continue;
+      if (k == "$schema" && path_.empty()) continue;
       bool ok = false;
       for (auto a : allowed) ok = ok || a == k;
       if (!ok) {
@@ -89,7 +89,7 @@ class node {
     }
     return *this;
   }
-  bool has(std::string_view key) const { return v_->is_object() && v_->contains(key); }
+  bool has(std::string_view key) const { return v_->is_object() && v_->contains(std::string(key)); }
   node at(std::string_view key) const {
     if (!has(key)) fail("missing key '" + std::string(key) + "'");
     return {(*v_)[std::string(key)], doc_, path_ + "/" + pointer_token(key)};
@@ -124,6 +124,13 @@ class node {
   }
   std::uint32_t u32() const { return static_cast<std::uint32_t>(unsigned_integer(std::numeric_limits<std::uint32_t>::max())); }
   std::size_t bytes() const { return static_cast<std::size_t>(unsigned_integer(std::numeric_limits<std::size_t>::max())); }
+  //! A slot or carry size: positive, and at most 2^62 (far from `dynamic_bytes`, which would make
+  //! the slot's size a run-time one).
+  std::size_t slot_bytes() const {
+    auto const b = static_cast<std::size_t>(unsigned_integer(std::uint64_t{1} << 62));
+    if (b == 0) fail("expected a positive size");
+    return b;
+  }
   //! A finite number of at least `min`.
   double number(double min = 0) const {
     if (!v_->is_number()) fail("expected a number, found " + type_name(*v_));
@@ -132,8 +139,11 @@ class node {
     return d;
   }
   std::int32_t i32_or_minus_one() const {
-    if (!v_->is_number_integer()) fail("expected an integer, found " + type_name(*v_));
-    auto const x = v_->get<std::int64_t>();
+    std::int64_t x = 0;
+    if (v_->is_number_integer()) x = v_->get<std::int64_t>();
+    else if (v_->is_number_float() && v_->get<double>() == std::floor(v_->get<double>()) && std::abs(v_->get<double>()) < 4e9)
+      x = static_cast<std::int64_t>(v_->get<double>());  // 1.0, 1e3: whole numbers, as JSON Schema's "integer"
+    else fail("expected an integer, found " + (v_->is_number() ? v_->dump() : type_name(*v_)));
     if (x < -1 || x > std::numeric_limits<std::int32_t>::max()) fail("expected an integer from -1, found " + std::to_string(x));
     return static_cast<std::int32_t>(x);
   }
@@ -382,6 +392,21 @@ inline strategy read_policy_file(std::string const& path, stack_spec const& stac
 
 //! A cost table as a calibration file (what `tide::calibrate` measured, or a hand-written table).
 inline json to_json(cost_table const& t) {
+  // JSON has no NaN or infinity (nlohmann would write null): refuse them here, naming the field.
+  auto finite = [](double v, std::string const& what) {
+    if (!std::isfinite(v)) throw error("tide: the cost table's " + what + " is " + std::to_string(v) + ": not writable as JSON");
+    return v;
+  };
+  for (std::size_t l = 0; l < t.layers.size(); ++l) {
+    auto const& c = t.layers[l];
+    auto const at = "layer " + std::to_string(l) + " ";
+    finite(c.forward_us, at + "forward_us"), finite(c.backward_us, at + "backward_us"), finite(c.recompute_us, at + "recompute_us");
+    finite(c.gather_us, at + "gather_us"), finite(c.reduce_us, at + "reduce_us"), finite(c.regather_us, at + "regather_us");
+    for (auto v : c.slot_recompute_us) finite(v, at + "slot_recompute_us");
+  }
+  finite(t.link.d2h.bytes_per_second, "d2h bandwidth"), finite(t.link.h2d.bytes_per_second, "h2d bandwidth");
+  finite(t.link.d2h.latency_s, "d2h latency"), finite(t.link.h2d.latency_s, "h2d latency");
+  finite(t.sync_latency_us, "sync_latency_us"), finite(t.op_overhead_us, "op_overhead_us");
   json j;
   j["layers"] = json::array();
   for (auto const& l : t.layers) {
@@ -418,8 +443,8 @@ inline layer_cost layer_cost_from(node const& n) {
 inline link_model link_model_from(node const& n) {
   n.object({"bytes_per_second", "latency_s"});
   link_model m;
+  // 0: unpaced (what `calibrate` writes when it does not measure the link).
   m.bytes_per_second = n.at("bytes_per_second").number();
-  if (m.bytes_per_second <= 0) n.at("bytes_per_second").fail("expected a positive bandwidth");
   if (n.has("latency_s")) m.latency_s = n.at("latency_s").number();
   return m;
 }
@@ -533,7 +558,8 @@ inline type_cost cost_from(node const& co) {
              "backward_bytes", "recompute_flops", "gather_us", "reduce_us", "regather_us"});
   type_cost c;
   c.given = true;
-  c.as_work = co.has("forward_flops");
+  c.as_work = co.has("forward_flops") || co.has("forward_bytes") || co.has("backward_flops") || co.has("backward_bytes") ||
+              co.has("recompute_flops");
   if (c.as_work) {
     if (co.has("forward_us") || co.has("backward_us") || co.has("recompute_us"))
       co.fail("give times (forward_us, ...) or work (forward_flops, ...), not both");
@@ -591,8 +617,7 @@ inline model_description model_from_json(json const& j, std::string_view documen
       sp.name = m.intern(s.at("name").string());
       for (auto const& e : ls.slots)
         if (e.name == sp.name) s.at("name").fail("a second slot named '" + std::string(sp.name) + "' in layer type '" + std::string(ls.name) + "'");
-      sp.bytes = s.at("bytes").bytes();
-      if (sp.bytes == 0) s.at("bytes").fail("expected a positive size");
+      sp.bytes = s.at("bytes").slot_bytes();
       if (s.has("input")) sp.input = s.at("input").boolean();
       ls.slots.push_back(sp);
       bool const has_us = s.has("recompute_us"), has_flops = s.has("recompute_flops");
@@ -601,7 +626,7 @@ inline model_description model_from_json(json const& j, std::string_view documen
       all_slot_cost = all_slot_cost && (has_us || has_flops || sp.input);  // an input is never rematerialized
       slot_cost.push_back(has_us ? s.at("recompute_us").number() : has_flops ? s.at("recompute_flops").number() : 0);
       slot_bytes.push_back(s.has("recompute_bytes") ? s.at("recompute_bytes").number() : 0);
-      if (has_us && s.has("recompute_bytes")) s.at("recompute_bytes").fail("recompute_bytes goes with recompute_flops");
+      if (!has_flops && s.has("recompute_bytes")) s.at("recompute_bytes").fail("recompute_bytes goes with recompute_flops");
     }
     if (any_slot_cost && !all_slot_cost)
       slots.fail("some slots give a recompute cost and some do not: give one for every slot of the type (but its input), "
@@ -661,8 +686,7 @@ inline model_description model_from_json(json const& j, std::string_view documen
     auto const c = root.at("carry");
     c.object({"name", "bytes"});
     m.stack.carry.name = m.intern(c.at("name").string());
-    m.stack.carry.bytes = c.at("bytes").bytes();
-    if (m.stack.carry.bytes == 0) c.at("bytes").fail("expected a positive size (leave \"carry\" out for none)");
+    m.stack.carry.bytes = c.at("bytes").slot_bytes();
   }
   return m;
 }
