@@ -283,7 +283,9 @@ inline json to_json(strategy const& st) {
 
 //! The strategy a policy file describes, for `stack`: slot names are checked against the stack
 //! and refer to its storage, so `stack` must outlive the result. Absent parts and fields keep
-//! their defaults. Throws `json_error`; `document` names the file in the message.
+//! their defaults. Throws `json_error`; `document` names the file in the message. A plan written
+//! and read back builds the same schedule (from `tests/io/json_test.cpp`):
+//! \snippet io/json_test.cpp policy_round_trip
 inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::string_view document = "policy file") {
   detail::node const root(j, document);
   root.object({"rules", "allow_unused_rules", "buffers", "pipeline", "collectives", "checkpoints"});
