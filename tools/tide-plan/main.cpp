@@ -109,10 +109,7 @@ struct problem {
   std::string name;
   tide::stack_spec stack;
   tide::cost_table costs;
-  std::size_t resident_bytes = 0;
-  std::size_t device_budget = 0;  // for activations
-  std::size_t host_budget = 0;
-  tide::strategy_options options;
+  tide::strategy_options options;  // the budgets (activations, host), resident bytes, collectives, rows
   tide::io::model_description file;  // owns a model file's names
   std::vector<std::string> notes;
 };
@@ -142,7 +139,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
     try {
       p.stack = transformer_stack(m);
       p.costs = transformer_costs(m, hw, t);
-      p.resident_bytes = transformer_resident_memory(m, hw, t).total();
+      p.options.resident_bytes = transformer_resident_memory(m, hw, t).total();
       p.options.collectives = training_collectives(t);
     } catch (tide::error const& e) {
       bad_input(e.what());
@@ -170,7 +167,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
     }
     p.stack = p.file.stack;
     p.name = p.file.name.empty() ? a.model_file : p.file.name;
-    p.resident_bytes = p.file.resident_bytes;
+    p.options.resident_bytes = p.file.resident_bytes;
     p.options.collectives = p.file.collectives();
     auto const link = calibration ? calibration->link : hw.link();
     try {
@@ -202,15 +199,13 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
         if (s.input) p.options.keep_slots.push_back(s.name);
   }
   if (!a.offload.empty()) p.options.offload_slots = split_names(a.offload, p.stack);
-  if (p.resident_bytes >= device_memory)
-    bad_input("the model keeps " + tide::format_bytes(static_cast<double>(p.resident_bytes)) +
+  if (p.options.resident_bytes >= device_memory)
+    bad_input("the model keeps " + tide::format_bytes(static_cast<double>(p.options.resident_bytes)) +
               " resident (weights, gradients, optimizer state, workspaces), more than the device's " +
               tide::format_bytes(static_cast<double>(device_memory)) + ": nothing is left for activations");
-  p.device_budget = device_memory - p.resident_bytes;
-  p.host_budget = a.host_budget_gib >= 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
-  p.options.device_budget = p.device_budget;
-  p.options.host_budget = p.host_budget;
-  p.options.resident_bytes = p.resident_bytes;
+  p.options.device_budget = device_memory - p.options.resident_bytes;
+  p.options.host_budget =
+      a.host_budget_gib >= 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
   return p;
 }
 
@@ -317,17 +312,11 @@ int run(int argc, char** argv) {
         [&] {
           result x;
           auto o = p.options;
-          o.include_plan = false;
+          o.include_plan = false;  // planned below, with the policy file among the seeds
           x.rows = compare_strategies(p.stack, p.costs, o);
-          std::vector<strategy> seeds;
-          for (auto const& row : x.rows) seeds.push_back(row.strategy);
-          if (user_policy) seeds.push_back(*user_policy);
-          x.chosen = make_plan(p.stack, p.costs,
-                               {.device_budget = p.device_budget,
-                                .host_budget = p.host_budget,
-                                .candidates = default_candidates(p.stack, 0, p.options.collectives),
-                                .resident_bytes = p.resident_bytes,
-                                .seeds = std::move(seeds)});
+          std::vector<strategy> extra;
+          if (user_policy) extra.push_back(*user_policy);
+          x.chosen = plan_seeded_by(p.stack, p.costs, o, x.rows, std::move(extra));
           return x;
         },
         a.quiet);
@@ -337,11 +326,11 @@ int run(int argc, char** argv) {
   if (user_policy) r.rows.push_back(evaluate_strategy(p.stack, p.costs, *user_policy, p.options, "policy-file", "policy file"));
   auto const& pl = r.chosen;
   if (!pl.fits)
-    bad_input("no schedule fits: the device budget for activations is " + format_bytes(static_cast<double>(p.device_budget)) +
-              " (device memory less " + format_bytes(static_cast<double>(p.resident_bytes)) +
+    bad_input("no schedule fits: the device budget for activations is " + format_bytes(static_cast<double>(p.options.device_budget)) +
+              " (device memory less " + format_bytes(static_cast<double>(p.options.resident_bytes)) +
               " resident) and the smallest schedule found needs " + format_bytes(static_cast<double>(pl.smallest_device_bytes)) +
-              (p.host_budget != static_cast<std::size_t>(-1)
-                   ? " (host budget " + format_bytes(static_cast<double>(p.host_budget)) + ")"
+              (p.options.host_budget != static_cast<std::size_t>(-1)
+                   ? " (host budget " + format_bytes(static_cast<double>(p.options.host_budget)) + ")"
                    : std::string()) +
               ": raise --device-memory or --host-budget, or shrink the micro-batch or sequence");
   auto const planned = evaluate_strategy(p.stack, p.costs, pl.strategy, p.options, "planner",
@@ -393,9 +382,9 @@ int run(int argc, char** argv) {
     j["model"] = p.name;
     j["hardware"] = std::string(hw.name);
     j["layers"] = p.stack.layer_count();
-    j["resident_bytes"] = p.resident_bytes;
-    j["device_budget_bytes"] = p.device_budget;
-    j["host_budget_bytes"] = p.host_budget == static_cast<std::size_t>(-1) ? io::json(nullptr) : io::json(p.host_budget);
+    j["resident_bytes"] = p.options.resident_bytes;
+    j["device_budget_bytes"] = p.options.device_budget;
+    j["host_budget_bytes"] = p.options.host_budget == static_cast<std::size_t>(-1) ? io::json(nullptr) : io::json(p.options.host_budget);
     j["rows"] = io::json::array();
     for (auto const& row : r.rows)
       j["rows"].push_back({{"key", row.key},
@@ -419,9 +408,9 @@ int run(int argc, char** argv) {
     return 0;
   }
   std::printf("%s on %s (%u layers)\n", p.name.c_str(), std::string(hw.name).c_str(), p.stack.layer_count());
-  std::printf("  resident %s; activation budget %s; host budget %s\n", format_bytes(static_cast<double>(p.resident_bytes)).c_str(),
-              format_bytes(static_cast<double>(p.device_budget)).c_str(),
-              p.host_budget == static_cast<std::size_t>(-1) ? "unlimited" : format_bytes(static_cast<double>(p.host_budget)).c_str());
+  std::printf("  resident %s; activation budget %s; host budget %s\n", format_bytes(static_cast<double>(p.options.resident_bytes)).c_str(),
+              format_bytes(static_cast<double>(p.options.device_budget)).c_str(),
+              p.options.host_budget == static_cast<std::size_t>(-1) ? "unlimited" : format_bytes(static_cast<double>(p.options.host_budget)).c_str());
   for (auto const& n : p.notes) std::printf("  %s\n", n.c_str());
   std::printf("%s", format_strategy_table(r.rows).c_str());
   std::size_t off = 0, rem = 0;

@@ -90,6 +90,22 @@ inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const&
   return r;
 }
 
+//! The planner's answer within `opt`'s budgets, with its collectives and resident bytes, seeded
+//! with the strategies of `rows` and `extra_seeds`: never slower than one of them that fits. What
+//! `compare_strategies` adds as its planner row.
+inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
+                           std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds = {}) {
+  std::vector<tide::strategy> seeds;
+  for (auto const& r : rows) seeds.push_back(r.strategy);
+  for (auto& s : extra_seeds) seeds.push_back(std::move(s));
+  return make_plan(stack, costs,
+                   {.device_budget = opt.device_budget,
+                    .host_budget = opt.host_budget,
+                    .candidates = default_candidates(stack, opt.chunk_bytes, opt.collectives),
+                    .resident_bytes = opt.resident_bytes,
+                    .seeds = std::move(seeds)});
+}
+
 //! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,
 //! in the order keep-all, full remat, offload rows, planner. Rows with nothing to remat or
 //! offload are left out.
@@ -124,15 +140,7 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
         {.policy = off, .buffers = {.staging_buffers = d + 1}, .pipeline = {.prefetch_distance = d, .chunk_bytes = chunk}});
   }
   if (opt.include_plan) {
-    // The rows above seed the planner: its plan is never slower than a row that fits.
-    std::vector<tide::strategy> seeds;
-    for (auto const& r : rows) seeds.push_back(r.strategy);
-    auto p = make_plan(stack, costs,
-                       {.device_budget = opt.device_budget,
-                        .host_budget = opt.host_budget,
-                        .candidates = default_candidates(stack, opt.chunk_bytes, opt.collectives),
-                        .resident_bytes = opt.resident_bytes,
-                        .seeds = std::move(seeds)});
+    auto p = plan_seeded_by(stack, costs, opt, rows);
     if (p.fits) add("planner", p.exact ? "planner (exact)" : "planner (heuristic)", p.strategy);
   }
   return rows;
