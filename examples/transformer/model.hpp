@@ -319,13 +319,19 @@ class basic_model {
     return norm;
   }
 
- private:
+  //! Where a layer's tensors start in `parameters()` (those of the other kind stay 0).
   struct layer_offsets {
     std::size_t attention_norm = 0, wq = 0, wk = 0, wv = 0, wo = 0, mlp_norm = 0;
     std::size_t w_gate = 0, w_up = 0, w_down = 0;
     std::size_t router = 0, expert_gate = 0, expert_up = 0, expert_down = 0;
     std::size_t shared_gate = 0, shared_up = 0, shared_down = 0;
   };
+  //! Layer `l`'s tensors in `parameters()`, for a twin of the model with the same layout (the GPU's).
+  layer_offsets const& offsets(std::size_t l) const { return layers_[l]; }
+  std::size_t embedding_offset() const { return embedding_; }
+  std::size_t final_norm_offset() const { return final_norm_; }
+
+ private:
 
   std::size_t token_index(std::int32_t token) const {
     if (token < 0 || static_cast<std::size_t>(token) >= c_.vocab)

@@ -99,37 +99,10 @@ class gpu_model {
     for (auto const& p : params_)
       for (std::size_t i = p.offset; i < p.offset + p.size; ++i) decay[i] = p.decay;
     TRANSFORMER_CUDA(cudaMemcpy(decay_.get(), decay.data(), total, cudaMemcpyHostToDevice));
-    auto at = [&](std::string const& name) {
-      for (auto const& p : params_)
-        if (p.name == name) return p.offset;
-      fail("gpu_model", "no parameter " + name);
-    };
-    embedding_ = at("embedding");
-    final_norm_ = at("final_norm");
-    layers_.resize(c.layers);
-    for (std::size_t l = 0; l < c.layers; ++l) {
-      std::string const pre = "layers." + std::to_string(l) + ".";
-      auto& p = layers_[l];
-      p.attention_norm = at(pre + "attention_norm");
-      p.wq = at(pre + "attention.wq");
-      p.wk = at(pre + "attention.wk");
-      p.wv = at(pre + "attention.wv");
-      p.wo = at(pre + "attention.wo");
-      p.mlp_norm = at(pre + "mlp_norm");
-      if (kind(l) == layer_kind::dense) {
-        p.w_gate = at(pre + "mlp.w_gate");
-        p.w_up = at(pre + "mlp.w_up");
-        p.w_down = at(pre + "mlp.w_down");
-      } else {
-        p.router = at(pre + "moe.router");
-        p.expert_gate = at(pre + "moe.expert_gate");
-        p.expert_up = at(pre + "moe.expert_up");
-        p.expert_down = at(pre + "moe.expert_down");
-        p.shared_gate = at(pre + "moe.shared_gate");
-        p.shared_up = at(pre + "moe.shared_up");
-        p.shared_down = at(pre + "moe.shared_down");
-      }
-    }
+    // The CPU model's layout, tensor for tensor.
+    embedding_ = cpu.embedding_offset();
+    final_norm_ = cpu.final_norm_offset();
+    for (std::size_t l = 0; l < c.layers; ++l) layers_.push_back(cpu.offsets(l));
     // Work buffers, once, for shape s: the widest of each use.
     std::size_t const n = s.tokens(), d = c.width, K = c.top_k, E = c.experts;
     std::size_t const wide = std::max({c.mlp_hidden, c.heads * c.head_dim(), K * c.expert_hidden, c.shared_hidden, c.vocab, d});
@@ -283,12 +256,7 @@ class gpu_model {
   }
 
  private:
-  struct layer_offsets {
-    std::size_t attention_norm = 0, wq = 0, wk = 0, wv = 0, wo = 0, mlp_norm = 0;
-    std::size_t w_gate = 0, w_up = 0, w_down = 0;
-    std::size_t router = 0, expert_gate = 0, expert_up = 0, expert_down = 0;
-    std::size_t shared_gate = 0, shared_up = 0, shared_down = 0;
-  };
+  using layer_offsets = transformer::model::layer_offsets;
   float* w(std::size_t offset) const { return w_.get() + offset; }
   float* dw(std::size_t offset) const { return grad_.get() + offset; }
   routing route_buffers() const {
