@@ -8,10 +8,10 @@ namespace {
 
 tide::stack_spec make_stack(std::uint32_t layers) {
   tide::stack_spec s;
-  s.append({"dense", {{"layer_input", 1 << 20}, {"q_proj", 1 << 20}, {"kv_proj", 1 << 18}, {"attn_out", 1 << 20},
+  s.append({"dense", {{"layer_input", 1 << 20, true}, {"q_proj", 1 << 20}, {"kv_proj", 1 << 18}, {"attn_out", 1 << 20},
                       {"mlp_up", 4 << 20}, {"mlp_act", 4 << 20}}},
            3);
-  s.append({"moe", {{"layer_input", 1 << 20}, {"q_proj", 1 << 20}, {"kv_proj", 1 << 18}, {"attn_out", 1 << 20},
+  s.append({"moe", {{"layer_input", 1 << 20, true}, {"q_proj", 1 << 20}, {"kv_proj", 1 << 18}, {"attn_out", 1 << 20},
                     {"experts_up", 8 << 20}, {"experts_act", 8 << 20}}},
            layers - 3);
   return s;
@@ -67,7 +67,7 @@ BENCHMARK(schedule_check)->Arg(16)->Arg(128)->Unit(benchmark::kMillisecond);
 // thousands of copies), latency hiding, prefetch distance 2. Goal: well under 1 s.
 tide::schedule make_large_chunked_schedule() {
   tide::stack_spec st;
-  st.append({"block", {{"layer_input", 2 << 20}, {"q_proj", 2 << 20}, {"k_proj", 2 << 20}, {"v_proj", 2 << 20},
+  st.append({"block", {{"layer_input", 2 << 20, true}, {"q_proj", 2 << 20}, {"k_proj", 2 << 20}, {"v_proj", 2 << 20},
                        {"attn_out", 2 << 20}, {"mlp_up", 2 << 20}, {"mlp_act", 2 << 20}, {"mlp_out", 2 << 20}}},
             126);
   tide::policy_spec const offload_most{

@@ -21,7 +21,7 @@ constexpr auto last = tide::slot_handle_of<wide, "the_last_slot", float>;
 
 //! A forward context of layer 0 of a one-layer stack of `wide`, over a real arena.
 struct fixture {
-  tide::schedule s = tide::build_schedule(tide::stack<wide>::spec(), tide::strategy{});
+  tide::schedule s = tide::build_schedule(tide::stack<tide::independent_layers, wide>::spec(), tide::strategy{});
   std::array<std::byte, 1 << 14> arena{};
   tide::forward_context<int> ctx;
   fixture() {

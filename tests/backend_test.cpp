@@ -35,6 +35,7 @@ constexpr std::size_t mib = std::size_t{1} << 20;
 //! One layer, one kept slot of `bytes`: a device arena of about `bytes`.
 schedule one_slot(std::size_t bytes) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"l", {{"x", bytes}}}, 1);
   return build_schedule(st, strategy{});
 }
@@ -51,6 +52,7 @@ std::vector<std::uint64_t> reference(schedule_view s, int steps = 2) {
 // offset is aligned relative to the arena's start, so the start must be aligned as much.
 TEST(HostArenas, ScheduleAlignmentsReachTheArenas) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"l", {{"x", 1000}, {"y", 3000}}}, 3);
   buffer_spec b;
   b.device_alignment = std::size_t{1} << 16;
@@ -241,7 +243,7 @@ TEST(ArenaPool, RefusedAllocationIsOutOfMemoryAndLeavesThePoolUsable) {
 
 namespace {
 using blk = layer<"l", slot<"x", 1 << 16>>;
-using three = stack<repeat<blk, 3>>;
+using three = stack<independent_layers, repeat<blk, 3>>;
 constexpr double prefetch_s = 0.05;  // each paced prefetch takes 50 ms (latency) + 64 KiB at 1 GB/s
 
 host_backend_options paced() {

@@ -22,6 +22,7 @@ namespace {
 
 stack_spec carry_stack(std::uint32_t layers, std::size_t carry_bytes = 1000) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"h", 4096}, {"act", 333}, {"w", 64}}}, layers);
   st.carry = {"x", carry_bytes};
   return st;
@@ -146,6 +147,7 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
   int rejected = 0, gathered = 0;  // gathers with advances (rejected), gathers that ran
   for (int i = 0; i < cases; ++i) {
     stack_spec st;
+    st.independent_layers = true;  // no layer reads another's output
     auto const n_types = uni(1, 3);
     std::vector<layer_spec> types;
     char const* type_names[] = {"t0", "t1", "t2"};
@@ -256,40 +258,41 @@ TEST(Carry, CheckerCatchesAMisroutedCarry) {
 // Bad input: each a clear error naming what is wrong, and the next build or step still works.
 TEST(Carry, BadInputIsNamed) {
   auto const st = carry_stack(6);
-  auto const zero = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 0}}); });
+  auto const zero = error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 0}}); });
   EXPECT_NE(zero.find("device_snapshots >= 1"), std::string::npos) << zero;
-  auto const host = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .host_snapshots = 2}}); });
+  auto const host = error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 2, .host_snapshots = 2}}); });
   EXPECT_NE(host.find("two_tier_plan"), std::string::npos) << host;
 
   stack_spec plain;
+  plain.independent_layers = true;  // no layer reads another's output
   plain.append({"blk", {{"input", 4096, true}, {"h", 100}}}, 4);
-  auto const nocarry = error_of([&] { build_schedule(plain, {.checkpoints = {.device_snapshots = 2}}); });
+  auto const nocarry = error_of([&] { (void)build_schedule(plain, {.checkpoints = {.device_snapshots = 2}}); });
   EXPECT_NE(nocarry.find("declares no carry"), std::string::npos) << nocarry;
   policy_spec remat_input;
   remat_input.rules.push_back({.where = placement::remat, .slots = {"input"}, .first_layer = 2});
-  auto const input = error_of([&] { build_schedule(plain, {.policy = remat_input}); });
+  auto const input = error_of([&] { (void)build_schedule(plain, {.policy = remat_input}); });
   EXPECT_NE(input.find("slot 'input' of layer 2"), std::string::npos) << input;
   EXPECT_NE(input.find("declare the stack's carry"), std::string::npos) << input;
   policy_spec remat_any;
   remat_any.rules.push_back({.where = placement::remat});
-  EXPECT_NE(error_of([&] { build_schedule(plain, {.policy = remat_any}); }).find("is the layer's input"), std::string::npos);
+  EXPECT_NE(error_of([&] { (void)build_schedule(plain, {.policy = remat_any}); }).find("is the layer's input"), std::string::npos);
 
   // A reversal that is not one: backward before the turn; a slot beyond the cap; ends early.
   auto rev = revolve_schedule(6, 2);
-  auto const cap = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 1, .reversal = rev}}); });
+  auto const cap = error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 1, .reversal = rev}}); });
   EXPECT_NE(cap.find("beyond checkpoint_spec::device_snapshots"), std::string::npos) << cap;
   auto early = rev;
   early.resize(early.size() / 2);
-  auto const ends = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = early}}); });
+  auto const ends = error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = early}}); });
   EXPECT_NE(ends.find("ends before the backward of layer 0"), std::string::npos) << ends;
   std::vector<chain_action> far{chain_action::store(0, 2'000'000'000), chain_action::turn(5)};  // no table of 2e9 slots
-  auto const f = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2'100'000'000, .reversal = far}}); });
+  auto const f = error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 2'100'000'000, .reversal = far}}); });
   EXPECT_NE(f.find("action 0"), std::string::npos) << f;
   std::vector<chain_action> wrap{chain_action::advance(std::numeric_limits<std::int32_t>::min(), 5)};
-  EXPECT_NE(error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = wrap}}); }).find("action 0"),
+  EXPECT_NE(error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = wrap}}); }).find("action 0"),
             std::string::npos);
   std::vector<chain_action> jump{chain_action::backward(5)};
-  auto const j = error_of([&] { build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = jump}}); });
+  auto const j = error_of([&] { (void)build_schedule(st, {.checkpoints = {.device_snapshots = 2, .reversal = jump}}); });
   EXPECT_NE(j.find("action 0"), std::string::npos) << j;
 
   // A carry too large for the device budget: out_of_memory naming the carry and what it takes;
@@ -309,7 +312,7 @@ TEST(Carry, BadInputIsNamed) {
   // A carry of SIZE_MAX / 2 bytes overflows the arena: named, not wrapped.
   auto huge = st;
   huge.carry.bytes = std::size_t(-1) / 2;
-  auto const over = error_of([&] { build_schedule(huge, strategy{}); });
+  auto const over = error_of([&] { (void)build_schedule(huge, strategy{}); });
   EXPECT_NE(over.find("carry"), std::string::npos) << over;
 }
 
@@ -406,6 +409,7 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
   for (int i = 0; i < cases; ++i) {
     bool const with_carry = i % 2 == 0;
     stack_spec st;
+    st.independent_layers = true;  // no layer reads another's output
     std::vector<layer_spec> types;
     char const* type_names[] = {"t0", "t1"};
     for (std::uint64_t t = 0, n = uni(1, 2); t < n; ++t) {

@@ -78,7 +78,11 @@ void insert_op(schedule& s, std::uint32_t at, op o, std::vector<std::uint32_t> c
   edit_program(s, -1, at, o, deps);
 }
 
-stack_spec dense4() { return stack_spec{}.append(layer_spec{"dense", {{"a", 4096}, {"b", 8192}}}, 4); }
+stack_spec dense4() {
+  stack_spec s;
+  s.independent_layers = true;  // no layer reads another's output
+  return s.append(layer_spec{"dense", {{"a", 4096}, {"b", 8192}}}, 4);
+}
 policy_spec offload_a() { return {rule_spec{.where = placement::offload, .slots = {"a"}}}; }
 policy_spec remat_b_offload_a() {
   return {rule_spec{.where = placement::remat, .slots = {"b"}, .first_layer = 1},
@@ -403,6 +407,7 @@ TEST(CheckFuzzFindings, WriteRacingAnEarlierUnorderedReadIsRejected) {
   layer_spec const small{"t1", {{"input", 1}, {"c", 1}}};
   layer_spec const big{"t0", {{"f", 229}}};
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append(small, 2).append(big).append(small, 2);
   auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload}},
                               .buffers = {.device_alignment = 1, .host_alignment = 256},
@@ -441,6 +446,7 @@ TEST(CheckFuzzFindings, ByteStateTreeKeepsReadsPushedDownWithTheirWrite) {
 // poison each offload chunk's source once copied: copies must tile their slot exactly.
 TEST(CheckFuzzFindings, CopyOutsideItsChunkIsRejected) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append(layer_spec{"t0", {{"a", 256}}});
   auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"a"}}},
                                     .pipeline = {.latency_hiding = false,
@@ -484,6 +490,7 @@ TEST(CheckFuzzFindings, CopyOutsideItsChunkIsRejected) {
 // the guard bytes the executor writes after another remat slot of the same layer.
 TEST(CheckFuzzFindings, SlotMovedIntoGuardBytesIsRejected) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append(layer_spec{"t0", {{"b", 100}, {"a", 4096}}}, 4);
   auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::remat}}, .buffers = {.guard_bytes = 512}});
   ASSERT_EQ(check_error(s), "no error");
@@ -506,6 +513,7 @@ TEST(CheckFuzzFindings, SlotMovedIntoGuardBytesIsRejected) {
 // clobber it (the executor writes them with debug checks on), which the sweep reports.
 TEST(CheckFuzzFindings, GuardBytesOverLiveDataAreRejected) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append(layer_spec{"t0", {{"a", 64}, {"b", 64}}}, 3);
   // Each 64-byte slot takes a 256-byte region: 64 of data, 64 of guard.
   auto s = build_schedule(st, {.buffers = {.guard_bytes = 64}});
@@ -527,6 +535,7 @@ TEST(CheckFuzzFindings, GuardBytesOverLiveDataAreRejected) {
 // check_schedule in bench/schedule_bench.cpp).
 TEST(CheckScale, FiftySevenThousandOpsAreChecked) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"block", {{"layer_input", 2 << 20}, {"q_proj", 2 << 20}, {"k_proj", 2 << 20}, {"v_proj", 2 << 20},
                        {"attn_out", 2 << 20}, {"mlp_up", 2 << 20}, {"mlp_act", 2 << 20}, {"mlp_out", 2 << 20}}},
             126);
@@ -641,6 +650,7 @@ struct composer {
     static constexpr std::string_view slot_names[] = {"s0", "s1", "s2", "s3"};
     static constexpr std::string_view type_names[] = {"t0", "t1", "t2"};
     stack_spec st;
+    st.independent_layers = true;  // no layer reads another's output
     auto const types = 1 + pick(3);
     auto const layers = 2 + pick(5);
     std::vector<layer_spec> specs;

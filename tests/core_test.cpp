@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -17,7 +18,7 @@ using namespace tide;
 namespace {
 
 using blk = layer<"blk", slot<"a", 1000>, slot<"b", 3000>>;
-using three = stack<repeat<blk, 3>>;
+using three = stack<independent_layers, repeat<blk, 3>>;
 using offload_b = policy<offload<slot_names<"b">>>;
 policy_spec offload_b_any() { return policy_spec{rule_spec{.where = placement::offload}}; }
 
@@ -146,6 +147,7 @@ TEST(Schedule, ChunksCollectivesAndNoPhaseSharing) {
 
 TEST(Schedule, EveryPipelineVariantPassesTheChecker) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"dense", {{"x", 512}, {"q", 4096}, {"up", 10000}}}, 2).append({"moe", {{"x", 512}, {"e", 7777}}}, 5);
   std::vector<policy_spec> policies = {
       {},
@@ -179,6 +181,7 @@ TEST(Schedule, EveryPipelineVariantPassesTheChecker) {
 
 TEST(Schedule, PrefetchDistanceIsLimitedByStagingBuffers) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"l", {{"s", 256}}}, 8);
   auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload}},
                               .buffers = {.staging_buffers = 2},
@@ -198,8 +201,8 @@ TEST(Schedule, PrefetchDistanceIsLimitedByStagingBuffers) {
 
 // ---- compile time --------------------------------------------------------------------------
 
-using dense = layer<"dense", slot<"layer_input", 4096>, slot<"q_proj", 8192>, slot<"mlp_up", 16384>>;
-using moe = layer<"moe", slot<"layer_input", 4096>, slot<"q_proj", 8192>, slot<"experts", 65536>>;
+using dense = layer<"dense", input_slot<"layer_input", 4096>, slot<"q_proj", 8192>, slot<"mlp_up", 16384>>;
+using moe = layer<"moe", input_slot<"layer_input", 4096>, slot<"q_proj", 8192>, slot<"experts", 65536>>;
 using deepish = stack<repeat<dense, 3>, repeat<moe, 13>>;
 using selective = policy<offload<slot_names<"experts", "q_proj">, layer_range<3>>, remat<slot_names<"mlp_up">>>;
 using selective_strategy = strategy_of<selective, buffers<staging_buffers<3>>, pipeline<prefetch_distance<2>, chunk_bytes<16384>>>;
@@ -220,11 +223,11 @@ TEST(Schedule, StaticAndRuntimeSchedulesAreIdentical) {
 
 TEST(Schedule, DynamicSizesAtRunTime) {
   using l = layer<"l", slot<"act">, slot<"fixed", 100>>;
-  auto s = make_runtime_schedule<stack<repeat<l, 2>>, strategy_of<keep_all>>(slot_sizes{{"act", 5000}});
+  auto s = make_runtime_schedule<stack<independent_layers, repeat<l, 2>>, strategy_of<keep_all>>(slot_sizes{{"act", 5000}});
   EXPECT_EQ(s.slots[0].bytes, 5000u);
   EXPECT_EQ(s.peak_device_bytes(), 2 * (align_up(5000, 256) + 256));
   try {
-    make_runtime_schedule<stack<repeat<l, 2>>>();
+    make_runtime_schedule<stack<independent_layers, repeat<l, 2>>>();
     FAIL() << "expected schedule_error";
   } catch (schedule_error const& e) {
     EXPECT_NE(std::string(e.what()).find("slot 'act' of layer type 'l' has a run-time size"), std::string::npos)
@@ -237,7 +240,7 @@ TEST(Schedule, DynamicSizesAtRunTime) {
 namespace {
 std::string error_of(stack_spec const& st, strategy const& how) {
   try {
-    build_schedule(st, how);
+    (void)build_schedule(st, how);
   } catch (schedule_error const& e) {
     return e.what();
   }
@@ -254,9 +257,11 @@ TEST(Schedule, RuntimeErrorsNameWhatIsWrong) {
   EXPECT_TRUE(contains(error_of(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"nope"}}}}),
                        "names slot 'nope' which no layer of the stack has"));
   stack_spec dup;
+  dup.independent_layers = true;  // no layer reads another's output
   dup.append({"d", {{"x", 4}, {"x", 8}}});
   EXPECT_TRUE(contains(error_of(dup, {}), "layer type 'd' names slot 'x' twice"));
   stack_spec zero_slot;
+  zero_slot.independent_layers = true;  // no layer reads another's output
   zero_slot.append({"z", {{"x", 0}}});
   EXPECT_TRUE(contains(error_of(zero_slot, {}), "slot 'x' of layer type 'z' has zero bytes"));
   EXPECT_TRUE(contains(error_of(stack_spec{}, {}), "the stack has no layers"));
@@ -337,6 +342,7 @@ TEST(Schedule, GathersRunOneLayerAheadAndNoFurther) {
 
 TEST(Schedule, NaivePipelineIgnoresDistanceAndRings) {
   stack_spec one;
+  one.independent_layers = true;  // no layer reads another's output
   one.append({"l", {{"x", 100}}});
   buffer_spec const zero{.staging_buffers = 0};
   // Prefetch distance, staging buffers and offloads in flight only matter with latency hiding.
@@ -349,9 +355,10 @@ TEST(Schedule, NaivePipelineIgnoresDistanceAndRings) {
                schedule_error);
   EXPECT_NO_THROW(build_schedule(one, {.policy = offload_b_any(), .pipeline = {.prefetch_distance = 0, .chunk_bytes = 1}}));  // 100 chunks of 1 byte
   stack_spec big;
+  big.independent_layers = true;  // no layer reads another's output
   big.append({"l", {{"x", std::size_t{1} << 25}}});
   try {
-    build_schedule(big, {.policy = offload_b_any(), .pipeline = {.prefetch_distance = 0, .chunk_bytes = 1}});
+    (void)build_schedule(big, {.policy = offload_b_any(), .pipeline = {.prefetch_distance = 0, .chunk_bytes = 1}});
     FAIL();
   } catch (schedule_error const& e) {
     EXPECT_NE(std::string(e.what()).find("would be copied in 33554432 chunks"), std::string::npos) << e.what();
@@ -393,6 +400,7 @@ std::string what_of(auto&& f) {
 bool has(std::string const& s, std::string_view what) { return s.find(what) != std::string::npos; }
 constexpr stack_spec one_slot_stack(std::size_t bytes, std::uint32_t layers = 1) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"l", {{"x", bytes}}}, layers);
   return st;
 }
@@ -402,30 +410,30 @@ constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
 // Item 1: a kept slot of SIZE_MAX - 1 bytes used to predict a device peak of 0; offloading one
 // of SIZE_MAX - 2 died of SIGFPE; huge guard bytes passed the checker and crashed the step.
 TEST(Hardening, SizesNearSizeMaxAreOverflowErrorsNamingSlotAndQuantity) {
-  auto keep = what_of([] { build_schedule(one_slot_stack(size_max - 1), strategy{}); });
+  auto keep = what_of([] { (void)build_schedule(one_slot_stack(size_max - 1), strategy{}); });
   EXPECT_TRUE(has(keep, "slot 'x' of layer type 'l' does not fit in std::size_t")) << keep;
   EXPECT_TRUE(has(keep, "aligned to the device alignment")) << keep;
-  auto off = what_of([] { build_schedule(one_slot_stack(size_max - 2), {.policy = offload_b_any()}); });
+  auto off = what_of([] { (void)build_schedule(one_slot_stack(size_max - 2), {.policy = offload_b_any()}); });
   EXPECT_TRUE(has(off, "slot 'x'") && has(off, "does not fit")) << off;
   buffer_spec const guard{.guard_bytes = size_max - 50};
-  auto g = what_of([&] { build_schedule(one_slot_stack(64), {.buffers = guard}); });
+  auto g = what_of([&] { (void)build_schedule(one_slot_stack(64), {.buffers = guard}); });
   EXPECT_TRUE(has(g, "size plus guard bytes of slot 'x'")) << g;
   // Two kept slots of 2^63 bytes: each fits, their sum does not.
-  auto sum = what_of([] { build_schedule(one_slot_stack(std::size_t{1} << 63, 2), strategy{}); });
+  auto sum = what_of([] { (void)build_schedule(one_slot_stack(std::size_t{1} << 63, 2), strategy{}); });
   EXPECT_TRUE(has(sum, "total of kept slots")) << sum;
   // An alignment of 2^63 is a power of two; the arena it implies is not representable.
   buffer_spec huge_align{.device_alignment = std::size_t{1} << 63};
-  auto al = what_of([&] { build_schedule(one_slot_stack(64, 2), {.buffers = huge_align}); });
+  auto al = what_of([&] { (void)build_schedule(one_slot_stack(64, 2), {.buffers = huge_align}); });
   EXPECT_TRUE(has(al, "does not fit in std::size_t")) << al;
   huge_align = {};
   huge_align.host_alignment = std::size_t{1} << 63;
-  auto hal = what_of([&] { build_schedule(one_slot_stack(64, 2), {.policy = offload_b_any(), .buffers = huge_align}); });
+  auto hal = what_of([&] { (void)build_schedule(one_slot_stack(64, 2), {.policy = offload_b_any(), .buffers = huge_align}); });
   EXPECT_TRUE(has(hal, "pinned host arena")) << hal;
   // A chunk size of 2^63 is one chunk per slot: valid, and the program is proven.
   auto s = build_schedule(one_slot_stack(4096, 3), {.policy = offload_b_any(), .pipeline = {.chunk_bytes = std::size_t{1} << 63}});
   check_schedule(s);
   // A slot near SIZE_MAX split in 1-byte chunks: too many chunks, not an overflowing count.
-  auto ch = what_of([] { build_schedule(one_slot_stack(size_max - 2, 3), {.policy = offload_b_any(), .pipeline = {.chunk_bytes = 1}}); });
+  auto ch = what_of([] { (void)build_schedule(one_slot_stack(size_max - 2, 3), {.policy = offload_b_any(), .pipeline = {.chunk_bytes = 1}}); });
   EXPECT_TRUE(has(ch, "does not fit") || has(ch, "chunks")) << ch;
   // The same checks hold in constant expressions (make_schedule's static_asserts use them).
   static_assert(find_schedule_issue(one_slot_stack(size_max - 1), strategy{}).code == schedule_issue_code::size_overflow);
@@ -435,14 +443,51 @@ TEST(Hardening, SizesNearSizeMaxAreOverflowErrorsNamingSlotAndQuantity) {
 }
 
 TEST(Hardening, TooManyOpsIsAnError) {
-  // 64 layers x 2^23 one-byte chunks: within the per-slot chunk limit, past the op limit.
-  auto e = what_of([] { build_schedule(one_slot_stack(std::size_t{1} << 23, 64), {.policy = offload_b_any(), .pipeline = {.chunk_bytes = 1}}); });
-  EXPECT_TRUE(has(e, "ops, more than the supported")) << e;
+  // 64 layers x 2^20 one-byte chunks: within the per-slot chunk limit, past the op limit.
+  auto e = what_of([] { (void)build_schedule(one_slot_stack(std::size_t{1} << 20, 64), {.policy = offload_b_any(), .pipeline = {.chunk_bytes = 1}}); });
+  EXPECT_TRUE(has(e, "ops (about")) << e;
+  EXPECT_TRUE(has(e, "more than the supported 8388608")) << e;
+}
+
+// Second pass, item 9: a policy file of 100 bytes (chunk_bytes 1 KiB on a DeepSeek-sized stack:
+// 61 layers x 11 slots of 100 MiB, 69 million copies) made the builder reserve 15.75 GiB and fail
+// with bad_alloc. The op count is bounded before anything is reserved, and the message says why.
+// Item 10: a failed build leaves nothing behind (it used to keep the arena of the last one).
+TEST(HardeningSecondPass, AbsurdChunkSizeIsRefusedBeforeReservingAndLeavesNothing) {
+  static constexpr std::string_view names[] = {"s0", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9", "s10"};
+  stack_spec st;
+  st.independent_layers = true;
+  layer_spec blk{"blk", {}};
+  for (auto n : names) blk.slots.push_back({n, std::size_t{100} << 20});
+  st.append(blk, 61);
+  schedule s;
+  ASSERT_FALSE(try_build_schedule_into(s, one_slot_stack(4096, 3), {.policy = offload_b_any()}));
+  ASSERT_GT(s.peak_device_bytes(), 0u);
+  auto const i = try_build_schedule_into(s, st, {.policy = offload_b_any(), .pipeline = {.chunk_bytes = 1024}});
+  EXPECT_EQ(i.code, schedule_issue_code::too_many_ops);
+  auto const m = to_message(i);
+  EXPECT_TRUE(has(m, "MiB of op program")) << m;
+  EXPECT_TRUE(has(m, "use a larger chunk size (pipeline_spec::chunk_bytes)")) << m;
+  EXPECT_LE(s.ops.capacity(), std::size_t{1} << 12);  // nothing reserved for the refused program
+  EXPECT_EQ(s.peak_device_bytes(), 0u);
+  EXPECT_EQ(s.peak_host_bytes(), 0u);
+  EXPECT_EQ(s.layer_count(), 0u);
+  EXPECT_TRUE(s.ops.empty() && s.slots.empty() && s.waits.empty());
+  // A structural issue (found before placement) empties it too.
+  ASSERT_FALSE(try_build_schedule_into(s, one_slot_stack(4096, 3), strategy{}));
+  EXPECT_TRUE(try_build_schedule_into(s, stack_spec{}, strategy{}));
+  EXPECT_EQ(s.peak_device_bytes(), 0u);
+  EXPECT_EQ(s.layer_count(), 0u);
+  // The same chunk size on a small stack is fine: the limit is the program's size, not the knob.
+  EXPECT_FALSE(try_build_schedule_into(s, one_slot_stack(4096, 3), {.policy = offload_b_any(), .pipeline = {.chunk_bytes = 1024}}));
+  EXPECT_GT(s.peak_device_bytes(), 0u);
+  check_schedule(s);
 }
 
 // Item 2: two layer types of the same name and different slots were merged into the first.
 TEST(Hardening, SameLayerNameWithDifferentSlotsIsAnError) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"dense", {{"x", 64}}}, 2);
   auto e = what_of([&] { st.append({"dense", {{"x", 64}, {"y", 4096}}}); });
   EXPECT_TRUE(has(e, "two layer types are named 'dense'")) << e;
@@ -458,13 +503,13 @@ TEST(Hardening, SameLayerNameWithDifferentSlotsIsAnError) {
 // Item 10: a rule that decides nothing is almost always a typo.
 TEST(Hardening, RulesThatDecideNothingAreErrors) {
   auto st = one_slot_stack(4096, 16);
-  auto past = what_of([&] { build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .first_layer = 20}}}); });
+  auto past = what_of([&] { (void)build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .first_layer = 20}}}); });
   EXPECT_TRUE(has(past, "policy rule 0 (offload of any slot) decides no (layer, slot) of this 16-layer stack")) << past;
-  auto small = what_of([&] { build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .slots = {"x"}, .min_bytes = 8192}}}); });
+  auto small = what_of([&] { (void)build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .slots = {"x"}, .min_bytes = 8192}}}); });
   EXPECT_TRUE(has(small, "policy rule 0 (remat of slot 'x')")) << small;
   // Shadowed: every slot the second rule matches is decided by the first.
   auto shadowed = what_of([&] {
-    build_schedule(st, {.policy = {rule_spec{.where = placement::remat},
+    (void)build_schedule(st, {.policy = {rule_spec{.where = placement::remat},
                                    rule_spec{.where = placement::offload, .slots = {"x"}, .first_layer = 4, .last_layer = 8}}});
   });
   EXPECT_TRUE(has(shadowed, "policy rule 1 (offload of slot 'x')")) << shadowed;
@@ -512,6 +557,7 @@ TEST(Hardening, PrefetchDistancePastTheStackIsClampedAndRuns) {
 // Item 6: slot(k), where(k), slot_name(k) and produces(k) did not check k.
 TEST(Hardening, SlotIndexOutOfRangeIsASlotError) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"l", {{"x", 64}}}, 2);
   auto s = build_schedule(st, strategy{});
   host_backend b;
@@ -802,4 +848,54 @@ TEST(TypeLevel, SlotHandlesResolveAtCompileTime) {
   EXPECT_EQ(b.layer_type, "blk");
   static_assert(slot_handle_of<moe, "experts">.index == 2);
   static_assert(std::is_same_v<decltype(slot_handle_of<moe, "experts">)::element_type, std::byte>);
+}
+
+// Second pass, item 11: the builder asks the policy once for the whole stack (a sweep over the
+// layers) instead of once per (layer, slot) through every rule. Random stacks and policies
+// (overlapping ranges, wildcards, repeated and unknown names, size thresholds): the sweep's
+// answer is the first-match rule of each pair, and policy_from_decisions reproduces random
+// decisions exactly.
+TEST(HardeningSecondPass, RuleSweepEqualsFirstMatchOnRandomPolicies) {
+  std::mt19937_64 rng(20261201);
+  auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
+  static constexpr std::string_view pool[] = {"a", "b", "c", "d", "e", "zz"};
+  for (int trial = 0; trial < 400; ++trial) {
+    stack_spec st;
+    st.independent_layers = true;
+    std::vector<layer_spec> types(uni(1, 3));
+    for (std::size_t t = 0; t < types.size(); ++t) {
+      types[t].name = pool[t];
+      for (std::size_t k = 0, n = uni(1, 4); k < n; ++k) {
+        auto const name = pool[uni(0, 4)];
+        bool dup = false;
+        for (auto const& s : types[t].slots) dup |= s.name == name;
+        if (!dup) types[t].slots.push_back({name, static_cast<std::size_t>(uni(1, 4) * 1000)});
+      }
+    }
+    for (std::uint64_t l = 0, L = uni(1, 40); l < L; ++l) st.append(types[uni(0, types.size() - 1)]);
+    policy_spec p;
+    for (std::uint64_t r = 0, R = uni(0, 12); r < R; ++r) {
+      rule_spec rs{.where = static_cast<placement>(uni(0, 2))};
+      for (std::uint64_t k = 0, n = uni(0, 3); k < n; ++k) rs.slots.push_back(pool[uni(0, 5)]);
+      rs.first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count()));
+      rs.last_layer = uni(0, 2) ? all_layers : static_cast<std::uint32_t>(uni(0, st.layer_count() + 2));
+      rs.min_bytes = uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 4) * 1000);
+      p.rules.push_back(rs);
+    }
+    auto const got = p.deciding_rules(st);
+    std::vector<placement> decisions;
+    std::size_t pair = 0;
+    for (std::uint32_t l = 0; l < st.layer_count(); ++l)
+      for (auto const& s : st.layer(l).slots) {
+        ASSERT_LT(pair, got.size());
+        ASSERT_EQ(got[pair], p.deciding_rule(l, s)) << "trial " << trial << ", layer " << l << ", slot " << s.name;
+        ++pair;
+        decisions.push_back(static_cast<placement>(uni(0, 2)));
+      }
+    ASSERT_EQ(got.size(), pair);
+    auto const q = policy_from_decisions(st, decisions);
+    pair = 0;
+    for (std::uint32_t l = 0; l < st.layer_count(); ++l)
+      for (auto const& s : st.layer(l).slots) ASSERT_EQ(q.decide(l, s), decisions[pair++]) << "trial " << trial;
+  }
 }

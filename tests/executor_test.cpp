@@ -119,6 +119,7 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
     // A random stack of 1..64 layers of up to 3 types, slot sizes log-uniform in [1 B, 8 MiB],
     // with at most 24 MiB in all so the suite stays fast.
     stack_spec st;
+    st.independent_layers = true;  // the synthetic workload: no layer reads another's output
     char const* type_names[] = {"t0", "t1", "t2"};
     char const* slot_names[] = {"s0", "s1", "s2", "s3", "s4"};
     std::vector<layer_spec> types;
@@ -259,10 +260,11 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
 }
 
 // The chain workload sees what the synthetic one cannot: the input slot rematerialized. Recompute
-// mode does not rebuild the input (its data, the previous layer's output, is gone), so the
-// backward reads whatever the scratch holds: undeclared, the gradients differ from keep-all. A
-// slot declared as the layer's input (slot_spec::input) makes the builder reject every such
-// policy, naming the slot and the layer and saying to declare a carry.
+// mode does not rebuild the input (its data, the previous layer's output, is gone), so a backward
+// reading it would see whatever the scratch holds. A stack must therefore say where a layer's
+// input comes from: undeclared, every policy (keep-all too) is refused, naming the layer type and
+// the three ways to declare it; declared as the layer's input (slot_spec::input), every policy
+// that rematerializes it is refused, naming the slot and saying to declare a carry.
 TEST(Executor, ChainWorkloadDetectsRematOfTheInput) {
   stack_spec undeclared;
   undeclared.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
@@ -271,19 +273,32 @@ TEST(Executor, ChainWorkloadDetectsRematOfTheInput) {
   host_backend b;
   auto const keep = build_schedule(st, strategy{});
   auto const want = workload::run_chain(b, keep, 2);
+  auto refused = [](auto&& build, char const* what) {
+    try {
+      build();
+      ADD_FAILURE() << "accepted: " << what;
+      return std::string();
+    } catch (schedule_error const& e) {
+      return std::string(e.what());
+    }
+  };
+  auto const undeclared_keep = refused([&] { (void)build_schedule(undeclared, strategy{}); }, "an undeclared input");
+  for (auto const* part : {"layer type 'blk' does not say where its input comes from", "stack_spec::carry",
+                           "slot_spec::input", "stack_spec::independent_layers"})
+    EXPECT_NE(undeclared_keep.find(part), std::string::npos) << undeclared_keep;
   for (auto const& p : {rules({{.where = placement::remat, .slots = {"input"}}}), rules({r_remat({})}),
                         rules({r_remat({"input", "h"}, 2, 4)})}) {
-    auto const s = build_schedule(undeclared, {.policy = p});
-    EXPECT_NE(workload::run_chain(b, s, 2), want) << describe(s);
-    try {
-      build_schedule(st, {.policy = p});
-      ADD_FAILURE() << "a remat of the declared input was accepted";
-    } catch (schedule_error const& e) {
-      EXPECT_NE(std::string(e.what()).find("is the layer's input"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("declare the stack's carry"), std::string::npos) << e.what();
-    }
+    auto const u = refused([&] { (void)build_schedule(undeclared, {.policy = p}); }, "an undeclared input");
+    EXPECT_NE(u.find("does not say where its input comes from"), std::string::npos) << u;
+    auto const e = refused([&] { (void)build_schedule(st, {.policy = p}); }, "a remat of the declared input");
+    EXPECT_NE(e.find("is the layer's input"), std::string::npos) << e;
+    EXPECT_NE(e.find("declare the stack's carry"), std::string::npos) << e;
   }
-  // And a sound policy on the same stack matches keep-all, so the difference above is the remat.
+  // Stated independence is taken at its word (the user says no layer reads another's output).
+  auto independent = undeclared;
+  independent.independent_layers = true;
+  EXPECT_NO_THROW((void)build_schedule(independent, {.policy = rules({r_remat({})})}));
+  // And a sound policy on the declared stack matches keep-all.
   auto const ok = build_schedule(st, {.policy = rules({r_offload({"input"}), r_remat({"h", "act"})})});
   EXPECT_EQ(workload::run_chain(b, ok, 2), want);
 }
@@ -293,6 +308,7 @@ TEST(Executor, ChainWorkloadDetectsRematOfTheInput) {
 namespace {
 stack_spec small_stack() {
   stack_spec st;
+  st.independent_layers = true;  // the synthetic workload
   st.append({"l", {{"x", 4096}, {"y", 1000}}}, 6);
   return st;
 }
@@ -317,14 +333,14 @@ TEST(Failures, ThrowingLambdaDrainsAndNextStepSucceeds) {
   };
   auto bwd = [&](auto const& c) { w.backward(c); };
   try {
-    exec.step(fwd, bwd);
+    workload::step(exec, fwd, bwd);
     FAIL() << "expected the user's exception";
   } catch (std::runtime_error const& e) {
     EXPECT_STREQ(e.what(), "user failure in layer 3");
   }
   throw_at = -1;
   std::fill(w.digest.begin(), w.digest.end(), 0);
-  for (w.step = 0; w.step < 2; ++w.step) exec.step(fwd, bwd);  // the next steps succeed, with right data
+  for (w.step = 0; w.step < 2; ++w.step) workload::step(exec, fwd, bwd);  // the next steps succeed, with right data
   EXPECT_EQ(w.digest, want);
 }
 
@@ -333,7 +349,7 @@ TEST(Failures, WritePastSlotIsReportedBySlotAndLayer) {
   bs.guard_bytes = 64;
   auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"y"})}), .buffers = bs});
   host_backend b;
-  executor exec(b, s);
+  executor exec(b, s, {.debug_checks = true});  // a debug check: on explicitly (off by default under NDEBUG)
   auto fwd = [](auto const& c) {
     auto y = c.template slot<"y">();
     std::memset(y.data(), 1, y.size() + (c.layer == 4 ? 3 : 0));  // overruns in layer 4
@@ -388,7 +404,7 @@ TEST(Failures, ZeroSizedSlotIsRejected) {
   stack_spec st;
   st.append({"l", {{"x", 0}}}, 2);
   try {
-    build_schedule(st, strategy{});
+    (void)build_schedule(st, strategy{});
     FAIL();
   } catch (schedule_error const& e) {
     EXPECT_TRUE(contains(e.what(), "slot 'x' of layer type 'l' has zero bytes")) << e.what();
@@ -397,6 +413,7 @@ TEST(Failures, ZeroSizedSlotIsRejected) {
 
 TEST(DebugChecks, UseBeforePrefetchIsCaught) {
   stack_spec st;
+  st.independent_layers = true;
   st.append({"l", {{"x", 1 << 16}}}, 3);
   auto s = build_schedule(st, {.policy = rules({r_offload({})}), .pipeline = {.prefetch_distance = 1}});
   // Drop the wait that orders layer 0's backward after its prefetch.
@@ -422,7 +439,7 @@ TEST(DebugChecks, UseBeforePrefetchIsCaught) {
 TEST(DebugChecks, PoisonExposesAMissingRecompute) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_remat({"y"})})});
   host_backend b;
-  executor exec(b, s);
+  executor exec(b, s, {.debug_checks = true});  // a debug check: on explicitly (off by default under NDEBUG)
   std::vector<unsigned char> seen;
   // A forward that forgets to produce y in recompute mode: backward sees the poison pattern.
   exec.step(
@@ -536,7 +553,7 @@ TEST(Failures, StepIsNeitherReentrantNorSharedAcrossExecutors) {
     exec.step([&](auto const& c) { if (c.layer == 2) exec.step(noop, noop); }, noop);
     FAIL();
   } catch (error const& e) {
-    EXPECT_TRUE(contains(e.what(), "already running")) << e.what();
+    EXPECT_TRUE(contains(e.what(), "enqueue was called from inside one of this executor's own lambdas")) << e.what();
   }
   executor other(b, s);
   try {
@@ -551,6 +568,7 @@ TEST(Failures, StepIsNeitherReentrantNorSharedAcrossExecutors) {
 
 TEST(Failures, SlotViewedAsTheWrongTypeIsRejected) {
   stack_spec st;
+  st.independent_layers = true;
   st.append({"l", {{"odd", 6}}}, 2);
   auto const s = build_schedule(st, strategy{});
   host_backend b;
@@ -578,7 +596,7 @@ struct failing_backend : host_backend {
 TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
                                                 .pipeline = {.prefetch_distance = 1},
-                                                .collectives = {.before_forward = true, .after_backward = true}});
+                                                .collectives = {.after_backward = true}});
   failing_backend b(3);
   executor exec(b, s);
   std::vector<int> calls(6, 0), failed_calls(6, 0);
@@ -607,7 +625,7 @@ TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
 TEST(Failures, RemainingHooksAreEnqueuedBeforeTheSynchronization) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
                                                 .pipeline = {.prefetch_distance = 1},
-                                                .collectives = {.before_forward = true, .after_backward = true}});
+                                                .collectives = {.after_backward = true}});
   failing_backend b(3);
   executor exec(b, s);
   auto const caller = std::this_thread::get_id();
@@ -669,7 +687,7 @@ TEST(Executor, HooksAreToldOnceTheStepHasSynchronized) {
 namespace {
 stack_spec chain_stack() {
   stack_spec st;
-  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  st.append({"blk", {{"input", 4096, true}, {"h", 1000}, {"act", 333}}}, 5);
   return st;
 }
 schedule chain_schedule() {
@@ -677,6 +695,8 @@ schedule chain_schedule() {
                                         .pipeline = {.prefetch_distance = 2, .chunk_bytes = 1024},
                                         .collectives = {.before_forward = true, .after_backward = true}});
 }
+//! Hooks for chain_schedule()'s room (a gather and a reduce) that move no data.
+constexpr hooks<workload::empty_hook, workload::empty_hook> chain_hooks{};
 constexpr std::size_t kinds = static_cast<std::size_t>(op_kind::reduce) + 1;
 //! How many times each kind of op runs per layer in one step of `s`.
 std::vector<std::vector<int>> ops_per_layer(schedule_view s) {
@@ -738,7 +758,7 @@ TEST(Enqueue, WaitRethrowsAnEnqueuedStepsErrorAndTheNextStepWorks) {
     w->forward(c);
   };
   auto bwd = [&](auto const& c) { w->backward(c); };
-  EXPECT_NO_THROW(exec.enqueue(fwd, bwd));  // the lambda's error belongs to the step, not to its enqueueing
+  EXPECT_NO_THROW(exec.enqueue(fwd, bwd, chain_hooks));  // the lambda's error belongs to the step, not to its enqueueing
   EXPECT_TRUE(exec.pending());
   try {
     exec.wait();
@@ -753,7 +773,7 @@ TEST(Enqueue, WaitRethrowsAnEnqueuedStepsErrorAndTheNextStepWorks) {
   w.emplace(s);
   std::vector<std::uint64_t> got;
   for (int i = 0; i < 2; ++i) {
-    exec.enqueue(fwd, bwd);
+    exec.enqueue(fwd, bwd, chain_hooks);
     exec.wait();
     w->update(got);
   }
@@ -850,25 +870,109 @@ TEST(Hooks, NamedHooksGetTheirOpKindsAndLayers) {
   EXPECT_EQ(gather.finished, 1);  // two objects: each told once
   EXPECT_EQ(reduce.finished, 1);
 
-  // Only one hook named: the other is absent.
-  recording_hook only;
-  exec.step(noop, noop, hooks{.after_backward = std::ref(only)});
-  EXPECT_EQ(only.calls, want_reduce);
-  EXPECT_EQ(only.finished, 1);
-  exec.step(noop, noop, hooks{.before_forward = std::ref(only)});
-  auto const both = [&] {
-    auto r = want_reduce;
-    r.insert(r.end(), want_gather.begin(), want_gather.end());
-    return r;
-  }();
-  EXPECT_EQ(only.calls, both);
-  EXPECT_EQ(only.finished, 2);
-
   // Passed by value, a hook object is copied: the caller's object sees nothing.
   recording_hook copied;
-  exec.step(noop, noop, hooks{.after_backward = copied});
+  exec.step(noop, noop, hooks{.before_forward = copied, .after_backward = copied});
   EXPECT_TRUE(copied.calls.empty());
   EXPECT_EQ(copied.finished, 0);
+}
+
+// The hook contract: every hook the schedule makes room for is given, and every hook given has
+// room. Otherwise a data-parallel step would leave gradients unreduced (or a hook uncalled) with
+// no error, and replicas would diverge. Each mismatch is refused before anything runs, naming
+// the hook, and the next step with the right hooks still works.
+TEST(Hooks, AHookMissingOrWithoutRoomIsRefusedByName) {
+  auto const reduce_only = build_schedule(small_stack(), {.collectives = {.after_backward = true}});
+  auto const none_room = build_schedule(small_stack(), strategy{});
+  auto const all_room = build_schedule(small_stack(), {.policy = rules({r_remat({"y"})}),
+                                                       .collectives = {.before_forward = true, .after_backward = true, .before_backward = true}});
+  host_backend b;
+  auto noop = [](auto const&) {};
+  recording_hook h;
+  auto refused = [&](auto& exec, auto&& hs, std::string const& want) {
+    try {
+      exec.step(noop, noop, hs);
+      ADD_FAILURE() << "accepted; expected: " << want;
+    } catch (error const& e) {
+      EXPECT_TRUE(contains(e.what(), want)) << e.what();
+    }
+    EXPECT_FALSE(exec.pending());
+  };
+  {
+    executor exec(b, reduce_only);
+    refused(exec, hooks{}, "makes room for a reduce hook (collective_spec::after_backward) but the step was given none");
+    refused(exec, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h)},
+            "was given a gather hook (hooks::before_forward) but the schedule makes no room for it");
+    EXPECT_TRUE(h.calls.empty());  // refused before anything ran
+    EXPECT_EQ(exec.steps(), 0u);
+    exec.step(noop, noop, hooks{.after_backward = std::ref(h)});
+    EXPECT_EQ(h.calls.size(), 6u);
+  }
+  {
+    executor exec(b, none_room);
+    refused(exec, hooks{.after_backward = std::ref(h)}, "was given a reduce hook (hooks::after_backward)");
+    refused(exec, hooks{.before_backward = std::ref(h)}, "was given a regather hook (hooks::before_backward)");
+    EXPECT_NO_THROW(exec.step(noop, noop));
+  }
+  {
+    executor exec(b, all_room);
+    refused(exec, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h)},
+            "makes room for a regather hook (collective_spec::before_backward)");
+    refused(exec, hooks{.after_backward = std::ref(h), .before_backward = std::ref(h)},
+            "makes room for a gather hook (collective_spec::before_forward)");
+    h.calls.clear();
+    exec.step(noop, noop, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)});
+    EXPECT_EQ(h.calls.size(), 18u);
+  }
+}
+
+// A lambda or hook that starts or waits for a step of its own executor (after enqueue returned,
+// while the step runs on the backend's workers) would wait for itself: the call is refused, that
+// error fails the outer step (its wait() throws it: nothing completes silently), and the next
+// step works.
+TEST(Hooks, ReentryFromALambdaOrAHookFailsTheOuterStep) {
+  auto const s = build_schedule(small_stack(), {.collectives = {.after_backward = true}});
+  host_backend b;
+  executor exec(b, s);
+  auto noop = [](auto const&) {};
+  std::atomic<bool> enqueued{false};
+  auto after_enqueue = [&] {
+    for (int i = 0; i < 5000 && !enqueued.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  auto reenter = [&](int how) {
+    auto h = hooks{.after_backward = noop};
+    if (how == 0) exec.step(noop, noop, h);
+    else if (how == 1) exec.wait();
+    else exec.record_timeline(nullptr);
+  };
+  for (int from_hook = 0; from_hook < 2; ++from_hook)
+    for (int how = 0; how < 3; ++how) {
+      enqueued = false;
+      auto fwd = [&](auto const& c) {
+        if (!from_hook && c.layer == 2) after_enqueue(), reenter(how);
+      };
+      auto reduce = [&](auto const& c) {
+        if (from_hook && c.layer == 1) after_enqueue(), reenter(how);
+      };
+      auto h = hooks{.after_backward = reduce};
+      exec.enqueue(fwd, noop, h);
+      enqueued = true;
+      try {
+        exec.wait();
+        ADD_FAILURE() << "a reentrant call (" << how << (from_hook ? ", from a hook" : ", from a lambda") << ") went unnoticed";
+      } catch (error const& e) {
+        EXPECT_TRUE(contains(e.what(), "from inside one of this executor's own lambdas or hooks")) << e.what();
+      }
+      EXPECT_FALSE(exec.pending());
+      workload::synthetic w(6), fresh(6);
+      auto wf = [&](auto const& c) { w.forward(c); };
+      auto wb = [&](auto const& c) { w.backward(c); };
+      exec.step(wf, wb, hooks{.after_backward = noop});  // the next step runs, with right data
+      host_backend other;
+      executor alone(other, s);
+      workload::step(alone, [&](auto const& c) { fresh.forward(c); }, [&](auto const& c) { fresh.backward(c); });
+      EXPECT_EQ(w.digest, fresh.digest);
+    }
 }
 
 // FSDP-style: weights gathered before each forward and again before each recompute and backward.
@@ -942,7 +1046,7 @@ TEST(Hooks, OneObjectByReferenceAsBothHooksIsToldOnce) {
 namespace {
 using typed_layer = layer<"typed", slot<"x", 64>, slot<"y", 32>>;
 using other_layer = layer<"other", slot<"x", 64>>;
-using typed_stack = stack<repeat<typed_layer, 3>>;
+using typed_stack = stack<independent_layers, repeat<typed_layer, 3>>;
 constexpr auto typed_x = slot_handle_of<typed_layer, "x", float>;
 constexpr auto typed_y = slot_handle_of<typed_layer, "y", std::uint32_t>;
 constexpr auto other_x = slot_handle_of<other_layer, "x", float>;
@@ -1112,7 +1216,7 @@ TEST(Timeline, ExecutorOptionsTimelineIsFilledOnTheSimBackend) {
   o.timeline = &t;
   executor exec(b, s, o);
   auto none = [](auto const&) {};
-  exec.step(none, none);
+  exec.step(none, none, chain_hooks);
   expect_every_op_once(t, s);
   double last = 0;
   for (auto const& sp : t.ops) last = std::max(last, sp.end_us);
@@ -1148,7 +1252,7 @@ TEST(SimBackend, CostTableOfTheWrongLayerCountIsRejectedAtExecutorConstruction) 
   sim_backend b(right);
   executor exec(b, s, sim_executor_options());
   auto none = [](auto const&) {};
-  EXPECT_NO_THROW(exec.step(none, none));
+  EXPECT_NO_THROW(exec.step(none, none, chain_hooks));
   EXPECT_GE(b.step_us(), right.compute_us());
 }
 
@@ -1162,7 +1266,7 @@ TEST(Enqueue, AnotherExecutorOnABackendWithAStepEnqueuedIsRefusedUntilItIsWaited
   workload::chain w(s);
   auto fwd = [&](auto const& c) { w.forward(c); };
   auto bwd = [&](auto const& c) { w.backward(c); };
-  first.enqueue(fwd, bwd);
+  first.enqueue(fwd, bwd, chain_hooks);
   // Its setup would replace the events and queues the enqueued step's workers are using.
   try {
     executor second(b, s);
@@ -1212,12 +1316,12 @@ TEST(Timeline, RecordTimelineWhileAStepIsEnqueuedWaitsForItFirst) {
   workload::chain w(s);
   auto fwd = [&](auto const& c) { w.forward(c); };
   auto bwd = [&](auto const& c) { w.backward(c); };
-  exec.enqueue(fwd, bwd);
+  exec.enqueue(fwd, bwd, chain_hooks);
   exec.record_timeline(&t2);  // the workers write `t` until the step ends: it ends first
   EXPECT_FALSE(exec.pending());
   expect_every_op_once(t, s);
   EXPECT_TRUE(t2.ops.empty());
-  exec.step(fwd, bwd);
+  exec.step(fwd, bwd, chain_hooks);
   expect_every_op_once(t2, s);
 }
 
@@ -1225,7 +1329,7 @@ TEST(SimBackend, ExecutorsSharingOneBackendEachGetTheirOwnSchedulesCosts) {
   // Two schedules of one stack with different remat (so different recompute costs) and event
   // counts: stepping them alternately on one backend gives each its own simulated time.
   stack_spec st;
-  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  st.append({"blk", {{"input", 4096, true}, {"h", 1000}, {"act", 333}}}, 5);
   auto const a = build_schedule(st, {.policy = rules({r_remat({"h"}, 1, 4)})});
   auto const c = build_schedule(st, {.policy = rules({r_offload({"input"}), r_remat({"h", "act"}, 0, 5)}),
                                      .pipeline = {.chunk_bytes = 1024}});
@@ -1250,7 +1354,7 @@ TEST(SimBackend, AScheduleRebuiltInPlaceIsTakenAnewByTheNextExecutor) {
   // build_schedule_into reuses the schedule's storage: the second schedule has the first one's
   // address, slot count and event count, but rematerializes other slots (other recompute costs).
   stack_spec st;
-  st.append({"blk", {{"input", 4096}, {"h", 1000}, {"act", 333}}}, 5);
+  st.append({"blk", {{"input", 4096, true}, {"h", 1000}, {"act", 333}}}, 5);
   auto const costs = uniform_costs(5, layer_cost{.forward_us = 100, .backward_us = 200, .slot_recompute_us = {0, 30, 10}});
   sim_backend b(costs);
   schedule s;

@@ -244,6 +244,19 @@ struct carry_chain : chain_params {
   }
 };
 
+//! A collective hook that moves no data (the workloads have no replicas).
+struct empty_hook {
+  template <class Ctx>
+  void operator()(Ctx const&) const noexcept {}
+};
+//! One step of `exec` with an `empty_hook` as each hook its schedule makes room for (the executor
+//! refuses a step without them).
+template <class Executor, class F, class B>
+void step(Executor& exec, F&& forward, B&& backward) {
+  tide::detail::with_hooks_for(exec.schedule().collectives, empty_hook{},
+                               [&](auto& h) { exec.step(forward, backward, h); });
+}
+
 //! Runs `steps` steps of the carry chain on `s` (which must have a carry); returns every step's
 //! gradients. `forwards`, when given, receives the forward-lambda calls of the last step.
 template <class Backend>
@@ -255,7 +268,7 @@ std::vector<std::uint64_t> run_carry_chain(Backend& b, tide::schedule_view s, in
   for (int i = 0; i < steps; ++i) {
     w.write_input(exec.carry_input());
     w.forwards = 0;
-    exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+    step(exec, [&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
     w.update(out);
   }
   if (forwards) *forwards = w.forwards;
@@ -269,7 +282,7 @@ std::vector<std::uint64_t> run_chain(Backend& b, tide::schedule_view s, int step
   chain w(s);
   std::vector<std::uint64_t> out;
   for (int i = 0; i < steps; ++i) {
-    exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+    step(exec, [&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
     w.update(out);
   }
   return out;
@@ -281,7 +294,7 @@ std::vector<std::uint64_t> run(Backend& b, tide::schedule_view s, int steps = 2,
   tide::executor exec(b, s, o);
   synthetic w(s.layer_count());
   for (int i = 0; i < steps; ++i, ++w.step)
-    exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+    step(exec, [&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
   return w.digest;
 }
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
-#   1. the main build: every host test, the examples, the compile-fail and consumer tests, the
+#   1. the main build, with NDEBUG defined: every host test, the examples, the compile-fail and consumer tests, the
 #      2-rank MPI tests, and every CUDA target compiled for sm_90 when nvcc is found (GPU tests
 #      exit 77 without a GPU and count as skipped);
 #   2. the host tests again under ThreadSanitizer;
 #   3. and under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. the schedule fuzzer (libFuzzer with clang, ASan + UBSan): 45 s from the seed corpus, and
-#      the saved regression inputs replayed;
+#   4. the fuzzers (libFuzzer with clang, ASan + UBSan): the schedule fuzzer 45 s and the file
+#      readers' and tide-plan's command line 30 s, each from its seed corpus, and the saved
+#      regression inputs replayed;
 #   5. the GPU check script in dry-run mode (bench/gpu/check.sh --dry-run: its configure, build,
 #      CUDA suite, table and goals, everything but the GPU), when nvcc is found.
 # Usage: tools/test.sh [main|tsan|asan|fuzz|gpucheck ...]   (default: all five)
@@ -29,7 +30,9 @@ for c in "${configs[@]}"; do
   echo "=== tide tests: $c"
   case $c in
     main)
-      setup build-test/main -Dcuda=auto -Dbenchmarks=true
+      # NDEBUG defined (as in a release build): the sanitizer builds below run without it, so the
+      # suite is proven both ways (the executor's debug checks default to off under NDEBUG).
+      setup build-test/main -Dcuda=auto -Dbenchmarks=true -Db_ndebug=true
       ninja -C build-test/main -j "$jobs"
       meson test -C build-test/main --print-errorlogs --num-processes "$jobs"
       ;;
@@ -59,7 +62,10 @@ for c in "${configs[@]}"; do
       fi
       CXX=clang++ CC=clang setup build-test/fuzz -Dfuzz=true -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false \
         -Dexamples=false -Db_sanitize=none
-      ninja -C build-test/fuzz -j "$jobs" tests/fuzz/fuzz_schedule
+      targets=(tests/fuzz/fuzz_schedule)
+      # The file readers' fuzzer needs nlohmann/json (tools/install-deps.sh installs it).
+      grep -q '^build tests/fuzz/fuzz_files:' build-test/fuzz/build.ninja && targets+=(tests/fuzz/fuzz_files)
+      ninja -C build-test/fuzz -j "$jobs" "${targets[@]}"
       meson test -C build-test/fuzz --no-rebuild --print-errorlogs --num-processes "$jobs" --suite fuzz
       ;;
     gpucheck)

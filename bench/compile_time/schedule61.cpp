@@ -5,10 +5,10 @@
 
 #ifndef TIDE_EMPTY
 constexpr std::size_t MiB = 1 << 20;
-using dense = tide::layer<"dense", tide::slot<"layer_input", 28 * MiB>, tide::slot<"attn_norm", 28 * MiB>,
+using dense = tide::layer<"dense", tide::input_slot<"layer_input", 28 * MiB>, tide::slot<"attn_norm", 28 * MiB>,
                           tide::slot<"q_latent", 6 * MiB>, tide::slot<"kv_latent", 2 * MiB>, tide::slot<"qkv", 96 * MiB>,
                           tide::slot<"attn_out", 64 * MiB>, tide::slot<"mlp_up", 144 * MiB>, tide::slot<"mlp_act", 72 * MiB>>;
-using moe = tide::layer<"moe", tide::slot<"layer_input", 28 * MiB>, tide::slot<"attn_norm", 28 * MiB>,
+using moe = tide::layer<"moe", tide::input_slot<"layer_input", 28 * MiB>, tide::slot<"attn_norm", 28 * MiB>,
                         tide::slot<"q_latent", 6 * MiB>, tide::slot<"kv_latent", 2 * MiB>, tide::slot<"qkv", 96 * MiB>,
                         tide::slot<"attn_out", 64 * MiB>, tide::slot<"router", 1 * MiB>, tide::slot<"experts", 224 * MiB>>;
 using deepseek_like = tide::stack<tide::repeat<dense, 3>, tide::repeat<moe, 58>>;

@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
   // A small stack whose "GPU" compute is a spin of known length and whose link is paced at 1 GB/s,
   // so copy and compute times have the ratios of a real machine, scaled to a CPU.
   stack_spec cal;
-  cal.append({"blk", {{"x", 256 << 10}, {"qkv", 768 << 10}, {"mlp_up", 1 << 20}}}, a.small ? 6 : 12);
+  cal.append({"blk", {{"x", 256 << 10, /*input=*/true}, {"qkv", 768 << 10}, {"mlp_up", 1 << 20}}}, a.small ? 6 : 12);
   host_backend_options ho;
   ho.d2h = ho.h2d = {.bytes_per_second = 1e9, .latency_s = 10e-6};
   host_backend backend(ho);

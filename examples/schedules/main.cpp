@@ -10,10 +10,10 @@ namespace {
 constexpr std::size_t KiB = 1024;
 //! [stack]
 // 2 dense layers, then 4 mixture-of-experts layers: the slots each saves for backward.
-using dense = tide::layer<"dense", tide::slot<"layer_input", 64 * KiB>, tide::slot<"q_proj", 64 * KiB>,
+using dense = tide::layer<"dense", tide::input_slot<"layer_input", 64 * KiB>, tide::slot<"q_proj", 64 * KiB>,
                           tide::slot<"kv_proj", 16 * KiB>, tide::slot<"attn_out", 64 * KiB>,
                           tide::slot<"mlp_up", 256 * KiB>>;
-using moe = tide::layer<"moe", tide::slot<"layer_input", 64 * KiB>, tide::slot<"q_proj", 64 * KiB>,
+using moe = tide::layer<"moe", tide::input_slot<"layer_input", 64 * KiB>, tide::slot<"q_proj", 64 * KiB>,
                         tide::slot<"kv_proj", 16 * KiB>, tide::slot<"attn_out", 64 * KiB>,
                         tide::slot<"experts", 512 * KiB>>;
 using model = tide::stack<tide::repeat<dense, 2>, tide::repeat<moe, 4>>;

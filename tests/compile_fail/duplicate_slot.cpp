@@ -1,4 +1,4 @@
 // expect: names the same slot twice
 #include <tide/tide.hpp>
 using l = tide::layer<"l", tide::slot<"a", 64>, tide::slot<"a", 128>>;
-constexpr auto s = tide::make_schedule<tide::stack<l>, tide::strategy_of<tide::keep_all>>();
+constexpr auto s = tide::make_schedule<tide::stack<tide::independent_layers, l>, tide::strategy_of<tide::keep_all>>();

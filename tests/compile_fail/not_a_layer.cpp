@@ -1,3 +1,3 @@
 // expect: each part must be a tide::layer
 #include <tide/tide.hpp>
-constexpr auto s = tide::make_schedule<tide::stack<int>, tide::strategy_of<tide::keep_all>>();
+constexpr auto s = tide::make_schedule<tide::stack<tide::independent_layers, int>, tide::strategy_of<tide::keep_all>>();

@@ -2,4 +2,4 @@
 #include <tide/tide.hpp>
 // 0.1 took the policy as make_schedule's second argument; now the parts travel in tide::strategy_of.
 using l = tide::layer<"l", tide::slot<"a", 64>>;
-constexpr auto s = tide::make_schedule<tide::stack<l>, tide::policy<tide::offload<>>>();
+constexpr auto s = tide::make_schedule<tide::stack<tide::independent_layers, l>, tide::policy<tide::offload<>>>();

@@ -1,4 +1,4 @@
 // expect: a policy rule names a slot that no layer of the stack has
 #include <tide/tide.hpp>
 using l = tide::layer<"l", tide::slot<"a", 64>>;
-constexpr auto s = tide::make_schedule<tide::stack<l>, tide::strategy_of<tide::policy<tide::remat<tide::slot_names<"q_proj">>>>>();
+constexpr auto s = tide::make_schedule<tide::stack<tide::independent_layers, l>, tide::strategy_of<tide::policy<tide::remat<tide::slot_names<"q_proj">>>>>();

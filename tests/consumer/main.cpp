@@ -4,7 +4,7 @@
 
 using blk = tide::layer<"blk", tide::slot<"x", 4096>>;
 constexpr auto s =
-    tide::make_schedule<tide::stack<tide::repeat<blk, 4>>, tide::strategy_of<tide::policy<tide::offload<>>>>();
+    tide::make_schedule<tide::stack<tide::independent_layers, tide::repeat<blk, 4>>, tide::strategy_of<tide::policy<tide::offload<>>>>();
 static_assert(s.peak_device_bytes() < 4 * 4096);
 
 int main() {

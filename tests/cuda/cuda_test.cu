@@ -289,7 +289,7 @@ TEST(CudaBackend, EnqueueJoinsTheStepIntoTheComputeStream) {
     tide::hooks h{.after_backward = reduce};
     ex.enqueue(none, none, h);
     try {
-      other.enqueue(none, none);
+      other.enqueue(none, none, h);
       ADD_FAILURE() << "a second step was enqueued on a backend with one pending";
     } catch (tide::error const& e) {
       EXPECT_TRUE(contains(e.what(), "a step is already enqueued on this backend")) << e.what();
@@ -301,7 +301,7 @@ TEST(CudaBackend, EnqueueJoinsTheStepIntoTheComputeStream) {
     ASSERT_EQ(cudaMemcpy(&seen, d + 1, sizeof(int), cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(seen, 1) << "work queued on the compute stream after enqueue ran before the step's reduce hook";
     ex.wait();
-    EXPECT_NO_THROW(other.step(none, none));
+    EXPECT_NO_THROW(other.step(none, none, h));
   }
   ASSERT_EQ(cudaFree(d), cudaSuccess);
 }

@@ -117,6 +117,9 @@ composition decode(reader& r) {
     }
   }
   auto const layers = r.u8() % 13;
+  // The synthetic workload's contract: no layer reads another's output (the chain workload runs
+  // only where every layer's "input" slot is kept or offloaded: chain_applies).
+  c.stack.independent_layers = true;
   for (int l = 0; l < layers; ++l) c.stack.append(types[r.u8() % types.size()]);
   auto const rules_byte = r.u8();
   auto& policy = c.how.policy;

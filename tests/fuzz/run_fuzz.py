@@ -42,7 +42,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tide_fuzz_") as scratch:
         rc = subprocess.call([fuzzer, "-artifact_prefix=" + os.path.join(artifacts, "")] + flags + [scratch, corpus])
     if rc != 0:
-        print(f"fuzz_schedule found a failure: its input is under {artifacts}; replay it with '{fuzzer} FILE' "
+        print(f"{os.path.basename(fuzzer)} found a failure: its input is under {artifacts}; replay it with '{fuzzer} FILE' "
               "(TIDE_FUZZ_VERBOSE=1 describes the schedule) and save it in tests/fuzz/regressions/ with a "
               "descriptive name", file=sys.stderr)
     return failed(rc)

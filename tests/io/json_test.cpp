@@ -52,6 +52,7 @@ std::string error_of(std::string_view text, stack_spec const& stack) {
 
 stack_spec chain_stack() {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"x", 4096, true}, {"qkv", 12288}, {"mlp_up", 16384}}}, 6);
   return st;
 }
@@ -90,6 +91,7 @@ TEST(PolicyFile, EveryStrategyTableRowRoundTrips) {
 
 TEST(PolicyFile, CheckpointsWithAHostTierRoundTrip) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.carry = {"u", 4096};
   st.append({"step", {{"flux", 8192}}}, 9);
   auto const reversal = two_tier_plan(9, 2, 2, chain_costs::constant(10, 20, 5, 5)).actions;
@@ -189,6 +191,7 @@ TEST(PolicyFile, SlotNamesReferToTheStack) {
 
 TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"x", 4096, true}, {"h", 16384}}}, 3);
   host_backend_options o;
   o.d2h = o.h2d = {1e9, 10e-6};
@@ -351,4 +354,152 @@ TEST(ModelFile, BadDescriptionsNameTheirJsonPath) {
   EXPECT_NE(error_of_model(std::string(R"({"layer_types": [)") + typed + R"(], "layers": [{"type": "blk", "cost": {"forward_flops": 5}}]})")
                 .find("/layers/0/cost: the type's slot recompute costs are times"),
             std::string::npos);
+}
+
+// ---- Hardening (issue 21) ----------------------------------------------------------------------
+
+namespace {
+// What reading `text` as `kind` ("policy", "model", "calibration") says, or "" when it reads.
+std::string read_error(std::string_view kind, std::string_view text) {
+  try {
+    auto const j = io::parse_json(text, std::string(kind) + " file t.json");
+    if (kind == "policy") (void)io::strategy_from_json(j, chain_stack(), "policy file t.json");
+    else if (kind == "model") (void)io::model_from_json(j, "model file t.json");
+    else (void)io::cost_table_from_json(j, "calibration file t.json");
+  } catch (io::json_error const& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// A key given twice in one object is an error naming the file, the JSON Pointer and the key, in
+// every kind of file and at any depth; the same key in two objects is fine.
+TEST(Hardening, DuplicateKeysAreErrors) {
+  EXPECT_EQ(read_error("policy", R"({"pipeline": {"latency_hiding": true, "latency_hiding": false}})"),
+            "tide: policy file t.json: /pipeline/latency_hiding: the key 'latency_hiding' is given twice in one object");
+  EXPECT_EQ(read_error("policy", R"({"rules": [{"action": "keep"}, {"action": "remat", "slots": ["qkv"], "action": "offload"}]})"),
+            "tide: policy file t.json: /rules/1/action: the key 'action' is given twice in one object");
+  EXPECT_EQ(read_error("model", R"({"layer_types": [{"name": "b", "slots": [{"name": "x", "bytes": 8, "bytes": 16}]}], "layers": []})"),
+            "tide: model file t.json: /layer_types/0/slots/0/bytes: the key 'bytes' is given twice in one object");
+  EXPECT_EQ(read_error("calibration", R"({"layers": [{"forward_us": 1, "backward_us": 2}], "layers": []})"),
+            "tide: calibration file t.json: /layers: the key 'layers' is given twice in one object");
+  EXPECT_EQ(read_error("policy", R"({"rules": [{"action": "keep", "slots": ["x"]}, {"action": "remat", "slots": ["qkv"]}],
+                                     "pipeline": {"latency_hiding": true}, "buffers": {"staging_buffers": 2}})"),
+            "");
+}
+
+// A number a double cannot hold names the file and the value's JSON Pointer; times past
+// max_time_us (which would overflow a step) are refused naming the field.
+TEST(Hardening, OverflowingAndAbsurdNumbersNameTheirPath) {
+  EXPECT_EQ(read_error("calibration", R"({"layers": [{"forward_us": 1, "backward_us": 2}, {"forward_us": 1e400}]})"),
+            "tide: calibration file t.json: /layers/1/forward_us: number overflow parsing '1e400'");
+  EXPECT_EQ(read_error("policy", R"({"rules": [], "pipeline": {"chunk_bytes": [0, -1e999]}})"),
+            "tide: policy file t.json: /pipeline/chunk_bytes/1: number overflow parsing '-1e999'");
+  EXPECT_EQ(read_error("calibration", "1e400"), "tide: calibration file t.json: /: number overflow parsing '1e400'");
+  auto const e = read_error("calibration", R"({"layers": [{"forward_us": 1e308, "backward_us": 2}], "link": {}})");
+  EXPECT_NE(e.find("/layers/0/forward_us: expected a finite number from 0 to 1000000000000, found 1e+308"), std::string::npos) << e;
+  auto const bw = read_error("calibration", R"({"layers": [{"forward_us": 1, "backward_us": 2}],
+      "link": {"d2h": {"bytes_per_second": 1e-300}, "h2d": {"bytes_per_second": 0}}})");
+  EXPECT_NE(bw.find("/link/d2h/bytes_per_second: expected 0 (unpaced) or at least 1 byte per second"), std::string::npos) << bw;
+  // Work that no GPU finishes in max_time_us: refused when it becomes time, naming the layer.
+  auto const m = io::model_from_json(io::parse_json(R"({"layer_types": [{"name": "b", "slots": [{"name": "x", "bytes": 8, "input": true}],
+      "cost": {"forward_flops": 1e30}}], "layers": [{"type": "b", "count": 2}]})", "m"), "model file m.json");
+  try {
+    (void)m.costs(hardware::h100_sxm(), hardware::h100_sxm().link());
+    ADD_FAILURE() << "absurd work was accepted";
+  } catch (cost_model_error const& x) {
+    EXPECT_NE(std::string(x.what()).find("model file m.json: layer 0 (type 'b'): its forward takes"), std::string::npos) << x.what();
+  }
+}
+
+// An unknown key of a megabyte is quoted shortened, once in the path and once in the message.
+TEST(Hardening, HugeUnknownKeysAreShortenedInMessages) {
+  std::string const key(1 << 20, 'k');
+  auto const e = read_error("policy", R"({")" + key + R"(": 1})");
+  EXPECT_LT(e.size(), 600u) << e.size();
+  EXPECT_NE(e.find("unknown key '" + key.substr(0, 64) + "... (1048576 bytes)'"), std::string::npos);
+  EXPECT_EQ(io::detail::echo("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9... (4 bytes)");  // cut at a UTF-8 boundary
+}
+
+// Negative zero is written as -0.0 and reads back with its sign, in every field.
+TEST(Hardening, NegativeZeroRoundTripsBitForBit) {
+  cost_table t;
+  t.layers.push_back({.forward_us = -0.0, .backward_us = 1, .recompute_us = -0.0, .slot_recompute_us = {-0.0},
+                      .gather_us = -0.0, .reduce_us = -0.0, .regather_us = -0.0});
+  t.sync_latency_us = -0.0;
+  t.op_overhead_us = -0.0;
+  t.link.d2h.latency_s = -0.0;
+  auto const back = io::cost_table_from_json(io::parse_json(io::to_json(t).dump(), "c"));
+  auto const& l = back.layers.at(0);
+  for (double v : {l.forward_us, l.recompute_us, l.slot_recompute_us.at(0), l.gather_us, l.reduce_us, l.regather_us,
+                   back.sync_latency_us, back.op_overhead_us, back.link.d2h.latency_s})
+    EXPECT_TRUE(v == 0 && std::signbit(v));
+  EXPECT_EQ(io::to_json(back), io::to_json(t));
+}
+
+// A strategy-table row is never cut, however long its name.
+TEST(Hardening, StrategyTableRowsAreNotCut) {
+  strategy_row row;
+  row.name = std::string(300, 'n') + "|end";
+  auto const text = format_strategy_table({row});
+  EXPECT_NE(text.find(row.name + " "), std::string::npos);
+  EXPECT_NE(text.find("does not fit\n"), std::string::npos);
+}
+
+// Slot names with quotes, backslashes, control and non-ASCII bytes are spelled as C++ literals of
+// the same bytes.
+TEST(Hardening, GeneratedCppEscapesSlotNames) {
+  EXPECT_EQ(cpp_string_literal("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(cpp_string_literal("\n\xc3\xa9" "1"), "\"\\012\\303\\2511\"");
+  stack_spec st;
+  st.independent_layers = true;
+  st.append({"blk", {{"q\"k", 64}, {"b\\s", 64}}}, 2);
+  strategy s;
+  s.policy.rules.push_back({.where = placement::offload, .slots = {st.types[0].slots[0].name, st.types[0].slots[1].name}});
+  auto const code = to_cpp_types(s, "p");
+  EXPECT_NE(code.find("tide::slot_names<\"q\\\"k\", \"b\\\\s\">"), std::string::npos) << code;
+}
+
+// Impossible layouts are refused in one place, naming the degree, its value and the constraint;
+// transformer_costs calls it.
+TEST(Hardening, ImpossibleParallelLayoutsAreRefused) {
+  auto const hw = hardware::gb200();
+  auto message = [&](transformer_spec const& m, parallel_layout const& l) -> std::string {
+    try {
+      (void)transformer_costs(m, hw, {.layout = l});
+    } catch (cost_model_error const& e) {
+      return e.what();
+    }
+    return "";
+  };
+  auto const ds = models::deepseek_v3(4096, 1, 1);
+  EXPECT_EQ(message(models::deepseek_v3(4096, 1, 3), {.gpus = 128, .fsdp = 32}),
+            "tide: tensor_parallel 3 does not divide the 128 attention heads of 'DeepSeek-V3-like'");
+  EXPECT_NE(message(models::deepseek_v3(4096, 1, 1024), {.gpus = 1024}).find("tensor_parallel 1024 does not divide"), std::string::npos);
+  EXPECT_EQ(message(ds, {.gpus = 128, .fsdp = 3}), "tide: fsdp 3 x tensor_parallel 1 x pipeline_parallel 1 = 3 GPUs does not divide gpus 128");
+  EXPECT_NE(message(ds, {.gpus = 96, .fsdp = 96, .expert_parallel = 64}).find("expert_parallel 64 x"), std::string::npos);
+  EXPECT_NE(message(ds, {.gpus = 128, .fsdp = 128, .expert_parallel = 48}).find("does not divide the 256 experts"), std::string::npos);
+  EXPECT_NE(message(ds, {.gpus = 192, .fsdp = 96, .expert_parallel = 64}).find("must divide one another"), std::string::npos);
+  EXPECT_NE(message(models::llama3_405b(8192, 1, 8), {.gpus = 128, .fsdp = 16, .expert_parallel = 2}).find("which has no experts"),
+            std::string::npos);
+  EXPECT_EQ(message(ds, {.gpus = 128, .fsdp = 128, .expert_parallel = 64}), "");
+  EXPECT_EQ(message(models::llama3_405b(8192, 1, 8), {.gpus = 128, .fsdp = 16}), "");
+  EXPECT_THROW((void)transformer_costs(models::llama3_405b(8192, 1, 3), hw), cost_model_error);  // without communication too
+  EXPECT_THROW(check_parallel_layout(ds, {.gpus = 128, .fsdp = 3}), cost_model_error);
+}
+
+// A model file says where a layer's input comes from with an input slot, a carry or
+// "independent_layers"; with none of them the builder refuses the stack.
+TEST(ModelFile, IndependentLayersKey) {
+  auto const text = [](char const* extra) {
+    return std::string(R"({"layer_types": [{"name": "b", "slots": [{"name": "h", "bytes": 64}]}], "layers": [{"type": "b", "count": 2}])") +
+           extra + "}";
+  };
+  auto const m = io::model_from_json(io::parse_json(text(R"(, "independent_layers": true)"), "m"));
+  EXPECT_TRUE(m.stack.independent_layers);
+  EXPECT_NO_THROW((void)build_schedule(m.stack, strategy{}));
+  auto const plain = io::model_from_json(io::parse_json(text(""), "m"));
+  EXPECT_FALSE(plain.stack.independent_layers);
+  EXPECT_THROW((void)build_schedule(plain.stack, strategy{}), schedule_error);
 }

@@ -76,6 +76,8 @@ cases = [
     ("model", "work", with_type(slots=[{"name": "x", "bytes": 8}], cost={"forward_flops": 1e9, "forward_bytes": 1e6}), True, True),
     ("model", "no cost", with_type(slots=[{"name": "x", "bytes": 8}], cost=None), True, True),
     ("model", "carry", m(carry={"name": "u", "bytes": 16}), True, True),
+    ("model", "independent layers", m(independent_layers=True), True, True),
+    ("model", "independent layers not a boolean", m(independent_layers=1), False, False),
     ("model", "mixed units: flops and backward_us", with_type(slots=[{"name": "x", "bytes": 8}], cost={"forward_flops": 1, "backward_us": 2}), False, False),
     ("model", "mixed units: times and backward_flops", with_type(cost={"forward_us": 1, "backward_us": 2, "backward_flops": 3}), False, False),
     ("model", "work without forward_flops", with_type(slots=[{"name": "x", "bytes": 8}], cost={"backward_flops": 3}), False, False),

@@ -166,6 +166,155 @@ for args, says in cases:
     check("Traceback" not in r.stderr and "terminate called" not in r.stderr, f"tide-plan {args}: crashed:\n{r.stderr}")
 check(not (bad / "never.json").exists(), "a failed plan wrote its policy file")
 
+# Hardening (issue 21). Slot names with a quote and a backslash: --cpp escapes them, so the C++
+# compiles and names the same slots as the policy file.
+odd = json.loads(model.read_text())
+renames = {"qkv": 'q"k\\v', "mlp_up": 'mlp\\up"', "attn_out": "attn\\\"out\\x41"}
+for s in odd["layer_types"][0]["slots"]:
+    s["name"] = renames.get(s["name"], s["name"])
+odd["name"] = 'odd "names" \\'
+odd_file = work / "odd_names.json"
+odd_file.write_text(json.dumps(odd))
+r = run("--model-file", odd_file, "--hardware", "h100", "--device-memory", "22", "--quiet",
+        "--policy-out", work / "odd_policy.json", "--cpp", work / "odd.hpp")
+odd_policy = json.loads((work / "odd_policy.json").read_text()) if (work / "odd_policy.json").exists() else {"rules": []}
+names = [(i, k, n) for i, rule in enumerate(odd_policy["rules"]) for k, n in enumerate(rule.get("slots", []))]
+check(any(n in renames.values() for _, _, n in names), f"the plan names none of the odd slots: {odd_policy}")
+
+
+def cpp_literal(s):  # every byte as an octal escape: independent of tide's escaping
+    return '"' + "".join(f"\\{b:03o}" for b in s.encode()) + '"'
+
+
+tu = work / "odd_check.cpp"
+tu.write_text(f'#include <tide/tide.hpp>\n#include <string_view>\n#include "{work / "odd.hpp"}"\n'
+              f"static_assert(tide_plan::spec().policy.rules.size() == {len(odd_policy['rules'])});\n" +
+              "".join(f"static_assert(tide_plan::spec().policy.rules[{i}].slots[{k}] == std::string_view({cpp_literal(n)}));\n"
+                      for i, k, n in names) + "int main() {}\n")
+c = subprocess.run([*cxx, "-std=c++20", "-fsyntax-only", f"-I{src / 'include'}", str(tu)], capture_output=True, text=True)
+check(c.returncode == 0, f"--cpp output with quotes and backslashes in names does not compile or names other slots:\n{c.stderr[:3000]}")
+
+# Outputs that would overwrite an input or each other are refused before anything is written.
+clash = work / "clash"
+clash.mkdir()
+shutil.copy(model, clash / "model.json")
+(clash / "p.json").write_text(json.dumps({"rules": []}))
+before = (clash / "model.json").read_bytes()
+base = ["--model-file", clash / "model.json", "--hardware", "h100", "--device-memory", "22", "--quiet"]
+for args, says in [
+    (["--policy-out", clash / "model.json"], "--policy-out and --model-file name the same file"),
+    (["--policy-out", clash / "sub" / ".." / "model.json"], "--policy-out and --model-file name the same file"),
+    (["--cpp", clash / "model.json"], "--cpp and --model-file name the same file"),
+    (["--trace", clash / "model.json"], "--trace and --model-file name the same file"),
+    (["--policy", clash / "p.json", "--policy-out", clash / "p.json"], "--policy-out and --policy name the same file"),
+    (["--policy-out", clash / "o.txt", "--cpp", clash / "o.txt"], "--policy-out and --cpp name the same file"),
+    (["--trace", clash / "t", "--cpp", clash / "t.png"], "--cpp and --trace's PNG name the same file"),
+    (["--trace", clash / "t", "--policy-out", clash / "t"], "--policy-out and --trace name the same file"),
+]:
+    r = run(*base, *args, want=2)
+    check(says in r.stderr and len(r.stderr.strip().splitlines()) == 1, f"tide-plan {args}: stderr lacks {says!r} on one line:\n{r.stderr}")
+check((clash / "model.json").read_bytes() == before, "an output overwrote the model file")
+check(not (clash / "o.txt").exists() and not (clash / "t").exists(), "a refused run wrote an output")
+r = run("--model", "deepseek-v3", "--calibration", clash / "c.json", "--policy-out", clash / "c.json", want=2)
+check("--policy-out and --calibration name the same file" in r.stderr, r.stderr)
+
+# A write that fails names the file once, with one prefix.
+r = run(*base, "--cpp", clash / "no_such_dir" / "x.hpp", want=2)
+check("tide-plan: cannot write" in r.stderr and "tide-plan: tide-plan:" not in r.stderr, f"cannot write: {r.stderr!r}")
+
+# Impossible parallel layouts: exit 2, naming the flag, the value and the constraint.
+for args, says in [
+    (["--tp", "1024"], "--tp 1024 does not divide the 128 attention heads"),
+    (["--tp", "3"], "--tp 3 does not divide the 128 attention heads"),
+    (["--gpus", "128", "--fsdp", "3"], "--fsdp 3 x --tp 1 x --pp 1 = 3 GPUs does not divide --gpus 128"),
+    (["--gpus", "128", "--fsdp", "128", "--ep", "48"], "--ep 48 does not divide the 256 experts"),
+    (["--gpus", "96", "--fsdp", "96", "--ep", "64"], "--ep 64 x --tp 1 x --pp 1 = 64 GPUs does not divide --gpus 96"),
+    (["--gpus", "192", "--fsdp", "96", "--ep", "64"], "--ep 64 and --fsdp 96 must divide one another"),
+]:
+    r = run("--model", "deepseek-v3", "--hardware", "gb200", "--quiet", *args, want=2)
+    check(says in r.stderr and len(r.stderr.strip().splitlines()) == 1, f"layout {args}: stderr lacks {says!r}:\n{r.stderr}")
+r = run("--model", "llama-3.1-405b", "--hardware", "gb200", "--gpus", "128", "--fsdp", "128", "--ep", "2", "--quiet", want=2)
+check("--ep 2 on 'Llama-3.1-405B" in r.stderr or "which has no experts" in r.stderr, r.stderr)
+
+# A model that does not fit one GPU: the message names the flags that shard it.
+r = run("--model", "deepseek-v3", "--hardware", "gb200", want=2)
+check("--gpus" in r.stderr and "--fsdp" in r.stderr and "--gpus 128 --fsdp 128 --ep 64" in r.stderr, f"no layout hint: {r.stderr}")
+
+# Bad files: duplicate keys, a number past a double, absurd costs, a huge key; each exit 2, naming
+# the file and the JSON Pointer, never an internal error.
+m = json.loads(model.read_text())
+dup = model.read_text().replace('"precision": "bf16",', '"precision": "bf16", "precision": "fp8",')
+(bad / "dup.json").write_text(dup)
+(bad / "dup_policy.json").write_text('{"pipeline": {"prefetch_distance": 1, "latency_hiding": true, "prefetch_distance": 2}}')
+(bad / "e400.json").write_text(model.read_text().replace('"forward_flops": 1924145348608', '"forward_flops": 1e400'))
+(bad / "e308.json").write_text(json.dumps({"layer_types": [{"name": "b", "slots": [{"name": "x", "bytes": 8, "input": True}, {"name": "h", "bytes": 8}],
+                                                            "cost": {"forward_us": 1e308, "backward_us": 1}}], "layers": [{"type": "b", "count": 4}]}))
+(bad / "flops.json").write_text(model.read_text().replace('"forward_flops": 1924145348608', '"forward_flops": 1e29'))
+(bad / "huge_key.json").write_text(json.dumps({"layer_types": [{"name": "b", "slots": [{"name": "x", "bytes": 8}], "k" * 1000000: 1}],
+                                               "layers": [{"type": "b"}]}))
+cases = [
+    (["--model-file", bad / "dup.json"], "/precision: the key 'precision' is given twice"),
+    (["--model-file", model, "--policy", bad / "dup_policy.json"], "/pipeline/prefetch_distance: the key 'prefetch_distance' is given twice"),
+    (["--model-file", bad / "e400.json"], "/layer_types/0/cost/forward_flops: number overflow"),
+    (["--model-file", bad / "e308.json"], "/layer_types/0/cost/forward_us: expected a finite number from 0 to 1000000000000, found 1e+308"),
+    (["--model-file", bad / "flops.json", "--hardware", "h100"], "layer 0 (type 'block'): its forward takes"),
+    (["--model-file", bad / "huge_key.json"], "... (1000000 bytes)"),
+]
+for args, says in cases:
+    r = run(*args, want=2)
+    check(says in r.stderr and "internal error" not in r.stderr and str(args[-1] if "--policy" in args else args[1]) in r.stderr,
+          f"tide-plan {' '.join(map(str, args))}: stderr lacks {says!r} or the file:\n{r.stderr[:2000]}")
+    check(len(r.stderr) < 2000, f"tide-plan {args}: a {len(r.stderr)}-byte message")
+(bad / "e400_cal.json").write_text('{"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": 1e400}, '
+                                   '"h2d": {"bytes_per_second": 1}}}')
+r = run("--model", "deepseek-v3", "--calibration", bad / "e400_cal.json", want=2)
+check("/link/d2h/bytes_per_second: number overflow" in r.stderr, r.stderr)
+
+# A path that is not UTF-8 cannot go into --json's output: refused, exit 2.
+r = subprocess.run([tide_plan.encode(), b"--model-file", str(model).encode(), b"--hardware", b"h100", b"--device-memory", b"22",
+                    b"--quiet", b"--json", b"--policy-out", str(work).encode() + b"/\xff.json"], capture_output=True, timeout=240)
+check(r.returncode == 2 and b"--policy-out: the path is not valid UTF-8" in r.stderr, f"non-UTF-8 path: {r.returncode} {r.stderr!r}")
+
+# An unpaced calibration (bandwidth 0) plans offloads as free: said on stderr, and in --json.
+if (work / "calibration.json").exists():
+    cal = json.loads((work / "calibration.json").read_text())
+    cal["link"]["d2h"]["bytes_per_second"] = cal["link"]["h2d"]["bytes_per_second"] = 0
+    (work / "unpaced.json").write_text(json.dumps(cal))
+    args = ["--model-file", work / "model.json", "--calibration", work / "unpaced.json", "--device-memory", "0.004", "--quiet"]
+    r = run(*args)
+    check("tide-plan: warning: the calibration file's host link is unpaced" in r.stderr, f"no unpaced warning: {r.stderr!r}")
+    r = run(*args, "--json")
+    w = json.loads(r.stdout or "{}").get("warnings", [])
+    check(len(w) == 1 and "unpaced" in w[0] and "unpaced" not in r.stderr, f"--json warnings: {w}, stderr {r.stderr!r}")
+    r = run("--model-file", work / "model.json", "--calibration", work / "calibration.json", "--device-memory", "0.004", "--json", "--quiet")
+    check(json.loads(r.stdout or "{}").get("warnings") == [], "a paced calibration warned")
+
+# Sizes that used to hang (issue 21, item 11): each answers in seconds, planned or refused by a
+# named limit. 100,000 layer types of one layer each (read in linear time, then refused by the
+# planner's max_decisions); a type of 65,000 slots (refused by max_slots_per_type, before any
+# quadratic work); 4,096 slots (the limit) planned.
+import time
+def slot_doc(i):
+    return {"name": "x", "bytes": 4096, "input": True} if i == 0 else {"name": f"s{i}", "bytes": 4096, "recompute_flops": 1e6, "recompute_bytes": 1e4}
+def layer_type(name, slots):
+    return {"name": name, "slots": [slot_doc(i) for i in range(slots)], "cost": {"forward_flops": 1e9, "forward_bytes": 1e6}}
+sized = {
+    "types100k": ({"name": "many types", "resident_bytes": 1 << 30, "layer_types": [layer_type(f"t{i}", 2) for i in range(100000)],
+                   "layers": [{"type": f"t{i}"} for i in range(100000)]}, 2, "at most 40000 (layer, slot) decisions (plan_options::max_decisions)"),
+    "slots65k": ({"name": "wide", "resident_bytes": 1 << 30, "layer_types": [layer_type("wide", 65000)], "layers": [{"type": "wide"}]},
+                 2, "65000 slots, more than the supported 4096 (tide::max_slots_per_type)"),
+    "slots4k": ({"name": "wide", "resident_bytes": 1 << 30, "layer_types": [layer_type("wide", 4096)], "layers": [{"type": "wide", "count": 4}]},
+                0, ""),
+}
+for name, (doc_, want, says) in sized.items():
+    path = work / f"{name}.json"
+    path.write_text(json.dumps(doc_))
+    begin = time.monotonic()
+    r = run("--model-file", path, "--hardware", "h100", "--device-memory", "1.5", "--quiet", want=want)
+    took = time.monotonic() - begin
+    check(says in r.stderr, f"{name}: stderr lacks {says!r}: {r.stderr[:1000]}")
+    print(f"{name}: exit {r.returncode} in {took:.1f} s")  # seconds here; the timeout (240 s) is the failure
+
 for f in failures:
     print("FAIL:", f)
 print(f"tide-plan: {len(failures)} failure(s)")

@@ -44,6 +44,7 @@ struct synthetic {
 
 stack_spec small_stack() {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 64 << 10}, {"b", 192 << 10}}}, 4);
   return st;
 }
@@ -114,6 +115,7 @@ TEST(Calibrate, RecoversKnownCostsOfASyntheticWorkload) {
 // rematerializes every other slot to time recomputes, never the input (which the builder rejects).
 TEST(Calibrate, StackWithInputSlots) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"in", 4096, true}, {"a", 4096}}}, 3);
   host_backend backend;
   synthetic w;

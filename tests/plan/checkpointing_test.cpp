@@ -610,3 +610,58 @@ TEST(checkpointing, TwoTierLargeChain) {
 }
 
 }  // namespace
+
+// Hardening, second pass (issue 21, item 11): the search over segment counts took minutes for
+// 50,000 host snapshots (a loop over the segments for each count). The closed form per count
+// equals that loop, and the whole plan is linear-ish.
+TEST(checkpointing, SegmentEstimateInClosedFormEqualsTheLoopOverSegments) {
+  auto loop = [](std::int32_t n, std::int64_t device_slots, std::int32_t k, chain_costs const& c, double f, double b) {
+    std::int64_t const seg_slots = device_slots >= 2 ? device_slots - 1 : 1;
+    double t = n * (f + b), stalls = 0;
+    for (std::int32_t i = 0; i <= k; ++i) {
+      std::int64_t const len = static_cast<std::int64_t>(n) * (i + 1) / (k + 1) - static_cast<std::int64_t>(n) * i / (k + 1);
+      double const extra = static_cast<double>(revolve_extra_forwards(len, seg_slots)) + (i < k ? static_cast<double>(len - 1) : 0.0);
+      t += extra * f;
+      double const seg_time = (extra + static_cast<double>(len)) * f + static_cast<double>(len) * b;
+      if (c.synchronous_copies) stalls += (i < k ? c.d2h_us + c.h2d_us : 0);
+      else {
+        if (i < k) stalls += std::max(0.0, c.d2h_us - static_cast<double>(len) * f);
+        if (i > 0) stalls += device_slots >= 2 ? std::max(0.0, c.h2d_us - seg_time) : c.h2d_us;
+      }
+    }
+    return t + stalls;
+  };
+  std::mt19937_64 rng(21);
+  for (int trial = 0; trial < 2000; ++trial) {
+    auto const n = static_cast<std::int32_t>(std::uniform_int_distribution<int>(2, 300)(rng));
+    auto const k = static_cast<std::int32_t>(std::uniform_int_distribution<int>(0, n - 1)(rng));
+    auto const sd = std::uniform_int_distribution<std::int64_t>(1, 6)(rng);
+    auto c = chain_costs::constant(1.0, 2.0, std::uniform_real_distribution<double>(0, 50)(rng),
+                                   std::uniform_real_distribution<double>(0, 50)(rng));
+    c.synchronous_copies = trial % 3 == 0;
+    EXPECT_NEAR(detail::ckpt::segment_estimate(n, sd, k, c, 1.0, 2.0), loop(n, sd, k, c, 1.0, 2.0), 1e-6)
+        << "n " << n << " k " << k << " device " << sd;
+  }
+  // The formerly quadratic call answers (in well under a second on this VM; a time-out fails it).
+  auto const r = two_tier_plan(50000, 4, 50000, chain_costs::constant(1.0, 2.0, 5.0, 5.0));
+  EXPECT_GT(r.predicted_us, 0.0);
+}
+
+// Huge chains are refused by name (max_chain_steps) instead of failing to allocate.
+TEST(checkpointing, HugeChainsAreRefusedByName) {
+  auto refused = [](auto&& f) {
+    try {
+      f();
+    } catch (schedule_error const& e) {
+      return std::string(e.what());
+    } catch (std::bad_alloc const&) {
+      return std::string("bad_alloc");
+    }
+    return std::string("accepted");
+  };
+  auto const huge = std::int64_t{2000000000};
+  for (auto const& m : {refused([&] { (void)revolve_schedule(huge, 20); }),
+                        refused([&] { (void)two_tier_plan(huge, 20, 20, chain_costs::constant(1, 2, 3, 3)); }),
+                        refused([&] { (void)evaluate_chain(huge, huge, huge, chain_costs::constant(1, 2, 3, 3), {}); })})
+    EXPECT_NE(m.find("is more than the supported 8388608"), std::string::npos) << m;
+}

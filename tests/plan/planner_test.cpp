@@ -39,6 +39,7 @@ instance random_instance(std::mt19937& rng) {
   int const S = L == 3 ? 2 + (u(rng) < 0.3) : slots(rng);
   layer_spec t{"blk", {}};
   for (int k = 0; k < S; ++k) t.slots.push_back({names[k], static_cast<std::size_t>(1024 * (1 + rng() % 16))});
+  in.stack.independent_layers = true;
   in.stack.append(t, static_cast<std::uint32_t>(L));
   for (int l = 0; l < L; ++l) {
     layer_cost c{.forward_us = 50 + 100 * u(rng), .backward_us = 100 + 200 * u(rng)};
@@ -106,6 +107,7 @@ capped_instance random_stack(std::mt19937& rng, int layers, int slots) {
     b.slots.push_back({names[k], static_cast<std::size_t>(1024 * (1 + rng() % 16))});
   }
   bool const two_types = u(rng) < 0.3;
+  in.stack.independent_layers = true;
   for (int l = 0; l < layers; ++l) in.stack.append(two_types && l % 2 == 1 ? b : a);
   for (int l = 0; l < layers; ++l) {
     layer_cost c{.forward_us = 50 + 100 * u(rng), .backward_us = 100 + 200 * u(rng)};
@@ -129,6 +131,7 @@ std::size_t all_offloaded_host_bytes(stack_spec const& st) {
 TEST(Planner, PolicyFromDecisionsRoundTrips) {
   std::mt19937 rng(7);
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"dense", {{"x", 512}, {"q", 4096}, {"up", 10000}}}, 3).append({"moe", {{"x", 512}, {"e", 7777}}}, 6);
   std::size_t n = 3 * 3 + 6 * 2;
   for (int trial = 0; trial < 50; ++trial) {
@@ -187,6 +190,7 @@ TEST(Planner, ExactMatchesExhaustiveAndHeuristicIsWithinFivePercent) {
 
 TEST(Planner, CannotFitReportsTheSmallestPeak) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 4096}, {"b", 8192}}}, 4);
   auto costs = uniform_costs(4, {.forward_us = 100, .backward_us = 200}, link_spec::symmetric(1e9));
   plan_options opt;
@@ -202,6 +206,7 @@ TEST(Planner, CannotFitReportsTheSmallestPeak) {
 
 TEST(Planner, KeepAllWhenItFitsAndCppTypesText) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 4096}, {"b", 8192}}}, 6);
   auto costs = uniform_costs(6, {.forward_us = 100, .backward_us = 200, .slot_recompute_us = {10, 40}},
                              link_spec::symmetric(8192 / 50e-6));
@@ -336,6 +341,7 @@ TEST(Planner, HostCapAtOrAboveTheUncappedPlansHostBytesIsNeverWorse) {
 // (200 us); ranking slots one at a time rematerialized parts of three (260 us).
 TEST(Planner, HeuristicRematerializesWholeLayersWhenTheRecomputeCapPays) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 16384}, {"b", 8192}, {"c", 12288}}}, 3);
   auto costs = uniform_costs(3, {.forward_us = 100, .backward_us = 200, .slot_recompute_us = {60, 75, 80}},
                              link_spec::symmetric(20e6));

@@ -18,7 +18,7 @@ using namespace tide;
 namespace {
 
 using blk = layer<"blk", slot<"a", 1000>, slot<"b", 3000>>;
-using three = stack<repeat<blk, 3>>;
+using three = stack<independent_layers, repeat<blk, 3>>;
 using offload_b = policy<offload<slot_names<"b">>>;
 
 struct span_want {
@@ -187,6 +187,7 @@ TEST(Sim, RegathersRunOnTheCommStreamOneLayerAhead) {
 
 TEST(Sim, IsDeterministic) {
   stack_spec st;
+  st.independent_layers = true;  // no layer reads another's output
   st.append({"dense", {{"x", 512}, {"q", 4096}, {"up", 10000}}}, 5).append({"moe", {{"x", 512}, {"e", 7777}}}, 20);
   cost_table costs;
   for (std::uint32_t l = 0; l < 25; ++l)
@@ -221,7 +222,7 @@ TEST(Sim, BudgetAndMismatchErrorsNameTheProblem) {
   auto s = build_schedule(three::spec(), {.policy = keep_all::spec()});
   auto costs = hand_costs();
   try {
-    simulate(s, costs, {.device_budget = 1000});
+    (void)simulate(s, costs, {.device_budget = 1000});
     FAIL() << "expected out_of_memory";
   } catch (out_of_memory const& e) {
     EXPECT_EQ(e.requested, s.peak_device_bytes());
@@ -229,7 +230,7 @@ TEST(Sim, BudgetAndMismatchErrorsNameTheProblem) {
   }
   auto two = uniform_costs(2, layer_cost{.forward_us = 1, .backward_us = 2});
   try {
-    simulate(s, two);
+    (void)simulate(s, two);
     FAIL() << "expected cost_model_error";
   } catch (cost_model_error const& e) {
     EXPECT_NE(std::string(e.what()).find("cost table has 2"), std::string::npos) << e.what();
@@ -238,7 +239,7 @@ TEST(Sim, BudgetAndMismatchErrorsNameTheProblem) {
 
 TEST(Sim, CostTableShorterThanTheScheduleIsAnErrorWhateverTheCallOrder) {
   auto const s = build_schedule(three::spec(), {.policy = offload_b::spec(), .pipeline = {.prefetch_distance = 1}});  // 3 layers
-  auto const two_layers = build_schedule(stack<repeat<blk, 2>>::spec(), {.policy = offload_b::spec()});
+  auto const two_layers = build_schedule(stack<independent_layers, repeat<blk, 2>>::spec(), {.policy = offload_b::spec()});
   auto const two = uniform_costs(2, layer_cost{.forward_us = 1, .backward_us = 2});
   auto names_both = [](cost_model_error const& e) {
     std::string const w = e.what();
@@ -341,6 +342,7 @@ random_case make_case(std::mt19937_64& rng) {
     types.push_back(ls);
   }
   auto const layers = static_cast<std::uint32_t>(uni(1, 12));
+  c.stack.independent_layers = true;
   for (std::uint32_t l = 0; l < layers; ++l) c.stack.append(types[uni(0, types.size() - 1)]);
   for (int attempt = 0;; ++attempt) {
     policy_spec p;

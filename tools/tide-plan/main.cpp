@@ -5,7 +5,7 @@
 // full remat, naive offload, latency-hidden offload, pipelined, the planner's choice) and writes
 // the chosen plan as a policy file, as C++ types and as a predicted timeline. `--help` lists every
 // flag. Bad input exits 2 with a message that names it; docs/planning.md has a walk-through.
-#include "example.hpp"  // the command line (examples/common: shared with the examples, not part of tide)
+#include "args.hpp"  // the command line, its checks and the preset models (also driven by tests/fuzz/fuzz_files.cpp)
 
 #include <tide/io/json.hpp>
 #include <tide/plan/policy_codegen.hpp>
@@ -25,19 +25,12 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
 
-struct args {
-  std::string model, model_file, hardware = "h200", calibration;
-  std::uint64_t seq = 0, micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
-  bool fp8 = false;
-  static constexpr double preset = -std::numeric_limits<double>::max();  // not given: the hardware preset's
-  double device_memory_gib = preset, host_budget_gib = preset;
-  std::string offload, policy, policy_out, cpp, trace;
-  bool json = false, quiet = false;
-};
+using tide_plan::args;
 
 constexpr char const* preamble =
     "tide-plan: plans where the data saved for backward lives (kept, offloaded to host memory and\n"
@@ -53,22 +46,13 @@ constexpr char const* epilog =
     "The device budget is the device memory less what the model keeps resident (weights, gradients,\n"
     "optimizer state, workspaces: from the parallel layout for presets, resident_bytes in a model file).\n"
     "A progress line goes to stderr when planning takes over a second (TIDE_PLAN_PROGRESS_AFTER: seconds).\n"
-    "Exit status: 0 done; 2 bad input (unknown preset, malformed file, budget below the smallest schedule).\n";
+    "Exit status: 0 done; 2 bad input (unknown preset, impossible layout, malformed file, outputs that would overwrite an\n"
+    "input or each other, budget below the smallest schedule); 1 an internal error.\n";
 
 [[noreturn]] void bad_input(std::string message) {
   if (message.starts_with("tide: ")) message.erase(0, 6);
   std::fprintf(stderr, "tide-plan: %s\n", message.c_str());
   std::exit(2);
-}
-
-tide::hardware_spec hardware_named(std::string const& n) {
-  using namespace tide::hardware;
-  if (n == "h100") return h100_sxm();
-  if (n == "h200") return h200_sxm();
-  if (n == "gh200") return gh200();
-  if (n == "gb200") return gb200();
-  if (n == "vera-rubin") return vera_rubin();
-  bad_input("unknown hardware preset '" + n + "' (the presets: h100, h200, gh200, gb200, vera-rubin)");
 }
 
 std::vector<std::string_view> split_names(std::string const& list, tide::stack_spec const& stack) {
@@ -81,7 +65,7 @@ std::vector<std::string_view> split_names(std::string const& list, tide::stack_s
     for (auto const& t : stack.types)
       for (auto const& s : t.slots)
         if (!found && s.name == name) r.push_back(s.name), found = true;
-    if (!found) bad_input("--offload: unknown slot '" + name + "' (the model's slots: " + tide::io::detail::slot_list(stack) + ")");
+    if (!found) bad_input("--offload: unknown slot '" + tide_plan::echo(name) + "' (the model's slots: " + tide::io::detail::slot_list(stack) + ")");
     pos = end + 1;
   }
   return r;
@@ -121,22 +105,10 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
       a.device_memory_gib >= 0 ? static_cast<std::size_t>(a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
   if (!a.model.empty()) {
     transformer_spec m;
+    training_spec t;
     std::vector<std::string_view> offload;
-    if (a.model == "deepseek-v3") {
-      m = models::deepseek_v3(a.seq ? a.seq : 4096, a.micro_batch, static_cast<std::uint32_t>(a.tp));
-      offload = {"q_latent", "kv_latent", "mlp_up"};  // attention projections, MoE up-projections
-    } else if (a.model == "llama-3.1-405b") {
-      m = models::llama3_405b(a.seq ? a.seq : 8192, a.micro_batch, static_cast<std::uint32_t>(a.tp));
-      offload = {"qkv"};
-    } else {
-      bad_input("unknown model preset '" + a.model + "' (the presets: deepseek-v3, llama-3.1-405b; or --model-file FILE)");
-    }
-    if (a.fp8) m.matmul = precision::fp8;
-    training_spec t{.layout = {.gpus = static_cast<std::uint32_t>(a.gpus),
-                               .fsdp = static_cast<std::uint32_t>(a.fsdp),
-                               .expert_parallel = static_cast<std::uint32_t>(a.ep),
-                               .pipeline_parallel = static_cast<std::uint32_t>(a.pp)}};
     try {
+      std::tie(m, t) = tide_plan::preset_model(a, &offload);
       p.stack = transformer_stack(m);
       p.costs = transformer_costs(m, hw, t);
       p.options.resident_bytes = transformer_resident_memory(m, hw, t).total();
@@ -152,7 +124,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
     }
     p.options.offload_slots = offload;
     p.options.remat_rest = true;  // selective offload on top of full remat, as in the published study
-    char buf[200];
+    char buf[400];
     std::snprintf(buf, sizeof buf, "%s, seq %llu, micro-batch %llu, TP %llu, %llu GPUs (FSDP %llu, EP %llu, PP %llu)%s",
                   std::string(m.name).c_str(), static_cast<unsigned long long>(m.seq_len),
                   static_cast<unsigned long long>(m.micro_batch), static_cast<unsigned long long>(a.tp),
@@ -199,10 +171,17 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
         if (s.input) p.options.keep_slots.push_back(s.name);
   }
   if (!a.offload.empty()) p.options.offload_slots = split_names(a.offload, p.stack);
-  if (p.options.resident_bytes >= device_memory)
+  if (p.options.resident_bytes >= device_memory) {
+    // Say which flags make it fit: the layout shards a preset's state; a model file states its own.
+    std::string hint = a.model_file.empty()
+                           ? ": shard the model state over more GPUs with --gpus, --fsdp and --ep (--tp, --pp), or raise --device-memory"
+                           : ": lower the file's resident_bytes, or raise --device-memory";
+    if (a.model == "deepseek-v3") hint += " (the published study's layout: --gpus 128 --fsdp 128 --ep 64)";
+    if (a.model == "llama-3.1-405b") hint += " (the published study's layout: --gpus 128 --fsdp 128)";
     bad_input("the model keeps " + tide::format_bytes(static_cast<double>(p.options.resident_bytes)) +
               " resident (weights, gradients, optimizer state, workspaces), more than the device's " +
-              tide::format_bytes(static_cast<double>(device_memory)) + ": nothing is left for activations");
+              tide::format_bytes(static_cast<double>(device_memory)) + ": nothing is left for activations" + hint);
+  }
   p.options.device_budget = device_memory - p.options.resident_bytes;
   p.options.host_budget =
       a.host_budget_gib >= 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
@@ -237,55 +216,20 @@ auto with_progress(F&& work, bool quiet) {
 int run(int argc, char** argv) {
   using namespace tide;
   args a;
-  example::cli cli("tide-plan");
-  cli.option("--model", a.model, "NAME", "a preset model: deepseek-v3 or llama-3.1-405b")
-      .option("--model-file", a.model_file, "FILE", "a model described in JSON (docs/model.schema.json)")
-      .option("--seq", a.seq, "N", "preset: sequence length (default: 4096 for deepseek-v3, 8192 for llama-3.1-405b)")
-      .option("--micro-batch", a.micro_batch, "N", "preset: sequences per micro-batch (default 1)")
-      .option("--tp", a.tp, "N", "preset: tensor-parallel degree (default 1)")
-      .option("--gpus", a.gpus, "N", "preset: GPUs in the job (default 1)")
-      .option("--fsdp", a.fsdp, "N", "preset: FSDP (ZeRO-3) sharding degree (default 1)")
-      .option("--ep", a.ep, "N", "preset: expert-parallel degree (default 1)")
-      .option("--pp", a.pp, "N", "preset: pipeline-parallel stages (default 1)")
-      .flag("--fp8", a.fp8, "preset: FP8 matrix products")
-      .option("--hardware", a.hardware, "NAME", "h100, h200, gh200, gb200 or vera-rubin (default h200)")
-      .option("--calibration", a.calibration, "FILE", "a measured cost table (docs/calibration.schema.json)")
-      .option("--device-memory", a.device_memory_gib, "GIB",
-              "device memory for the whole step, in GiB (2^30 bytes; default: the GPU's HBM; the presets' 141 GB is 131.3 GiB)")
-      .option("--host-budget", a.host_budget_gib, "GIB", "pinned host memory for offloaded data, in GiB (default: the preset's pinnable share; "
-                                                         "0: none)")
-      .option("--offload", a.offload, "SLOTS", "the slots the offload rows offload, comma separated (default: the preset's choice, "
-                                                "or every slot but the layer inputs)")
-      .option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row (with the model's collective hooks)")
-      .flag("--json", a.json, "the table and the plan as JSON on stdout")
-      .option("--policy-out", a.policy_out, "FILE", "write the plan as a policy file (docs/policy.schema.json)")
-      .option("--cpp", a.cpp, "FILE", "write the plan as C++ types (tide::strategy_of<...>); - for stdout")
-      .option("--trace", a.trace, "FILE", "write the plan's predicted timeline: FILE (Chrome trace) and FILE.png")
-      .flag("--quiet", a.quiet, "no progress line");
-  for (int i = 1; i < argc; ++i)
-    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
-      std::printf("%s%s%s", preamble, cli.help().c_str(), epilog);
-      return 0;
-    }
-  cli.parse(argc, argv);
-  if (a.model.empty() == a.model_file.empty()) cli.fail("give one of --model NAME and --model-file FILE");
-  if (!a.model_file.empty() && (a.seq || a.micro_batch != 1 || a.tp != 1 || a.gpus != 1 || a.fsdp != 1 || a.ep != 1 || a.pp != 1 || a.fp8))
-    cli.fail("--seq, --micro-batch, --tp, --gpus, --fsdp, --ep, --pp and --fp8 describe a preset: a model file gives its sizes itself");
-  if (a.micro_batch == 0 || a.tp == 0 || a.gpus == 0 || a.fsdp == 0 || a.ep == 0 || a.pp == 0)
-    cli.fail("--micro-batch, --tp, --gpus, --fsdp, --ep and --pp must be at least 1");
-  // Bounds that keep every derived size far from overflow: tokens, slot bytes, FLOPs.
-  if (a.seq > (1u << 22) || a.micro_batch > (1u << 16) || a.seq * a.micro_batch > (std::uint64_t{1} << 28))
-    cli.fail("--seq is at most 4194304, --micro-batch at most 65536, and their product at most 2^28 tokens");
-  if (a.gpus > (1u << 20)) cli.fail("--gpus is at most 1048576");
-  if (a.tp > 1024) cli.fail("--tp is at most 1024");
-  if (a.fsdp > a.gpus || a.ep > a.gpus || a.pp > a.gpus) cli.fail("--fsdp, --ep and --pp cannot exceed --gpus");
-  auto gib_ok = [](double g) { return g == args::preset || (std::isfinite(g) && g >= 0 && g <= double(1u << 24)); };
-  if (!gib_ok(a.device_memory_gib) || !gib_ok(a.host_budget_gib))
-    cli.fail("--device-memory and --host-budget are GiB from 0 to 16777216");
-  if (a.device_memory_gib == 0) cli.fail("--device-memory 0 leaves nothing for the step");
-  if (a.cpp == "-" && a.json) cli.fail("--cpp - and --json both write to stdout: give --cpp a file");
+  try {
+    a = tide_plan::parse_args(argc, argv);
+  } catch (tide_plan::usage_error const& e) {
+    args dummy;
+    std::fprintf(stderr, "tide-plan: %s\n%s", e.what(), tide_plan::command_line(dummy).usage().c_str());
+    return 2;
+  }  // a tide::error (a bad layout, outputs over inputs): main prints it, exit 2
+  if (a.help) {
+    args dummy;
+    std::printf("%s%s%s", preamble, tide_plan::command_line(dummy).help().c_str(), epilog);
+    return 0;
+  }
 
-  auto const hw = hardware_named(a.hardware);
+  auto const hw = tide_plan::hardware_named(a.hardware);
   std::optional<cost_table> calibration;
   if (!a.calibration.empty()) try {
       calibration = io::read_calibration_file(a.calibration);
@@ -293,6 +237,19 @@ int run(int argc, char** argv) {
       bad_input(e.what());
     }
   auto p = make_problem(a, hw, calibration);
+  // An unpaced link (bandwidth 0: what calibrate writes when it does not measure the link) makes
+  // every copy free: the plan's offloads are then not a prediction, so say so.
+  std::vector<std::string> warnings;
+  {
+    std::string unpaced;
+    if (p.costs.link.d2h.bytes_per_second == 0) unpaced = "d2h";
+    if (p.costs.link.h2d.bytes_per_second == 0) unpaced += unpaced.empty() ? "h2d" : " and h2d";
+    if (!unpaced.empty())
+      warnings.push_back("the calibration file's host link is unpaced (bytes_per_second 0, " + unpaced +
+                         "): offloads are planned as free copies; calibrate with a measured link for a real plan");
+  }
+  if (!a.json)
+    for (auto const& w : warnings) std::fprintf(stderr, "tide-plan: warning: %s\n", w.c_str());
   std::optional<strategy> user_policy;
   if (!a.policy.empty()) try {
       user_policy = io::read_policy_file(a.policy, p.stack);
@@ -344,13 +301,15 @@ int run(int argc, char** argv) {
       wrote.push_back(a.policy_out + " (policy file)");
     }
     if (!a.cpp.empty()) {
-      auto const code = "// tide-plan's plan for " + p.name + " on " + std::string(hw.name) + "\n" + to_cpp_types(pl.strategy, "tide_plan");
+      // The name quoted as a literal: a newline or a final backslash would end or extend the comment.
+      auto const code = "// tide-plan's plan for " + cpp_string_literal(p.name) + " on " + std::string(hw.name) + "\n" +
+                        to_cpp_types(pl.strategy, "tide_plan");
       if (a.cpp == "-") {
         std::printf("%s", code.c_str());
       } else {
         std::ofstream out(a.cpp);
         out << code;
-        if (!out) throw tide::error("tide-plan: cannot write " + a.cpp);
+        if (!out) throw tide::error("tide: cannot write " + a.cpp);
         wrote.push_back(a.cpp + " (C++ types)");
       }
     }
@@ -360,7 +319,7 @@ int run(int argc, char** argv) {
       {
         std::ofstream out(a.trace);
         write_chrome_trace(out, sim.trace, s, "tide-plan: " + p.name + " on " + std::string(hw.name));
-        if (!out) throw tide::error("tide-plan: cannot write " + a.trace);
+        if (!out) throw tide::error("tide: cannot write " + a.trace);
       }
       wrote.push_back(a.trace + " (Chrome trace: chrome://tracing or ui.perfetto.dev)");
       auto const script = plot_script();
@@ -404,6 +363,7 @@ int run(int argc, char** argv) {
                  {"schedules_built", pl.evaluations},
                  {"policy", io::to_json(pl.strategy)}};
     j["wrote"] = wrote;
+    j["warnings"] = warnings;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }

@@ -75,7 +75,7 @@ struct program_writer {
 //! schedules (a planner, a sweep) allocates nothing once `s` has grown. Returns the first problem
 //! with the composition (then `s` is left empty) or an issue whose code is `none`. Every size and
 //! offset is computed with overflow checks.
-constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, strategy const& how) {
+[[nodiscard]] constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, strategy const& how) {
   using c = schedule_issue_code;
   auto const& policy = how.policy;
   auto const& buffers = how.buffers;
@@ -88,16 +88,22 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
   s.event_count = 0;
   s.arena = {};
   s.carry = {};
+  // A failed build leaves nothing behind: no layers, ops or arena (a peak of 0, not the peak of
+  // a schedule that does not exist); storage is kept for the next build.
   auto fail = [&](schedule_issue i) {
     s.layers.clear();
     s.slots.clear();
     s.ops.clear();
     s.waits.clear();
     s.event_count = 0;
+    s.arena = {};
+    s.buffers = {};
+    s.pipeline = {};
+    s.collectives = {};
     s.carry = {};
     return i;
   };
-  if (auto issue = detail::find_structure_issue(stack, policy, buffers, how.checkpoints)) return issue;
+  if (auto issue = detail::find_structure_issue(stack, policy, buffers, how.checkpoints)) return fail(issue);
 
   s.buffers = buffers;
   s.pipeline = pipeline;
@@ -108,6 +114,8 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
 
   // 1. Placement and per-layer region sizes.
   std::vector<bool> rule_used(policy.rules.size(), false);
+  auto const deciding = policy.deciding_rules(stack);
+  std::size_t pair = 0;
   std::size_t kept = 0, scratch = 0, host = 0, copies = 0;
   bool any_offload = false;
   for (std::uint32_t l = 0; l < L; ++l) {
@@ -115,7 +123,7 @@ constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& 
     layer_binding lb{type.name, static_cast<std::uint32_t>(s.slots.size()),
                      static_cast<std::uint32_t>(type.slots.size())};
     for (auto const& sl : type.slots) {
-      auto const rule = policy.deciding_rule(l, sl);
+      auto const rule = deciding[pair++];
       if (rule != policy_spec::no_rule) rule_used[rule] = true;
       slot_binding b{sl.name, rule == policy_spec::no_rule ? placement::keep : policy.rules[rule].where, sl.bytes};
       if (sl.input && b.where == placement::remat) return fail(detail::issue(c::remat_of_input, type.name, sl.name, l));
@@ -650,21 +658,21 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, strateg
 
 //! The first problem with a stack and a strategy, or an issue whose code is `none` (builds the
 //! schedule to find out).
-constexpr schedule_issue find_schedule_issue(stack_spec const& stack, strategy const& how) {
+[[nodiscard]] constexpr schedule_issue find_schedule_issue(stack_spec const& stack, strategy const& how) {
   schedule s;
   return try_build_schedule_into(s, stack, how);
 }
 
 //! The schedule of `stack` under `how`: `tide::build_schedule(stack, {.policy = p})`. Throws
 //! `schedule_error` naming what is wrong.
-constexpr schedule build_schedule(stack_spec const& stack, strategy const& how) {
+[[nodiscard]] constexpr schedule build_schedule(stack_spec const& stack, strategy const& how) {
   schedule s;
   build_schedule_into(s, stack, how);
   return s;
 }
 
 //! The same for a stack whose run-time slot sizes are given in `sizes`.
-constexpr schedule build_schedule(stack_spec const& stack, slot_sizes const& sizes, strategy const& how) {
+[[nodiscard]] constexpr schedule build_schedule(stack_spec const& stack, slot_sizes const& sizes, strategy const& how) {
   return build_schedule(bind_sizes(stack, sizes), how);
 }
 

@@ -3,6 +3,7 @@
 //! Policies: an ordered list of rules, each choosing keep, offload or remat for the slots it
 //! selects. The first rule that matches a (layer, slot) wins; the default is keep.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -58,7 +59,80 @@ struct policy_spec {
     auto const i = deciding_rule(layer, s);
     return i == no_rule ? placement::keep : rules[i].where;
   }
+  //! `deciding_rule` of every (layer, slot) of `stack`, layers in order, slots in type order. In
+  //! O((pairs + rules) log rules) rather than pairs x rules: a plan for a deep stack has about one
+  //! rule per run of layers, so asking each pair in turn was quadratic in the layers.
+  constexpr std::vector<std::size_t> deciding_rules(stack_spec const& stack) const;
 };
+
+namespace detail {
+//! Per slot name: the rules that can select it (naming it, or any slot), and a sweep over the
+//! layers in order: rules enter at their first layer and leave at their last, the active rule of
+//! least index decides (unless its `min_bytes` excludes the slot: then the candidates in order).
+struct rule_sweep {
+  std::vector<std::size_t> by_index;  // candidates, ascending index
+  std::vector<std::size_t> by_first;  // the same, by first layer
+  std::size_t next = 0;               // next of by_first to enter
+  std::vector<std::size_t> active;    // a min-heap of indices (expired ones leave lazily)
+};
+}  // namespace detail
+
+constexpr std::vector<std::size_t> policy_spec::deciding_rules(stack_spec const& stack) const {
+  std::vector<std::size_t> out;
+  std::vector<std::string_view> names;
+  for (auto const& t : stack.types)
+    for (auto const& s : t.slots) names.push_back(s.name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  auto id_of = [&](std::string_view n) {
+    auto const it = std::lower_bound(names.begin(), names.end(), n);
+    return it != names.end() && *it == n ? static_cast<std::size_t>(it - names.begin()) : names.size();
+  };
+  std::vector<detail::rule_sweep> sweeps(names.size());
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    if (rules[i].slots.empty())
+      for (auto& sw : sweeps) sw.by_index.push_back(i);
+    else
+      for (auto n : rules[i].slots)
+        if (auto const id = id_of(n); id < names.size() && (sweeps[id].by_index.empty() || sweeps[id].by_index.back() != i))
+          sweeps[id].by_index.push_back(i);
+  }
+  for (auto& sw : sweeps) {
+    sw.by_first = sw.by_index;
+    std::sort(sw.by_first.begin(), sw.by_first.end(), [&](std::size_t a, std::size_t b) {
+      return rules[a].first_layer != rules[b].first_layer ? rules[a].first_layer < rules[b].first_layer : a < b;
+    });
+  }
+  auto const later = [](std::size_t a, std::size_t b) { return a > b; };  // min-heap of indices
+  for (std::uint32_t l = 0; l < stack.layer_count(); ++l)
+    for (auto const& s : stack.layer(l).slots) {
+      auto& sw = sweeps[id_of(s.name)];
+      for (; sw.next < sw.by_first.size() && rules[sw.by_first[sw.next]].first_layer <= l; ++sw.next) {
+        sw.active.push_back(sw.by_first[sw.next]);
+        std::push_heap(sw.active.begin(), sw.active.end(), later);
+      }
+      while (!sw.active.empty() && rules[sw.active.front()].last_layer <= l) {
+        std::pop_heap(sw.active.begin(), sw.active.end(), later);
+        sw.active.pop_back();
+      }
+      // Every candidate selects this name: only the layer range and the size remain to check.
+      auto const selects = [&](std::size_t i) {
+        return l >= rules[i].first_layer && l < rules[i].last_layer && s.bytes >= rules[i].min_bytes;
+      };
+      auto r = no_rule;
+      if (!sw.active.empty()) {
+        if (selects(sw.active.front())) r = sw.active.front();
+        else
+          for (auto i : sw.by_index)
+            if (selects(i)) {
+              r = i;
+              break;
+            }
+      }
+      out.push_back(r);
+    }
+  return out;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Type-level sugar (CUTLASS dispatch-policy style: empty tags exposing static constexpr values).

@@ -25,6 +25,11 @@
 #include <tide/core/error.hpp>
 namespace tide {
 
+//! Longest chain the reversal functions take (`revolve_schedule`, `two_tier_plan`,
+//! `evaluate_chain`): 8,388,608 steps, as many as `max_ops` allows a schedule built from the
+//! reversal, so that a huge n is refused by name instead of failing to allocate its actions.
+inline constexpr std::int64_t max_chain_steps = std::int64_t{1} << 23;
+
 namespace detail::ckpt {
 
 __extension__ using u128 = unsigned __int128;  // exact binomial products: no overflow below 2^127
@@ -161,8 +166,11 @@ namespace detail::ckpt {
 
 constexpr void check_chain_args(char const* who, std::int64_t n, std::int64_t slots) {
   if (n < 1) throw schedule_error(std::string(who) + ": the chain needs n >= 1 steps, got " + std::to_string(n));
-  if (n > std::numeric_limits<std::int32_t>::max() - 1)
-    throw schedule_error(std::string(who) + ": n = " + std::to_string(n) + " steps do not fit 32-bit state indices");
+  if (n > max_chain_steps)
+    throw schedule_error(std::string(who) + ": n = " + std::to_string(n) + " steps is more than the supported " +
+                         std::to_string(max_chain_steps) + " (a schedule lists about 5 actions a step, and the op "
+                         "program built from it at least one op a step, past tide::max_ops): reverse the chain in "
+                         "segments, or make each layer several steps");
   if (slots < 1) throw schedule_error(std::string(who) + ": needs at least 1 device snapshot slot, got " + std::to_string(slots));
 }
 

@@ -58,11 +58,11 @@ struct carry_binding {
   std::uint64_t advances = 0;         //!< layer forwards beyond the first sweep (advance ops)
 
   //! True when the stack has a carry.
-  constexpr bool present() const noexcept { return bytes != 0; }
+  [[nodiscard]] constexpr bool present() const noexcept { return bytes != 0; }
   //! Device offset of buffer 0, where the user writes the stack's input before a step.
-  constexpr std::size_t input_offset() const noexcept { return device_area; }
+  [[nodiscard]] constexpr std::size_t input_offset() const noexcept { return device_area; }
   //! Device offset of buffer 1, where the last layer writes the stack's output.
-  constexpr std::size_t output_offset() const noexcept { return device_area + region_bytes; }
+  [[nodiscard]] constexpr std::size_t output_offset() const noexcept { return device_area + region_bytes; }
   //! Field-wise equality.
   friend constexpr bool operator==(carry_binding const&, carry_binding const&) = default;
 };
@@ -99,17 +99,17 @@ struct schedule_view {
   carry_binding carry;                    //!< where the carries live
 
   //! Number of layers.
-  constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
+  [[nodiscard]] constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! Predicted device peak: the whole device arena.
-  constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
+  [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   //! Predicted pinned host peak: the whole host arena.
-  constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  [[nodiscard]] constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
   //! The slot bindings of layer `layer`.
-  constexpr std::span<slot_binding const> slots_of(std::uint32_t layer) const {
+  [[nodiscard]] constexpr std::span<slot_binding const> slots_of(std::uint32_t layer) const {
     return slots.subspan(layers[layer].first_slot, layers[layer].slot_count);
   }
   //! The ops `o` waits for.
-  constexpr std::span<std::uint32_t const> waits_of(op const& o) const {
+  [[nodiscard]] constexpr std::span<std::uint32_t const> waits_of(op const& o) const {
     return waits.subspan(o.wait_begin, o.wait_count);
   }
 };
@@ -128,13 +128,13 @@ struct schedule {
   carry_binding carry;                //!< where the carries live
 
   //! Predicted device peak: the whole device arena.
-  constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
+  [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   //! Predicted pinned host peak: the whole host arena.
-  constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  [[nodiscard]] constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
   //! Number of layers.
-  constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
+  [[nodiscard]] constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! A view of this schedule, valid while it lives.
-  constexpr schedule_view view() const& noexcept {
+  [[nodiscard]] constexpr schedule_view view() const& noexcept {
     return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
   }
   //! Same as `view()`, so a schedule passes where a `schedule_view` is taken.

@@ -52,6 +52,11 @@ struct stack_spec {
   std::vector<layer_spec> types;           //!< the distinct layer types, in order of first use
   std::vector<std::uint32_t> layer_types;  //!< type index of each layer, in forward order
   carry_spec carry;                         //!< what flows between layers (none by default)
+  //! True when no layer reads another layer's output (each reads data of the user's that outlives
+  //! the step). A stack must say where each layer's input comes from, so that nothing
+  //! rematerializes it from data that is gone: a carry, an input slot in every layer type that
+  //! has slots (`slot_spec::input`), or this.
+  bool independent_layers = false;
 
   //! Appends `count` layers of type `t`. A type with the same name is reused; one with the same
   //! name but other slots throws `schedule_error` (merging them would size the lambdas' spans
@@ -98,6 +103,17 @@ struct stack_spec {
       for (auto const& s : t.slots)
         if (s.name == name && s.input) return true;
     return false;
+  }
+  //! The first layer type with slots whose input the stack does not account for (no carry, no
+  //! input slot, layers not independent), or null when every one is accounted for.
+  constexpr layer_spec const* undeclared_input_type() const noexcept {
+    if (has_carry() || independent_layers) return nullptr;
+    for (auto const& t : types) {
+      bool declared = t.slots.empty();
+      for (auto const& s : t.slots) declared = declared || s.input;
+      if (!declared) return &t;
+    }
+    return nullptr;
   }
   //! True when some layer type has a slot of this name.
   constexpr bool has_slot(std::string_view name) const noexcept {
@@ -197,6 +213,14 @@ struct carry {
   static constexpr void append_to(stack_spec& s) { s.carry = {Name.view(), Bytes}; }
 };
 
+//! Part of `tide::stack`: no layer reads another's output (`stack_spec::independent_layers`):
+//! `tide::stack<tide::independent_layers, tide::repeat<blk, 4>>`.
+struct independent_layers {
+  using tide_stack_part_tag = void;  //!< Marks this type as a part of `tide::stack`.
+  //! Sets `s.independent_layers`.
+  static constexpr void append_to(stack_spec& s) { s.independent_layers = true; }
+};
+
 namespace detail {
 template <class T>
 concept slot_type = requires {
@@ -234,8 +258,8 @@ constexpr void append_part(stack_spec& s) {
     P::append_to(s);
   else {
     static_assert(requires { typename P::tide_layer_tag; },
-                  "tide::stack<Parts...>: each part must be a tide::layer<...>, a tide::repeat<Layer, N> or a "
-                  "tide::carry<\"name\", bytes>");
+                  "tide::stack<Parts...>: each part must be a tide::layer<...>, a tide::repeat<Layer, N>, a "
+                  "tide::carry<\"name\", bytes> or tide::independent_layers");
     s.append(P::spec(), 1);
   }
 }
@@ -257,6 +281,10 @@ struct carry_part {
 };
 template <fixed_string Name, std::size_t Bytes>
 struct layer_of<carry<Name, Bytes>> {
+  using type = carry_part;
+};
+template <>
+struct layer_of<independent_layers> {
   using type = carry_part;
 };
 template <class P>

@@ -4,10 +4,12 @@
 //! message of each (`to_message`, thrown by `build_schedule`) and its compile-time diagnostic
 //! (`detail::static_check`, the `static_assert`s of `make_schedule`), side by side in one table.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <tide/core/buffers.hpp>
 #include <tide/core/checkpoints.hpp>
@@ -41,6 +43,7 @@ enum class schedule_issue_code : std::uint8_t {
   host_tier_needs_reversal,   //!< host snapshots without an explicit reversal
   bad_reversal,               //!< the explicit reversal is not a valid reversal of the stack
   advance_without_gather,     //!< the reversal re-runs layers but the collectives gather weights
+  undeclared_layer_input,     //!< a layer type's input is not accounted for (no carry, input slot or independence)
 };
 
 //! One issue with the names and numbers its message needs; converts to `true` when there is one.
@@ -55,15 +58,42 @@ struct schedule_issue {
   constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
 };
 
-//! Limits of the op program's 32-bit indices, with room for waits (a few per op).
-inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 24;
-//! Most ops a schedule may have (see `max_chunks_per_slot`).
-inline constexpr std::size_t max_ops = std::size_t{1} << 28;
+//! Most slots one layer type may declare: real layers save tens of tensors; a type of thousands is
+//! a generated file gone wrong, and the planner's per-slot searches are quadratic in a layer's slots.
+inline constexpr std::size_t max_slots_per_type = 4096;
+//! Most chunks one slot's copy may be split into (a 1 GiB slot in 1 KiB chunks).
+inline constexpr std::size_t max_chunks_per_slot = std::size_t{1} << 20;
+//! Most ops a schedule may have: 8,388,608, about 13 times the program of a 100,000-layer carry
+//! stack under Revolve with 20 snapshots. The builder checks it before it reserves anything, so an
+//! absurd chunk size is refused by name instead of reserving gigabytes (an op and its share of
+//! waits and clocks take about 100 bytes: the limit bounds a program at under 1 GiB).
+inline constexpr std::size_t max_ops = std::size_t{1} << 23;
+//! Bytes the builder reserves per op (the op, its waits, its vector clock), for messages.
+inline constexpr std::size_t reserved_bytes_per_op = 100;
 
 namespace detail {
 constexpr schedule_issue issue(schedule_issue_code code, std::string_view type = {}, std::string_view slot = {},
                                std::size_t value = 0, std::size_t limit = 0, std::string_view quantity = {}) {
   return {code, type, slot, value, limit, quantity};
+}
+//! A slot name that layer type `t` declares twice (the first in declaration order of the
+//! repeats), or an empty view. Sorted names for wide types: pairwise comparison took 29 s for a
+//! type of 65,000 slots.
+constexpr std::string_view duplicate_slot_name(layer_spec const& t) {
+  auto const n = t.slots.size();
+  if (n <= 64) {
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < i; ++j)
+        if (t.slots[i].name == t.slots[j].name) return t.slots[i].name;
+    return {};
+  }
+  std::vector<std::string_view> names;
+  names.reserve(n);
+  for (auto const& sl : t.slots) names.push_back(sl.name);
+  std::sort(names.begin(), names.end());
+  for (std::size_t i = 1; i < n; ++i)
+    if (names[i] == names[i - 1]) return names[i];
+  return {};
 }
 //! The problems that do not depend on placements: the stack's types, the rules' names and
 //! ranges, the arenas' alignments.
@@ -78,18 +108,22 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
     if (k.host_snapshots > 0) return detail::issue(c::host_tier_needs_reversal, {}, s.carry.name, k.host_snapshots);
   }
   for (auto const& t : s.types) {
-    if (t.slots.size() >= no_slot) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), no_slot - 1);
-    for (std::size_t i = 0; i < t.slots.size(); ++i) {
-      for (std::size_t j = 0; j < i; ++j)
-        if (t.slots[i].name == t.slots[j].name) return detail::issue(c::duplicate_slot, t.name, t.slots[i].name);
-      if (t.slots[i].bytes == dynamic_bytes) return detail::issue(c::dynamic_size, t.name, t.slots[i].name);
-      if (t.slots[i].bytes == 0) return detail::issue(c::zero_size_slot, t.name, t.slots[i].name);
+    if (t.slots.size() > max_slots_per_type) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), max_slots_per_type);
+    if (auto const dup = duplicate_slot_name(t); !dup.empty()) return detail::issue(c::duplicate_slot, t.name, dup);
+    for (auto const& sl : t.slots) {
+      if (sl.bytes == dynamic_bytes) return detail::issue(c::dynamic_size, t.name, sl.name);
+      if (sl.bytes == 0) return detail::issue(c::zero_size_slot, t.name, sl.name);
     }
   }
+  if (auto const* t = s.undeclared_input_type()) return detail::issue(c::undeclared_layer_input, t->name);
+  std::vector<std::string_view> names;  // sorted: rules may name thousands of slots
+  for (auto const& t : s.types)
+    for (auto const& sl : t.slots) names.push_back(sl.name);
+  std::sort(names.begin(), names.end());
   for (std::size_t i = 0; i < p.rules.size(); ++i) {
     auto const& r = p.rules[i];
     for (auto n : r.slots)
-      if (!s.has_slot(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
+      if (!std::binary_search(names.begin(), names.end(), n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
     if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
   }
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
@@ -150,10 +184,11 @@ inline std::string to_message(schedule_issue const& i) {
              ": use a larger chunk size";
     case c::too_many_slots:
       return "tide: layer type " + q(i.type_name) + " has " + std::to_string(i.value) +
-             " slots, more than the supported " + std::to_string(i.limit);
+             " slots, more than the supported " + std::to_string(i.limit) + " (tide::max_slots_per_type)";
     case c::too_many_ops:
-      return "tide: the schedule would have " + std::to_string(i.value) + " ops, more than the supported " +
-             std::to_string(i.limit) + ": use a larger chunk size or fewer layers";
+      return "tide: the schedule would have " + std::to_string(i.value) + " ops (about " +
+             std::to_string(i.value / (std::size_t{1} << 20) * reserved_bytes_per_op) + " MiB of op program), more than the supported " +
+             std::to_string(i.limit) + ": use a larger chunk size (pipeline_spec::chunk_bytes), fewer layers or more snapshots";
     case c::remat_of_input:
       return "tide: slot " + q(i.slot_name) + " of layer " + std::to_string(i.value) + " (" + q(i.type_name) +
              ") is the layer's input, which its recompute reads: rematerializing it needs the earlier layers re-run. "
@@ -179,6 +214,12 @@ inline std::string to_message(schedule_issue const& i) {
              q(i.slot_name) + ") but the strategy's collectives gather before forward or backward, and an advance "
              "runs no gather hook: it would read weights that are not there. Store every carry "
              "(checkpoint_spec::device_snapshots = tide::every_carry) or drop the gather hooks";
+    case c::undeclared_layer_input:
+      return "tide: layer type " + q(i.type_name) +
+             " does not say where its input comes from, so a policy or the planner could rematerialize it from data "
+             "that is gone: declare the stack's carry (stack_spec::carry, tide::carry<\"name\", bytes>), mark the slot "
+             "that holds the layer's input (slot_spec::input, tide::input_slot<\"name\", bytes>), or, if no layer "
+             "reads another's output, set stack_spec::independent_layers (tide::independent_layers)";
     case c::size_overflow:
       return "tide: the " + std::string(i.quantity) +
              (i.slot_name.empty() ? std::string() : " of slot " + q(i.slot_name)) +
@@ -228,6 +269,11 @@ consteval void static_check() {
   static_assert(issue != c::advance_without_gather,
                 "tide: the checkpoints re-run layers (advances) but the collectives gather before forward or backward, "
                 "and an advance runs no gather hook: store every carry (tide::every_carry) or drop the gather hooks");
+  static_assert(issue != c::undeclared_layer_input,
+                "tide: a layer type does not say where its input comes from, so a policy could rematerialize it "
+                "from data that is gone: add tide::carry<\"name\", bytes> to the stack, declare the slot holding the "
+                "layer's input as tide::input_slot<\"name\", bytes>, or add tide::independent_layers to the stack if no "
+                "layer reads another's output");
   static_assert(issue != c::size_overflow,
                 "tide: a slot size, guard, alignment or arena total does not fit in std::size_t: check the slot sizes, "
                 "guard bytes and alignments (tide::build_schedule names the slot and the quantity)");

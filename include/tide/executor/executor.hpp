@@ -73,10 +73,25 @@ struct hooks {
   BeforeBackward before_backward{};  // last: positional initializers written before it keep their meaning
 };
 namespace detail {
+//! The executor whose lambda or hook this thread is running (null outside of one): a step,
+//! `wait` or `record_timeline` of that executor from inside it would wait for itself.
+inline thread_local void const* running_callbacks_of = nullptr;
 template <class T>
 struct is_hooks : std::false_type {};
 template <class B, class A, class G>
 struct is_hooks<hooks<B, A, G>> : std::true_type {};
+//! Calls `f(tide::hooks{...})` with `h` as each hook `c` makes room for and `no_hook` elsewhere:
+//! hooks that match a schedule known only at run time (the sim's, a test's).
+template <class Hook, class F>
+void with_hooks_for(collective_spec const& c, Hook const& h, F&& f) {
+  auto run = [&](auto gather, auto regather, auto reduce) {
+    tide::hooks<decltype(gather), decltype(reduce), decltype(regather)> hs{gather, reduce, regather};
+    f(hs);
+  };
+  auto with_reduce = [&](auto g, auto rg) { c.after_backward ? run(g, rg, h) : run(g, rg, no_hook{}); };
+  auto with_regather = [&](auto g) { c.before_backward ? with_reduce(g, h) : with_reduce(g, no_hook{}); };
+  c.before_forward ? with_regather(h) : with_regather(no_hook{});
+}
 template <class T>
 struct is_reference_wrapper : std::false_type {};
 template <class T>
@@ -162,6 +177,7 @@ class executor {
   //! Records the following steps' op intervals and blocking waits into `t` (nullptr: stop). A
   //! step still enqueued is waited for first (the backend writes the timeline while it runs).
   void record_timeline(timeline* t) {
+    refuse_reentry("record_timeline");
     wait();
     opt_.timeline = t;
     backend_.record_timeline(t);
@@ -208,6 +224,8 @@ class executor {
     static_assert(detail::finish_callable<gather_t> && detail::finish_callable<regather_t> && detail::finish_callable<reduce_t>,
                   "tide::executor: a hook's finish_step() is not const but the tide::hooks object is, so it could "
                   "not be told that the step ended: pass the hook by std::ref, or the hooks object non-const");
+    refuse_reentry("enqueue");
+    check_hooks<gather_t, regather_t, reduce_t>();
     if (pending_) wait();
     if (in_step_.exchange(true))
       throw error("tide::executor: a step of this executor is already running (steps are neither reentrant nor "
@@ -231,6 +249,7 @@ class executor {
   //! step (a user exception, a debug check, a backend failure) is rethrown, then hooks with
   //! `finish_step()` are told. Nothing to do when no step is pending.
   void wait() {
+    refuse_reentry("wait");
     if (!pending_) return;
     pending_ = false;
     step_flag guard{in_step_};
@@ -243,6 +262,43 @@ class executor {
 
  private:
   static constexpr tide::hooks<> no_hooks_{};
+
+  //! A step, `wait` or `record_timeline` from inside one of this executor's own lambdas or hooks
+  //! would wait for the step that is running it: refuse it (the error fails the outer step).
+  void refuse_reentry(char const* call) const {
+    if (detail::running_callbacks_of == this)
+      throw error(std::string("tide::executor: ") + call +
+                  " was called from inside one of this executor's own lambdas or hooks, while its step runs: a "
+                  "step cannot start or wait for a step from inside itself; return from the lambda and call it "
+                  "after wait()");
+  }
+
+  //! Each hook the schedule makes room for must be given, and each hook given must have room:
+  //! otherwise gradients would go unreduced (or weights ungathered) without a word.
+  template <class Gather, class Regather, class Reduce>
+  void check_hooks() const {
+    auto const& c = s_.collectives;
+    auto check = [](bool room, bool given, char const* name, char const* what) {
+      if (room && !given)
+        throw error(std::string("tide::executor: the schedule makes room for a ") + what + " hook (collective_spec::" +
+                    name + ") but the step was given none: pass it, tide::hooks{." + name +
+                    " = ...}, or build the schedule without it");
+      if (!room && given)
+        throw error(std::string("tide::executor: the step was given a ") + what + " hook (hooks::" + name +
+                    ") but the schedule makes no room for it, so it would never be called: build the schedule with "
+                    "collective_spec::" + name + " (tide::collectives<tide::" + name + ">), or drop the hook");
+    };
+    check(c.before_forward, !std::is_same_v<std::remove_cv_t<Gather>, no_hook>, "before_forward", "gather");
+    check(c.before_backward, !std::is_same_v<std::remove_cv_t<Regather>, no_hook>, "before_backward", "regather");
+    check(c.after_backward, !std::is_same_v<std::remove_cv_t<Reduce>, no_hook>, "after_backward", "reduce");
+  }
+
+  //! Marks this thread as running one of this executor's callbacks for the scope's duration.
+  struct callback_scope {
+    void const* saved;
+    explicit callback_scope(void const* self) noexcept : saved(std::exchange(detail::running_callbacks_of, self)) {}
+    ~callback_scope() { detail::running_callbacks_of = saved; }
+  };
 
   //! Runs `f`; when it throws, the hooks still close their step before the error goes on (this
   //! step's own error comes first: they would only report the same failure, agreed with peers).
@@ -472,6 +528,7 @@ class executor {
     // Drain: skip user work after a failure, but still call collective hooks (told so), so a
     // distributed peer is informed rather than left waiting.
     if (failed && !is_collective(o.kind)) return;
+    callback_scope scope(this);
     try {
       switch (o.kind) {
         case op_kind::forward:

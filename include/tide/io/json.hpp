@@ -13,7 +13,9 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <fstream>
 #include <limits>
@@ -21,6 +23,8 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +33,7 @@
 #include <tide/core/error.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/strategy.hpp>
+#include <tide/core/validation.hpp>
 #include <tide/plan/hardware.hpp>
 
 namespace tide::io {
@@ -37,15 +42,30 @@ namespace tide::io {
 //! the order of the types' fields.
 using json = nlohmann::ordered_json;
 
+namespace detail {
+//! `s` as a message quotes it: at most 64 bytes (cut at a UTF-8 boundary), then "..." and the
+//! length, so a huge key or name in a file does not make a huge message.
+inline std::string echo(std::string_view s, std::size_t limit = 64) {
+  if (s.size() <= limit) return std::string(s);
+  auto cut = limit;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(s.substr(0, cut)) + "... (" + std::to_string(s.size()) + " bytes)";
+}
+}  // namespace detail
+
 //! A JSON document that is malformed or does not describe what it should. `what()` names the
 //! document, the JSON path and the problem; `path` is the JSON Pointer alone ("" for the root).
 struct json_error : error {
-  std::string path;  //!< where in the document, as a JSON Pointer
+  std::string path;  //!< where in the document, as a JSON Pointer (whole; `what()` shortens a long one)
   //! `document`: what is being read, e.g. "policy file p.json".
   json_error(std::string_view document, std::string p, std::string const& problem)
-      : error("tide: " + std::string(document) + ": " + (p.empty() ? std::string("/") : p) + ": " + problem),
+      : error("tide: " + std::string(document) + ": " + (p.empty() ? std::string("/") : detail::echo(p, 256)) + ": " + problem),
         path(std::move(p)) {}
 };
+
+//! The most a time in a file may be, in microseconds (about 11.6 days): far below what would make
+//! a step's sum of times overflow, and far above any real layer's.
+inline constexpr double max_time_us = 1e12;
 
 namespace detail {
 
@@ -84,7 +104,7 @@ class node {
       if (!ok) {
         std::string list;
         for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-        throw json_error(doc_, path_ + "/" + pointer_token(k), "unknown key '" + k + "' (expected one of: " + list + ")");
+        throw json_error(doc_, path_ + "/" + pointer_token(k), "unknown key '" + echo(k) + "' (expected one of: " + list + ")");
       }
     }
     return *this;
@@ -131,13 +151,25 @@ class node {
     if (b == 0) fail("expected a positive size");
     return b;
   }
-  //! A finite number of at least `min`.
-  double number(double min = 0) const {
+  //! A finite number from `min` to `max`.
+  double number(double min = 0, double max = std::numeric_limits<double>::max()) const {
     if (!v_->is_number()) fail("expected a number, found " + type_name(*v_));
     auto const d = v_->get<double>();
-    if (!std::isfinite(d) || d < min) fail("expected a finite number of at least " + json(min).dump() + ", found " + v_->dump());
+    if (!std::isfinite(d) || d < min || d > max) {
+      auto const g = [](double x) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.15g", x);
+        return std::string(b);
+      };
+      fail("expected a finite number " + (max < std::numeric_limits<double>::max() ? "from " + g(min) + " to " + g(max) : "of at least " + g(min)) +
+           ", found " + v_->dump());
+    }
     return d;
   }
+  //! A time in microseconds: from 0 to `max_time_us`.
+  double time_us() const { return number(0, max_time_us); }
+  //! FLOPs or bytes of work: from 0 to 1e30 (the time it makes is checked on the hardware).
+  double work() const { return number(0, 1e30); }
   std::int32_t i32_or_minus_one() const {
     std::int64_t x = 0;
     if (v_->is_number_integer()) x = v_->get<std::int64_t>();
@@ -164,7 +196,7 @@ Enum enum_from(node const& n, std::string_view const (&names)[N]) {
     if (names[i] == s) return static_cast<Enum>(i);
   std::string list;
   for (auto x : names) list += (list.empty() ? "" : ", ") + std::string(x);
-  n.fail("unknown value '" + s + "' (expected one of: " + list + ")");
+  n.fail("unknown value '" + echo(s) + "' (expected one of: " + list + ")");
 }
 
 inline constexpr std::string_view placement_names[] = {"keep", "offload", "remat"};
@@ -190,7 +222,7 @@ inline std::string_view stack_slot_name(stack_spec const& stack, node const& n) 
   for (auto const& t : stack.types)
     for (auto const& slot : t.slots)
       if (slot.name == s) return slot.name;
-  n.fail("unknown slot '" + s + "' (the stack's slots: " + slot_list(stack) + ")");
+  n.fail("unknown slot '" + echo(s) + "' (the stack's slots: " + slot_list(stack) + ")");
 }
 
 }  // namespace detail
@@ -198,13 +230,88 @@ inline std::string_view stack_slot_name(stack_spec const& stack, node const& n) 
 // ---------------------------------------------------------------------------------------------
 // Files
 
-//! Parses `text` as JSON; a syntax error throws `json_error` naming `document` and the byte.
-inline json parse_json(std::string_view text, std::string_view document) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (nlohmann::json::parse_error const& e) {
-    throw json_error(document, "", "malformed JSON at byte " + std::to_string(e.byte) + ": " + e.what());
+namespace detail {
+//! A first, SAX pass over a document: it keeps the JSON Pointer of the value being read (for
+//! errors the parser finds inside a value) and each open object's keys, to refuse a key given
+//! twice (nlohmann keeps the last silently). A SAX pass, not the DOM parser's callback: the
+//! callback parser's end_object scans its parent, which made a file of 100,000 layer types
+//! quadratic (minutes).
+class key_checker {
+ public:
+  using number_integer_t = json::number_integer_t;
+  using number_unsigned_t = json::number_unsigned_t;
+  using number_float_t = json::number_float_t;
+  using string_t = json::string_t;
+  using binary_t = json::binary_t;
+
+  explicit key_checker(std::string_view document) : doc_(document) {}
+
+  bool null() { return value(); }
+  bool boolean(bool) { return value(); }
+  bool number_integer(number_integer_t) { return value(); }
+  bool number_unsigned(number_unsigned_t) { return value(); }
+  bool number_float(number_float_t, string_t const&) { return value(); }
+  bool string(string_t&) { return value(); }
+  bool binary(binary_t&) { return value(); }
+  bool start_object(std::size_t) {
+    levels_.push_back({true, 0, {}, {}});
+    return true;
   }
+  bool key(string_t& k) {
+    auto& top = levels_.back();
+    top.key = k;
+    if (!top.keys.insert(k).second) throw json_error(doc_, pointer(), "the key '" + echo(k) + "' is given twice in one object");
+    return true;
+  }
+  bool end_object() { return end(); }
+  bool start_array(std::size_t) {
+    levels_.push_back({false, 0, {}, {}});
+    return true;
+  }
+  bool end_array() { return end(); }
+  [[noreturn]] bool parse_error(std::size_t byte, std::string const&, nlohmann::json::exception const& e) {
+    if (e.id == 406) {  // out_of_range: a number a double cannot hold (1e400)
+      auto const what = std::string_view(e.what());
+      auto const at = what.find(']');
+      throw json_error(doc_, pointer(), std::string(at == what.npos ? what : what.substr(at + 2)));
+    }
+    throw json_error(doc_, "", "malformed JSON at byte " + std::to_string(byte) + ": " + e.what());
+  }
+
+  //! The JSON Pointer of the value being read.
+  std::string pointer() const {
+    std::string r;
+    for (auto const& l : levels_) r += "/" + (l.object ? pointer_token(l.key) : std::to_string(l.index));
+    return r;
+  }
+
+ private:
+  bool value() {
+    if (!levels_.empty() && !levels_.back().object) ++levels_.back().index;
+    return true;
+  }
+  bool end() {
+    levels_.pop_back();
+    return value();
+  }
+  struct level {
+    bool object;
+    std::size_t index;  // arrays: the element being read
+    std::string key;    // objects: the last key
+    std::unordered_set<std::string> keys;
+  };
+  std::string_view doc_;
+  std::vector<level> levels_;
+};
+}  // namespace detail
+
+//! Parses `text` as JSON. A syntax error throws `json_error` naming `document` and the byte; a key
+//! given twice in one object, or a number past a double's range (1e400), throws `json_error`
+//! naming the document and the JSON Pointer.
+inline json parse_json(std::string_view text, std::string_view document) {
+  detail::key_checker checker(document);
+  json::sax_parse(text.begin(), text.end(), &checker);  // throws on every problem
+  return json::parse(text.begin(), text.end());
 }
 
 //! Reads and parses the JSON file at `path`; `kind` names it in errors ("policy file").
@@ -414,9 +521,11 @@ inline json to_json(cost_table const& t) {
   for (auto const& l : t.layers) {
     json x = {{"forward_us", l.forward_us}, {"backward_us", l.backward_us}, {"recompute_us", l.full_recompute_us()}};
     if (!l.slot_recompute_us.empty()) x["slot_recompute_us"] = l.slot_recompute_us;
-    if (l.gather_us != 0) x["gather_us"] = l.gather_us;
-    if (l.reduce_us != 0) x["reduce_us"] = l.reduce_us;
-    if (l.regather_us != 0) x["regather_us"] = l.regather_us;
+    // Left out when +0 (the default); -0.0 is written, so the table reads back bit for bit.
+    auto const given = [](double v) { return v != 0 || std::signbit(v); };
+    if (given(l.gather_us)) x["gather_us"] = l.gather_us;
+    if (given(l.reduce_us)) x["reduce_us"] = l.reduce_us;
+    if (given(l.regather_us)) x["regather_us"] = l.regather_us;
     j["layers"].push_back(std::move(x));
   }
   auto dir = [](link_model const& m) { return json{{"bytes_per_second", m.bytes_per_second}, {"latency_s", m.latency_s}}; };
@@ -430,24 +539,27 @@ namespace detail {
 inline layer_cost layer_cost_from(node const& n) {
   n.object({"forward_us", "backward_us", "recompute_us", "slot_recompute_us", "gather_us", "reduce_us", "regather_us"});
   layer_cost c;
-  c.forward_us = n.at("forward_us").number();
-  c.backward_us = n.at("backward_us").number();
-  if (n.has("recompute_us")) c.recompute_us = n.at("recompute_us").number();
+  c.forward_us = n.at("forward_us").time_us();
+  c.backward_us = n.at("backward_us").time_us();
+  if (n.has("recompute_us")) c.recompute_us = n.at("recompute_us").time_us();
   if (n.has("slot_recompute_us")) {
     auto const s = n.at("slot_recompute_us");
-    for (std::size_t k = 0; k < s.size(); ++k) c.slot_recompute_us.push_back(s.at(k).number());
+    for (std::size_t k = 0; k < s.size(); ++k) c.slot_recompute_us.push_back(s.at(k).time_us());
   }
-  if (n.has("gather_us")) c.gather_us = n.at("gather_us").number();
-  if (n.has("reduce_us")) c.reduce_us = n.at("reduce_us").number();
-  if (n.has("regather_us")) c.regather_us = n.at("regather_us").number();
+  if (n.has("gather_us")) c.gather_us = n.at("gather_us").time_us();
+  if (n.has("reduce_us")) c.reduce_us = n.at("reduce_us").time_us();
+  if (n.has("regather_us")) c.regather_us = n.at("regather_us").time_us();
   return c;
 }
 inline link_model link_model_from(node const& n) {
   n.object({"bytes_per_second", "latency_s"});
   link_model m;
-  // 0: unpaced (what `calibrate` writes when it does not measure the link).
-  m.bytes_per_second = n.at("bytes_per_second").number();
-  if (n.has("latency_s")) m.latency_s = n.at("latency_s").number();
+  // 0: unpaced (what `calibrate` writes when it does not measure the link). A positive rate
+  // below a byte per second would make a copy's time overflow.
+  auto const bw = n.at("bytes_per_second");
+  m.bytes_per_second = bw.number();
+  if (m.bytes_per_second > 0 && m.bytes_per_second < 1) bw.fail("expected 0 (unpaced) or at least 1 byte per second, found " + bw.value().dump());
+  if (n.has("latency_s")) m.latency_s = n.at("latency_s").number(0, max_time_us / 1e6);
   return m;
 }
 }  // namespace detail
@@ -465,8 +577,8 @@ inline cost_table cost_table_from_json(json const& j, std::string_view document 
   t.link.d2h = detail::link_model_from(link.at("d2h"));
   t.link.h2d = detail::link_model_from(link.at("h2d"));
   if (link.has("full_duplex")) t.link.full_duplex = link.at("full_duplex").boolean();
-  if (root.has("sync_latency_us")) t.sync_latency_us = root.at("sync_latency_us").number();
-  if (root.has("op_overhead_us")) t.op_overhead_us = root.at("op_overhead_us").number();
+  if (root.has("sync_latency_us")) t.sync_latency_us = root.at("sync_latency_us").time_us();
+  if (root.has("op_overhead_us")) t.op_overhead_us = root.at("op_overhead_us").time_us();
   return t;
 }
 
@@ -506,6 +618,7 @@ struct model_description {
   std::vector<type_cost> layer_costs;  //!< one per layer of `stack`: its own cost or its type's
   std::size_t resident_bytes = 0;  //!< what the device holds besides activations
   precision matmul = precision::bf16;  //!< the precision of the FLOPs in work costs
+  std::string document = "model file";  //!< what errors call the file ("model file m.json")
   std::shared_ptr<std::deque<std::string>> names = std::make_shared<std::deque<std::string>>();  //!< owns the names
 
   //! True when every layer has a cost.
@@ -534,13 +647,22 @@ struct model_description {
       if (!c.given)
         throw cost_model_error("tide: layer " + std::to_string(l) + " (type '" + std::string(stack.layer(l).name) +
                                "') of the model file has no cost: give \"cost\" in the file, or a calibration file");
-      auto time = [&](double x, double bytes) { return c.as_work ? 1e6 * (hw.matmul_seconds(x, matmul) + hw.memory_seconds(bytes)) : x; };
+      // Work becomes time on `hw`; a time past `max_time_us` (work no GPU finishes) is refused
+      // here, so that no step time overflows.
+      auto time = [&](double x, double bytes, char const* what) {
+        double const us = c.as_work ? 1e6 * (hw.matmul_seconds(x, matmul) + hw.memory_seconds(bytes)) : x;
+        if (!(us <= max_time_us))
+          throw cost_model_error("tide: " + document + ": layer " + std::to_string(l) + " (type '" + std::string(stack.layer(l).name) +
+                                 "'): its " + what + " takes " + json(us).dump() + " us on " + std::string(hw.name) + ", more than " +
+                                 json(max_time_us).dump() + " us: give work a GPU can do in a step");
+        return us;
+      };
       layer_cost lc;
-      lc.forward_us = time(c.forward, c.forward_bytes);
-      lc.backward_us = time(c.backward, c.backward_bytes);
-      lc.recompute_us = c.recompute < 0 ? -1 : time(c.recompute, c.forward_bytes);
+      lc.forward_us = time(c.forward, c.forward_bytes, "forward");
+      lc.backward_us = time(c.backward, c.backward_bytes, "backward");
+      lc.recompute_us = c.recompute < 0 ? -1 : time(c.recompute, c.forward_bytes, "recompute");
       for (std::size_t k = 0; k < c.slot_recompute.size(); ++k)
-        lc.slot_recompute_us.push_back(time(c.slot_recompute[k], c.as_work ? c.slot_recompute_bytes[k] : 0));
+        lc.slot_recompute_us.push_back(time(c.slot_recompute[k], c.as_work ? c.slot_recompute_bytes[k] : 0, "slot recompute"));
       lc.gather_us = c.gather_us;
       lc.reduce_us = c.reduce_us;
       lc.regather_us = c.regather_us;
@@ -565,22 +687,22 @@ inline type_cost cost_from(node const& co) {
   if (c.as_work) {
     if (co.has("forward_us") || co.has("backward_us") || co.has("recompute_us"))
       co.fail("give times (forward_us, ...) or work (forward_flops, ...), not both");
-    c.forward = co.at("forward_flops").number();
-    if (co.has("forward_bytes")) c.forward_bytes = co.at("forward_bytes").number();
+    c.forward = co.at("forward_flops").work();
+    if (co.has("forward_bytes")) c.forward_bytes = co.at("forward_bytes").work();
     // A backward computes two products per forward one (input and weight gradients).
-    c.backward = co.has("backward_flops") ? co.at("backward_flops").number() : 2 * c.forward;
-    c.backward_bytes = co.has("backward_bytes") ? co.at("backward_bytes").number() : 2 * c.forward_bytes;
-    if (co.has("recompute_flops")) c.recompute = co.at("recompute_flops").number();
+    c.backward = co.has("backward_flops") ? co.at("backward_flops").work() : 2 * c.forward;
+    c.backward_bytes = co.has("backward_bytes") ? co.at("backward_bytes").work() : 2 * c.forward_bytes;
+    if (co.has("recompute_flops")) c.recompute = co.at("recompute_flops").work();
   } else {
     if (co.has("forward_bytes") || co.has("backward_flops") || co.has("backward_bytes") || co.has("recompute_flops"))
       co.fail("give times (forward_us, ...) or work (forward_flops, ...), not both");
-    c.forward = co.at("forward_us").number();
-    c.backward = co.at("backward_us").number();
-    if (co.has("recompute_us")) c.recompute = co.at("recompute_us").number();
+    c.forward = co.at("forward_us").time_us();
+    c.backward = co.at("backward_us").time_us();
+    if (co.has("recompute_us")) c.recompute = co.at("recompute_us").time_us();
   }
-  if (co.has("gather_us")) c.gather_us = co.at("gather_us").number();
-  if (co.has("reduce_us")) c.reduce_us = co.at("reduce_us").number();
-  if (co.has("regather_us")) c.regather_us = co.at("regather_us").number();
+  if (co.has("gather_us")) c.gather_us = co.at("gather_us").time_us();
+  if (co.has("reduce_us")) c.reduce_us = co.at("reduce_us").time_us();
+  if (co.has("regather_us")) c.regather_us = co.at("regather_us").time_us();
   return c;
 }
 }  // namespace detail
@@ -588,9 +710,12 @@ inline type_cost cost_from(node const& co) {
 //! The model a model file describes. Throws `json_error`.
 inline model_description model_from_json(json const& j, std::string_view document = "model file") {
   detail::node const root(j, document);
-  root.object({"name", "layer_types", "layers", "carry", "resident_bytes", "precision"});
+  root.object({"name", "layer_types", "layers", "carry", "independent_layers", "resident_bytes", "precision"});
   model_description m;
+  m.document = std::string(document);
   if (root.has("name")) m.name = root.at("name").string();
+  // Where a layer's input comes from, when no slot is an input and there is no carry.
+  if (root.has("independent_layers")) m.stack.independent_layers = root.at("independent_layers").boolean();
   if (root.has("resident_bytes")) m.resident_bytes = root.at("resident_bytes").bytes();
   if (root.has("precision")) {
     static constexpr std::string_view names[] = {"bf16", "fp8"};
@@ -600,15 +725,21 @@ inline model_description model_from_json(json const& j, std::string_view documen
   if (types.size() == 0) types.fail("expected at least one layer type");
   std::vector<layer_spec> specs;
   std::vector<type_cost> type_costs;
+  // Names by hash: 100,000 types (or thousands of slots) compared pairwise took minutes.
+  std::unordered_map<std::string_view, std::size_t> type_index;
   for (std::size_t i = 0; i < types.size(); ++i) {
     auto const t = types.at(i);
     t.object({"name", "slots", "cost"});
     layer_spec ls;
     ls.name = m.intern(t.at("name").string());
-    for (auto const& earlier : specs)
-      if (earlier.name == ls.name) t.at("name").fail("a second layer type named '" + std::string(ls.name) + "'");
+    if (!type_index.try_emplace(ls.name, specs.size()).second)
+      t.at("name").fail("a second layer type named '" + detail::echo(ls.name) + "'");
     auto const slots = t.at("slots");
     if (slots.size() == 0) slots.fail("expected at least one slot");
+    if (slots.size() > max_slots_per_type)
+      slots.fail(std::to_string(slots.size()) + " slots, more than the supported " + std::to_string(max_slots_per_type) +
+                 " (tide::max_slots_per_type)");
+    std::unordered_set<std::string_view> slot_names;
     type_cost c;
     bool any_slot_cost = false, all_slot_cost = true;
     std::vector<double> slot_cost, slot_bytes;
@@ -617,8 +748,8 @@ inline model_description model_from_json(json const& j, std::string_view documen
       s.object({"name", "bytes", "input", "recompute_us", "recompute_flops", "recompute_bytes"});
       slot_spec sp;
       sp.name = m.intern(s.at("name").string());
-      for (auto const& e : ls.slots)
-        if (e.name == sp.name) s.at("name").fail("a second slot named '" + std::string(sp.name) + "' in layer type '" + std::string(ls.name) + "'");
+      if (!slot_names.insert(sp.name).second)
+        s.at("name").fail("a second slot named '" + detail::echo(sp.name) + "' in layer type '" + detail::echo(ls.name) + "'");
       sp.bytes = s.at("bytes").slot_bytes();
       if (s.has("input")) sp.input = s.at("input").boolean();
       ls.slots.push_back(sp);
@@ -626,8 +757,8 @@ inline model_description model_from_json(json const& j, std::string_view documen
       if (has_us && has_flops) s.fail("give recompute_us or recompute_flops, not both");
       any_slot_cost = any_slot_cost || has_us || has_flops;
       all_slot_cost = all_slot_cost && (has_us || has_flops || sp.input);  // an input is never rematerialized
-      slot_cost.push_back(has_us ? s.at("recompute_us").number() : has_flops ? s.at("recompute_flops").number() : 0);
-      slot_bytes.push_back(s.has("recompute_bytes") ? s.at("recompute_bytes").number() : 0);
+      slot_cost.push_back(has_us ? s.at("recompute_us").time_us() : has_flops ? s.at("recompute_flops").work() : 0);
+      slot_bytes.push_back(s.has("recompute_bytes") ? s.at("recompute_bytes").work() : 0);
       if (!has_flops && s.has("recompute_bytes")) s.at("recompute_bytes").fail("recompute_bytes goes with recompute_flops");
     }
     if (any_slot_cost && !all_slot_cost)
@@ -652,17 +783,18 @@ inline model_description model_from_json(json const& j, std::string_view documen
   }
   auto const layers = root.at("layers");
   if (layers.size() == 0) layers.fail("expected at least one entry");
+  constexpr auto no_type = std::numeric_limits<std::uint32_t>::max();
+  std::vector<std::uint32_t> stack_type(specs.size(), no_type);  // a file type's index in m.stack.types
   for (std::size_t i = 0; i < layers.size(); ++i) {
     auto const e = layers.at(i);
     e.object({"type", "count", "cost"});
     auto const tn = e.at("type").string();
-    std::size_t ti = specs.size();
-    for (std::size_t k = 0; k < specs.size(); ++k)
-      if (specs[k].name == tn) ti = k;
+    auto const found = type_index.find(tn);
+    std::size_t const ti = found == type_index.end() ? specs.size() : found->second;
     if (ti == specs.size()) {
       std::string list;
       for (auto const& s : specs) list += (list.empty() ? "" : ", ") + std::string(s.name);
-      e.at("type").fail("unknown layer type '" + tn + "' (the file's types: " + list + ")");
+      e.at("type").fail("unknown layer type '" + detail::echo(tn) + "' (the file's types: " + list + ")");
     }
     std::uint32_t count = 1;
     if (e.has("count")) {
@@ -681,7 +813,12 @@ inline model_description model_from_json(json const& j, std::string_view documen
       own.slot_recompute_bytes = c.slot_recompute_bytes;
       c = std::move(own);
     }
-    m.stack.append(specs[ti], count);
+    // As stack_spec::append (types in order of first use), without its search by name.
+    if (stack_type[ti] == no_type) {
+      stack_type[ti] = static_cast<std::uint32_t>(m.stack.types.size());
+      m.stack.types.push_back(specs[ti]);
+    }
+    m.stack.layer_types.insert(m.stack.layer_types.end(), count, stack_type[ti]);
     m.layer_costs.insert(m.layer_costs.end(), count, c);
   }
   if (root.has("carry")) {

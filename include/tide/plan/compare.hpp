@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include <tide/core/build.hpp>
@@ -61,12 +62,14 @@ struct strategy_row {
 };
 
 namespace detail {
+//! The stack's slot names but `keep`'s, each once, in order of first appearance (by hash: a
+//! stack of 100,000 types compared pairwise took minutes).
 inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std::vector<std::string_view> const& keep) {
   std::vector<std::string_view> r;
+  std::unordered_set<std::string_view> seen(keep.begin(), keep.end());
   for (auto const& t : st.types)
     for (auto const& s : t.slots)
-      if (std::find(keep.begin(), keep.end(), s.name) == keep.end() && std::find(r.begin(), r.end(), s.name) == r.end())
-        r.push_back(s.name);
+      if (seen.insert(s.name).second) r.push_back(s.name);
   return r;
 }
 }  // namespace detail
@@ -124,8 +127,9 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
   policy_spec off{rule_spec{.where = placement::offload, .slots = offloaded}};
   if (opt.remat_rest) {
     std::vector<std::string_view> others;
+    std::unordered_set<std::string_view> const off_names(offloaded.begin(), offloaded.end());
     for (auto n : rest)
-      if (std::find(offloaded.begin(), offloaded.end(), n) == offloaded.end()) others.push_back(n);
+      if (!off_names.contains(n)) others.push_back(n);
     if (!others.empty()) off.rules.push_back(rule_spec{.where = placement::remat, .slots = others});
   }
   add("keep-all", "keep all", {});
@@ -149,17 +153,22 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
 //! The table as aligned text: one row per strategy, "does not fit" where the peak is over budget.
 inline std::string format_strategy_table(std::vector<strategy_row> const& rows) {
   std::string r;
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-32s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms",
-                "recomp ms", "activations", "device peak", "host", "fits");
-  r += line;
+  // Each line sized to what it holds: a long row name is never cut.
+  auto line = [&r](char const* format, auto... v) {
+    auto const n = std::snprintf(nullptr, 0, format, v...);
+    if (n <= 0) return;
+    auto const at = r.size();
+    r.resize(at + static_cast<std::size_t>(n) + 1);
+    std::snprintf(r.data() + at, static_cast<std::size_t>(n) + 1, format, v...);
+    r.pop_back();  // the terminator snprintf wrote
+  };
+  line("  %-32s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms", "recomp ms", "activations", "device peak",
+       "host", "fits");
   for (auto const& row : rows) {
-    std::snprintf(line, sizeof line, "  %-32s %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3,
-                  row.exposed_transfer_us / 1e3, row.recompute_us / 1e3,
-                  format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
-                  format_bytes(static_cast<double>(row.device_bytes)).c_str(),
-                  format_bytes(static_cast<double>(row.host_bytes)).c_str(), row.fits ? "yes" : "does not fit");
-    r += line;
+    line("  %-32s %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3, row.exposed_transfer_us / 1e3,
+         row.recompute_us / 1e3, format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
+         format_bytes(static_cast<double>(row.device_bytes)).c_str(), format_bytes(static_cast<double>(row.host_bytes)).c_str(),
+         row.fits ? "yes" : "does not fit");
   }
   return r;
 }

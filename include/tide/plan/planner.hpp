@@ -93,6 +93,11 @@ struct plan_options {
   //! ... and builds at most this many schedules (per run: a host cap that binds runs twice);
   //! about 50 ms at 64 decisions.
   std::size_t local_search_max_evaluations = 5000;
+  //! Most (layer, slot) decisions `make_plan` takes: each of its few hundred candidate schedules
+  //! is built whole, so its time grows faster than the stack (on this project's 2-core VM: 2,000
+  //! decisions in 0.2 s, 40,000 in 7 s, 200,000 in 120 s). Beyond it, `make_plan` throws rather
+  //! than look hung.
+  std::size_t max_decisions = 40000;
   //! The buffers, pipelines and collectives to try (their policies are ignored); empty:
   //! `default_candidates`.
   std::vector<strategy> candidates;
@@ -770,8 +775,21 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
 //! charges a whole forward each, and its snapshots' memory is in the device peak) and, where the
 //! host budget leaves room, for each count with as many host snapshots again (the reversal of
 //! least time in the chain model, `two_tier_plan` with `carry_chain_costs`); the fastest plan that
-//! fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized.
-inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
+//! fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized. Throws
+//! `schedule_error` for a stack that cannot be built (e.g. one that does not say where a layer's
+//! input comes from).
+[[nodiscard]] inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
+  // A stack that does not say where a layer's input comes from would let the search
+  // rematerialize it: refuse it by name rather than plan wrong gradients (or nothing).
+  if (auto const i = detail::find_structure_issue(stack, {}, {}, {})) throw schedule_error(to_message(i));
+  std::size_t decisions = 0;
+  for (std::uint32_t l = 0; l < stack.layer_count(); ++l) decisions += stack.layer(l).slots.size();
+  if (decisions > opt.max_decisions)
+    throw schedule_error("tide: the planner takes at most " + std::to_string(opt.max_decisions) +
+                         " (layer, slot) decisions (plan_options::max_decisions) and this stack has " +
+                         std::to_string(decisions) + " (" + std::to_string(stack.layer_count()) +
+                         " layers): plan a representative part of the stack (its layer types in the same proportions) "
+                         "and repeat the plan's rules, or raise the limit knowing planning takes minutes");
   if (!stack.has_carry()) {
     auto p = detail::plan_slots(stack, costs, opt);
     p.resident_bytes = opt.resident_bytes;

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <tide/core/error.hpp>
@@ -26,17 +29,37 @@ inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<pl
   if (decisions.size() != first[L])
     throw schedule_error("tide: " + std::to_string(decisions.size()) + " decisions given for a stack with " +
                          std::to_string(first[L]) + " (layer, slot) pairs");
+  // Slot names in order of first appearance (the rules' order), found by binary search; each
+  // type's slots by name. Linear scans here made deep or wide stacks quadratic.
   std::vector<std::string_view> names;
-  for (auto const& t : stack.types)
-    for (auto const& s : t.slots)
-      if (std::find(names.begin(), names.end(), s.name) == names.end()) names.push_back(s.name);
+  std::vector<std::pair<std::string_view, std::size_t>> sorted_names;
+  std::vector<std::vector<std::pair<std::string_view, std::size_t>>> by_type(stack.types.size());
+  for (std::size_t ti = 0; ti < stack.types.size(); ++ti) {
+    auto const& t = stack.types[ti];
+    for (std::size_t k = 0; k < t.slots.size(); ++k) {
+      by_type[ti].push_back({t.slots[k].name, k});
+      sorted_names.push_back({t.slots[k].name, sorted_names.size()});
+    }
+    std::sort(by_type[ti].begin(), by_type[ti].end());
+  }
+  std::stable_sort(sorted_names.begin(), sorted_names.end(),
+                   [](auto const& a, auto const& b) { return a.first < b.first; });
+  {
+    std::vector<std::pair<std::size_t, std::string_view>> firsts;  // (first position, name)
+    for (std::size_t i = 0; i < sorted_names.size(); ++i)
+      if (i == 0 || sorted_names[i].first != sorted_names[i - 1].first) firsts.push_back({sorted_names[i].second, sorted_names[i].first});
+    std::sort(firsts.begin(), firsts.end());
+    for (auto const& f : firsts) names.push_back(f.second);
+  }
   auto decision_of = [&](std::uint32_t l, std::string_view n, placement& out) {
-    auto const& slots = stack.layer(l).slots;
-    for (std::size_t k = 0; k < slots.size(); ++k)
-      if (slots[k].name == n) return out = decisions[first[l] + k], true;
-    return false;
+    auto const& slots = by_type[stack.layer_types[l]];
+    auto const it = std::lower_bound(slots.begin(), slots.end(), std::pair<std::string_view, std::size_t>{n, 0});
+    if (it == slots.end() || it->first != n) return false;
+    out = decisions[first[l] + it->second];
+    return true;
   };
   policy_spec p;
+  std::map<std::tuple<placement, std::uint32_t, std::uint32_t>, std::size_t> rule_of;  // (action, first, last) -> rule
   for (auto action : {placement::offload, placement::remat})
     for (auto n : names) {
       std::uint32_t l = 0;
@@ -55,15 +78,27 @@ inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<pl
           end = k + 1;
         }
         auto const last = end == L ? all_layers : end;
-        auto it = std::find_if(p.rules.begin(), p.rules.end(), [&](rule_spec const& r) {
-          return r.where == action && r.first_layer == begin && r.last_layer == last;
-        });
-        if (it == p.rules.end()) p.rules.push_back({.where = action, .slots = {n}, .first_layer = begin, .last_layer = last});
-        else it->slots.push_back(n);
+        auto const [it, added] = rule_of.try_emplace({action, begin, last}, p.rules.size());
+        if (added) p.rules.push_back({.where = action, .slots = {n}, .first_layer = begin, .last_layer = last});
+        else p.rules[it->second].slots.push_back(n);
         l = end;
       }
     }
   return p;
+}
+
+//! `s` as a C++ string literal naming the same bytes: quotes and backslashes escaped, every byte
+//! outside printable ASCII as a three-digit octal escape (which, unlike `\x`, cannot run into the
+//! next character).
+inline std::string cpp_string_literal(std::string_view s) {
+  std::string r = "\"";
+  for (char c : s) {
+    auto const u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') r += '\\', r += c;
+    else if (u >= 0x20 && u < 0x7f) r += c;
+    else r += {'\\', static_cast<char>('0' + (u >> 6)), static_cast<char>('0' + ((u >> 3) & 7)), static_cast<char>('0' + (u & 7))};
+  }
+  return r + "\"";
 }
 
 //! A strategy as one C++ type, for users who want the schedule fixed at compile time:
@@ -80,7 +115,7 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
     std::vector<std::string> sel;
     if (!rule.slots.empty()) {
       std::string n = "tide::slot_names<";
-      for (std::size_t k = 0; k < rule.slots.size(); ++k) n += (k ? ", \"" : "\"") + std::string(rule.slots[k]) + "\"";
+      for (std::size_t k = 0; k < rule.slots.size(); ++k) n += (k ? ", " : "") + cpp_string_literal(rule.slots[k]);
       sel.push_back(n + ">");
     }
     if (rule.first_layer != 0 || rule.last_layer != all_layers)

@@ -21,13 +21,26 @@ inline constexpr executor_options sim_executor_options() noexcept {
   return o;
 }
 
+namespace detail {
+//! A collective hook that does nothing: the sim charges the op's cost, it has no data to move.
+struct simulated_hook {
+  template <class Ctx>
+  void operator()(Ctx const&) const noexcept {}
+};
+//! One step with empty lambdas and a `simulated_hook` for each hook `s` makes room for (the
+//! executor refuses hooks missing or without room).
+inline void simulated_step(executor<sim_backend>& ex, collective_spec const& c) {
+  auto none = [](auto const&) {};
+  with_hooks_for(c, simulated_hook{}, [&](auto& h) { ex.step(none, none, h); });
+}
+}  // namespace detail
+
 //! The step time of schedule `s` under `costs`, in microseconds (no timeline; the planner's
 //! inner loop).
-inline double simulate_step_us(schedule_view s, cost_table const& costs) {
+[[nodiscard]] inline double simulate_step_us(schedule_view s, cost_table const& costs) {
   sim_backend b(costs);
   executor<sim_backend> ex(b, s, sim_executor_options());
-  auto none = [](auto const&) {};
-  ex.step(none, none);
+  detail::simulated_step(ex, s.collectives);
   return b.step_us();
 }
 
@@ -38,14 +51,13 @@ struct sim_result {
 };
 
 //! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a budget it exceeds.
-inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
+[[nodiscard]] inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
   sim_result r;
   sim_backend b(costs, opt);
   auto eo = sim_executor_options();
   eo.timeline = &r.trace;
   executor<sim_backend> ex(b, s, eo);
-  auto none = [](auto const&) {};
-  ex.step(none, none);
+  detail::simulated_step(ex, s.collectives);
   r.summary = summarize(r.trace, s);
   return r;
 }

@@ -227,19 +227,74 @@ inline stack_spec transformer_stack(transformer_spec const& m) {
   return s;
 }
 
+//! What `check_parallel_layout` calls each degree in its messages: the fields by default; a tool
+//! passes its flags (tide-plan: "--tp", "--gpus", ...).
+struct layout_names {
+  std::string_view tensor_parallel = "tensor_parallel", gpus = "gpus", fsdp = "fsdp", expert_parallel = "expert_parallel",
+                   pipeline_parallel = "pipeline_parallel";
+};
+
+//! Checks that `m`'s tensor-parallel degree splits its heads and MLP widths evenly; throws
+//! `cost_model_error` naming the degree, its value and the constraint.
+inline void check_tensor_parallel(transformer_spec const& m, layout_names const& n = {}) {
+  auto const tp = m.tensor_parallel;
+  auto fail = [&](std::string const& what) {
+    throw cost_model_error("tide: " + std::string(n.tensor_parallel) + " " + std::to_string(tp) + " " + what + " of '" +
+                           std::string(m.name) + "'");
+  };
+  if (tp == 0) fail("must be at least 1");
+  if (m.heads % tp != 0) fail("does not divide the " + std::to_string(m.heads) + " attention heads");
+  // Grouped-query attention: the key/value heads are split, or each replicated over tp / kv_heads GPUs.
+  if (!m.latent_attention && m.kv_heads > 0 && m.kv_heads % tp != 0 && tp % m.kv_heads != 0)
+    fail("neither divides nor is a multiple of the " + std::to_string(m.kv_heads) + " key/value heads");
+  if ((m.experts == 0 || m.dense_layers > 0) && m.ffn % tp != 0) fail("does not divide the MLP width " + std::to_string(m.ffn));
+  if (m.experts > 0 && m.expert_ffn % tp != 0) fail("does not divide the expert MLP width " + std::to_string(m.expert_ffn));
+}
+
+//! The one check of a job's layout for `m`: the tensor-parallel split (`check_tensor_parallel`);
+//! every degree at least 1; tensor x FSDP x pipeline and tensor x expert x pipeline groups tiling
+//! the GPUs (dividing `gpus`); expert parallelism only with experts, dividing them; FSDP and expert
+//! parallelism nested (one divides the other: each expert's state is sharded over
+//! fsdp / expert_parallel GPUs). Throws `cost_model_error` naming the degree (as `n` spells it),
+//! its value and the constraint. `transformer_costs` calls it; tools call it to refuse a layout
+//! before planning.
+inline void check_parallel_layout(transformer_spec const& m, parallel_layout const& lay, layout_names const& n = {}) {
+  auto fail = [&](std::string_view name, std::uint64_t value, std::string const& what) {
+    throw cost_model_error("tide: " + std::string(name) + " " + std::to_string(value) + " " + what);
+  };
+  if (lay.gpus == 0) fail(n.gpus, 0, "must be at least 1");
+  if (lay.fsdp == 0) fail(n.fsdp, 0, "must be at least 1");
+  if (lay.expert_parallel == 0) fail(n.expert_parallel, 0, "must be at least 1");
+  if (lay.pipeline_parallel == 0) fail(n.pipeline_parallel, 0, "must be at least 1");
+  check_tensor_parallel(m, n);
+  std::uint64_t const tp = m.tensor_parallel, pp = lay.pipeline_parallel;
+  auto const group = [&](std::string_view name, std::uint64_t degree) {
+    auto const size = degree * tp * pp;
+    if (size > lay.gpus || lay.gpus % size != 0)
+      fail(name, degree, "x " + std::string(n.tensor_parallel) + " " + std::to_string(tp) + " x " + std::string(n.pipeline_parallel) + " " +
+                             std::to_string(pp) + " = " + std::to_string(size) + " GPUs does not divide " + std::string(n.gpus) + " " +
+                             std::to_string(lay.gpus));
+  };
+  group(n.fsdp, lay.fsdp);
+  if (lay.expert_parallel > 1) {
+    if (m.experts == 0) fail(n.expert_parallel, lay.expert_parallel, "on '" + std::string(m.name) + "', which has no experts");
+    if (m.experts % lay.expert_parallel != 0)
+      fail(n.expert_parallel, lay.expert_parallel, "does not divide the " + std::to_string(m.experts) + " experts of '" + std::string(m.name) + "'");
+    group(n.expert_parallel, lay.expert_parallel);
+    auto const hi = std::max(lay.fsdp, lay.expert_parallel), lo = std::min(lay.fsdp, lay.expert_parallel);
+    if (hi % lo != 0)
+      fail(n.expert_parallel, lay.expert_parallel,
+           "and " + std::string(n.fsdp) + " " + std::to_string(lay.fsdp) + " must divide one another (each expert's state is sharded over " +
+               std::string(n.fsdp) + " / " + std::string(n.expert_parallel) + " GPUs)");
+  }
+}
+
 namespace detail {
 inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
                                     bool communication) {
   auto const& lay = t.layout;
-  if (lay.gpus == 0 || lay.fsdp == 0 || lay.expert_parallel == 0 || lay.pipeline_parallel == 0)
-    throw cost_model_error("tide: parallel_layout: gpus, fsdp, expert_parallel and pipeline_parallel must be at least 1");
-  if (m.experts > 0 && m.experts % lay.expert_parallel != 0)
-    throw cost_model_error("tide: parallel_layout: expert_parallel " + std::to_string(lay.expert_parallel) +
-                           " does not divide the " + std::to_string(m.experts) + " experts of '" + std::string(m.name) + "'");
-  if (communication && (std::uint64_t{lay.fsdp} * m.tensor_parallel * lay.pipeline_parallel > lay.gpus ||
-      std::uint64_t{lay.expert_parallel} * m.tensor_parallel * lay.pipeline_parallel > lay.gpus))
-    throw cost_model_error("tide: parallel_layout: fsdp x tensor_parallel x pipeline_parallel and expert_parallel x "
-                           "tensor_parallel x pipeline_parallel must fit in gpus (" + std::to_string(lay.gpus) + ")");
+  if (communication) check_parallel_layout(m, lay);
+  else check_tensor_parallel(m);
   cost_table c;
   c.link = hw.link();
   double const T = static_cast<double>(m.tokens());
