@@ -315,6 +315,15 @@ for name, (doc_, want, says) in sized.items():
     check(says in r.stderr, f"{name}: stderr lacks {says!r}: {r.stderr[:1000]}")
     print(f"{name}: exit {r.returncode} in {took:.1f} s")  # seconds here; the timeout (240 s) is the failure
 
+# A policy file of under 100 bytes with a tiny chunk size on DeepSeek-V3 made the builder reserve
+# 15.75 GiB and die of bad_alloc: refused at once by name (chunks per slot, or ops in all).
+for chunk, says in ((32, "chunks, more than the supported 1048576: use a larger chunk size"),
+                    (4096, "MiB of op program), more than the supported 8388608")):
+    (work / "tiny_chunks.json").write_text(json.dumps({"rules": [{"action": "offload"}], "pipeline": {"chunk_bytes": chunk}}))
+    check(len((work / "tiny_chunks.json").read_bytes()) < 100, "the tiny policy file is not tiny")
+    r = run(*preset, "--policy", work / "tiny_chunks.json", "--quiet", want=2)
+    check(says in r.stderr and "bad_alloc" not in r.stderr, f"chunk_bytes {chunk}: {r.stderr[:1000]}")
+
 for f in failures:
     print("FAIL:", f)
 print(f"tide-plan: {len(failures)} failure(s)")

@@ -187,7 +187,7 @@ inline std::string to_message(schedule_issue const& i) {
              " slots, more than the supported " + std::to_string(i.limit) + " (tide::max_slots_per_type)";
     case c::too_many_ops:
       return "tide: the schedule would have " + std::to_string(i.value) + " ops (about " +
-             std::to_string(i.value / (std::size_t{1} << 20) * reserved_bytes_per_op) + " MiB of op program), more than the supported " +
+             std::to_string(static_cast<std::size_t>(static_cast<double>(i.value) * reserved_bytes_per_op / 1048576.0)) + " MiB of op program), more than the supported " +
              std::to_string(i.limit) + ": use a larger chunk size (pipeline_spec::chunk_bytes), fewer layers or more snapshots";
     case c::remat_of_input:
       return "tide: slot " + q(i.slot_name) + " of layer " + std::to_string(i.value) + " (" + q(i.type_name) +
