@@ -230,8 +230,11 @@ inline stack_spec transformer_stack(transformer_spec const& m) {
 //! What `check_parallel_layout` calls each degree in its messages: the fields by default; a tool
 //! passes its flags (tide-plan: "--tp", "--gpus", ...).
 struct layout_names {
-  std::string_view tensor_parallel = "tensor_parallel", gpus = "gpus", fsdp = "fsdp", expert_parallel = "expert_parallel",
-                   pipeline_parallel = "pipeline_parallel";
+  std::string_view tensor_parallel = "tensor_parallel";      //!< the tensor-parallel degree
+  std::string_view gpus = "gpus";                            //!< the GPU count
+  std::string_view fsdp = "fsdp";                            //!< the FSDP degree
+  std::string_view expert_parallel = "expert_parallel";      //!< the expert-parallel degree
+  std::string_view pipeline_parallel = "pipeline_parallel";  //!< the pipeline-parallel degree
 };
 
 //! Checks that `m`'s tensor-parallel degree splits its heads and MLP widths evenly; throws
