@@ -42,9 +42,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="tide_fuzz_") as scratch:
         rc = subprocess.call([fuzzer, "-artifact_prefix=" + os.path.join(artifacts, "")] + flags + [scratch, corpus])
     if rc != 0:
-        print(f"{os.path.basename(fuzzer)} found a failure: its input is under {artifacts}; replay it with '{fuzzer} FILE' "
-              "(TIDE_FUZZ_VERBOSE=1 describes the schedule) and save it in tests/fuzz/regressions/ with a "
-              "descriptive name", file=sys.stderr)
+        files = os.path.basename(os.path.normpath(corpus)) == "corpus_files"  # fuzz_files, else fuzz_schedule
+        print(f"{os.path.basename(fuzzer)} found a failure: its input is under {artifacts}; replay it with '{fuzzer} FILE'"
+              + ("" if files else " (TIDE_FUZZ_VERBOSE=1 describes the schedule)")
+              + f" and save it in tests/fuzz/{'regressions_files' if files else 'regressions'}/ with a descriptive name",
+              file=sys.stderr)
     return failed(rc)
 
 
