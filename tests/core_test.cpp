@@ -882,7 +882,8 @@ TEST(HardeningSecondPass, RuleSweepEqualsFirstMatchOnRandomPolicies) {
       rs.min_bytes = uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 4) * 1000);
       p.rules.push_back(rs);
     }
-    auto const got = p.deciding_rules(st);
+    auto const got = detail::swept_deciding_rules(p, st);  // the sweep itself (small inputs loop)
+    ASSERT_EQ(p.deciding_rules(st), got);
     std::vector<placement> decisions;
     std::size_t pair = 0;
     for (std::uint32_t l = 0; l < st.layer_count(); ++l)

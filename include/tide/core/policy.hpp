@@ -66,6 +66,11 @@ struct policy_spec {
 };
 
 namespace detail {
+//! `policy_spec::deciding_rules` by a sweep over the layers (what it does for large inputs).
+constexpr std::vector<std::size_t> swept_deciding_rules(policy_spec const& p, stack_spec const& stack);
+}  // namespace detail
+
+namespace detail {
 //! Per slot name: the rules that can select it (naming it, or any slot), and a sweep over the
 //! layers in order: rules enter at their first layer and leave at their last, the active rule of
 //! least index decides (unless its `min_bytes` excludes the slot: then the candidates in order).
@@ -78,6 +83,23 @@ struct rule_sweep {
 }  // namespace detail
 
 constexpr std::vector<std::size_t> policy_spec::deciding_rules(stack_spec const& stack) const {
+  std::size_t pairs = 0;
+  for (auto t : stack.layer_types) pairs += stack.types[t].slots.size();
+  // Small inputs (the planner's inner loop builds thousands): asking each pair costs less than
+  // the sweep's allocations.
+  if (pairs * rules.size() <= 4096) {
+    std::vector<std::size_t> out;
+    out.reserve(pairs);
+    for (std::uint32_t l = 0; l < stack.layer_count(); ++l)
+      for (auto const& s : stack.layer(l).slots) out.push_back(deciding_rule(l, s));
+    return out;
+  }
+  return detail::swept_deciding_rules(*this, stack);
+}
+
+constexpr std::vector<std::size_t> detail::swept_deciding_rules(policy_spec const& p, stack_spec const& stack) {
+  auto const& rules = p.rules;
+  constexpr auto no_rule = policy_spec::no_rule;
   std::vector<std::size_t> out;
   std::vector<std::string_view> names;
   for (auto const& t : stack.types)

@@ -116,14 +116,22 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
     }
   }
   if (auto const* t = s.undeclared_input_type()) return detail::issue(c::undeclared_layer_input, t->name);
-  std::vector<std::string_view> names;  // sorted: rules may name thousands of slots
-  for (auto const& t : s.types)
-    for (auto const& sl : t.slots) names.push_back(sl.name);
-  std::sort(names.begin(), names.end());
+  std::size_t slot_count = 0, named = 0;
+  for (auto const& t : s.types) slot_count += t.slots.size();
+  for (auto const& r : p.rules) named += r.slots.size();
+  std::vector<std::string_view> names;  // sorted when rules name many slots of many (the planner's builds: few)
+  if (slot_count * named > 4096) {
+    for (auto const& t : s.types)
+      for (auto const& sl : t.slots) names.push_back(sl.name);
+    std::sort(names.begin(), names.end());
+  }
+  auto known = [&](std::string_view n) {
+    return names.empty() ? s.has_slot(n) : std::binary_search(names.begin(), names.end(), n);
+  };
   for (std::size_t i = 0; i < p.rules.size(); ++i) {
     auto const& r = p.rules[i];
     for (auto n : r.slots)
-      if (!std::binary_search(names.begin(), names.end(), n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
+      if (!known(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
     if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
   }
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
