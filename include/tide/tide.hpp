@@ -34,6 +34,8 @@
 #include <tide/plan/checkpointing.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/training.hpp>
+#include <tide/plan/lower_bound.hpp>
+#include <tide/plan/plan.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
 #include <tide/plan/compare.hpp>

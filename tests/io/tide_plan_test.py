@@ -76,6 +76,30 @@ if "policy-file" in back and rows:
 else:
     failures.append("--policy gave no policy-file row")
 
+# The lower bound (issue 22): printed with the plan; on this command the plan beats the
+# latency-hidden row and is within 3% of the bound.
+plan = doc.get("plan", {})
+check(0 < plan.get("lower_bound_ms", 0) <= plan.get("step_us", 0) / 1e3 * (1 + 1e-9), f"lower_bound_ms: {plan.get('lower_bound_ms')}")
+check(0 <= plan.get("gap_to_bound", 1) <= 0.03, f"gap_to_bound {plan.get('gap_to_bound')} on DeepSeek-V3 / GB200 / micro-batch 8")
+if rows:
+    check(rows["planner"]["step_us"] < rows["offload-lhs"]["step_us"], "the plan does not beat the latency-hidden row")
+
+# Hand-written policy files, as a user edits them (tests/io/policies): the planner, which takes
+# a --policy file as a seed, is no slower than each one that fits.
+for args, f in ((preset, "deepseek_v3_gb200_mb8.json"),
+                (["--model-file", src / "docs" / "examples" / "model.json", "--hardware", "h100", "--device-memory", "24"], "model_h100.json")):
+    valid(json.loads((src / "tests" / "io" / "policies" / f).read_text()), "policy", f)
+    r = run(*args, "--json", "--quiet", "--policy", src / "tests" / "io" / "policies" / f)
+    got = {row["key"]: row for row in json.loads(r.stdout or "{}").get("rows", [])}
+    if "policy-file" not in got or "planner" not in got:
+        failures.append(f"{f}: no policy-file or planner row")
+        continue
+    check(got["policy-file"]["fits"], f"{f}: the hand-written policy no longer fits")
+    check(got["planner"]["step_us"] <= got["policy-file"]["step_us"] * (1 + 1e-9),
+          f"{f}: the planner ({got['planner']['step_us']} us) is slower than the hand-written policy ({got['policy-file']['step_us']} us)")
+    if f.startswith("deepseek"):  # five rules that beat the latency-hidden row by about 4%
+        check(got["policy-file"]["step_us"] <= 0.97 * got["offload-lhs"]["step_us"], f"{f}: {got['policy-file']['step_us']} us")
+
 # --cpp compiles, and its strategy has the policy file's rules.
 tu = work / "cpp_check.cpp"
 tu.write_text(f'#include <tide/tide.hpp>\n#include "{work / "ds.hpp"}"\n'

@@ -1,9 +1,12 @@
-// The planner: exact == exhaustive on random small instances, heuristic within 5% of exact,
-// policies from decisions round-trip, plans on presets fit their budget in the sim.
+// The planner: exact == exhaustive on random small instances, heuristic near exact up to 14
+// decisions, the lower bound under every plan, plans on presets fit their budget in the sim and
+// beat every strategy-table row and hand-written policy, within a few percent of the bound.
 #include <gtest/gtest.h>
 
 #include <tide/backends/sim/sim_backend.hpp>
+#include <tide/plan/compare.hpp>
 #include <tide/plan/hardware.hpp>
+#include <tide/plan/training.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/policy_codegen.hpp>
 #include <tide/plan/simulate.hpp>
@@ -152,7 +155,7 @@ TEST(Planner, PolicyFromDecisionsRoundTrips) {
   EXPECT_THROW(policy_from_decisions(st, std::vector<placement>(3)), schedule_error);
 }
 
-TEST(Planner, ExactMatchesExhaustiveAndHeuristicIsWithinFivePercent) {
+TEST(Planner, ExactMatchesExhaustiveAndTheBoundIsUnderIt) {
   std::mt19937 rng(2024);
   int fitting = 0, worst_case = -1;
   double worst = 0;
@@ -168,6 +171,9 @@ TEST(Planner, ExactMatchesExhaustiveAndHeuristicIsWithinFivePercent) {
     ++fitting;
     EXPECT_TRUE(exact.exact);
     EXPECT_NEAR(exact.step_us, want, 1e-6 * want) << "trial " << trial;
+    // The bound is under the best of every assignment with every pipeline, found by enumeration.
+    EXPECT_LE(exact.lower_bound_us, want * (1 + 1e-9)) << "trial " << trial;
+    EXPECT_GT(exact.lower_bound_us, 0);
     EXPECT_LE(exact.device_bytes, in.budget);
     // The plan rebuilds to the schedule it was scored on.
     auto s = exact.build(in.stack);
@@ -272,6 +278,109 @@ TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
   }
 }
 
+// The preset cases of issue 22, planned as tide-plan plans them (the strategy table's rows as
+// seeds, the budgets the whole device leaves): each plan is no slower than every row that fits
+// and every hand-written policy below that fits, and its gap to the bound is printed. On
+// DeepSeek-V3 / GB200 / micro-batch 8 the plan beats the latency-hidden row, a five-rule policy
+// that beats that row by about 4%, and the bound within 3%.
+namespace {
+struct preset_case {
+  std::string name;
+  transformer_spec model;
+  training_spec training;
+  hardware_spec hw;
+  std::vector<std::string_view> offload;  // what the table's offload rows offload (tide-plan's choice)
+  std::vector<policy_spec> hand_written;
+};
+}  // namespace
+
+TEST(Planner, PresetPlansBeatEveryRowAndHandWrittenPolicy) {
+  using R = rule_spec;
+  auto const cheap = std::vector<std::string_view>{"attn_norm", "mlp_act", "qkv", "router"};
+  // DeepSeek-V3 on GB200: the cheap slots rematerialized; the layer inputs, the residual after
+  // attention, the MoE up-projections and the latent projections offloaded up to layer 54 (where
+  // the host is full); the attention output kept in the first `k` layers; the rest rematerialized.
+  auto deepseek_policy = [&](std::uint32_t keep_attention) {
+    return policy_spec{R{.where = placement::remat, .slots = cheap},
+                       R{.where = placement::offload, .slots = {"layer_input", "mlp_input", "mlp_up", "q_latent", "kv_latent"}, .last_layer = 54},
+                       R{.where = placement::keep, .slots = {"attn_out", "softmax_lse"}, .last_layer = keep_attention},
+                       R{.where = placement::offload, .slots = {"layer_input"}},
+                       R{.where = placement::remat}};
+  };
+  auto llama = models::llama3_405b(8192, 2, 1);
+  llama.matmul = precision::fp8;
+  std::vector<preset_case> cases{
+      {"DeepSeek-V3 on GB200, micro-batch 8", models::deepseek_v3(4096, 8, 1),
+       {.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}}, hardware::gb200(), {"q_latent", "kv_latent", "mlp_up"},
+       {deepseek_policy(20), deepseek_policy(35),
+        policy_spec{R{.where = placement::remat, .slots = {"attn_norm", "mlp_act", "qkv", "router", "attn_out", "softmax_lse"}},
+                    R{.where = placement::offload, .slots = {"layer_input", "mlp_input", "mlp_up", "q_latent", "kv_latent"}, .last_layer = 54},
+                    R{.where = placement::offload, .slots = {"layer_input"}}, R{.where = placement::remat}}}},
+      {"DeepSeek-V3 on H200, micro-batch 1", models::deepseek_v3(4096, 1, 1),
+       {.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}}, hardware::h200_sxm(), {"q_latent", "kv_latent", "mlp_up"},
+       {policy_spec{R{.where = placement::remat, .slots = cheap}, R{.where = placement::offload, .slots = {"layer_input", "mlp_up"}}},
+        policy_spec{R{.where = placement::offload, .slots = {"mlp_up", "attn_out"}, .last_layer = 58}}}},
+      {"Llama-3.1-405B on GB200, batch 2, FP8", llama, {.layout = {.gpus = 128, .fsdp = 128}}, hardware::gb200(), {"qkv"},
+       {policy_spec{R{.where = placement::remat, .slots = {"attn_norm", "mlp_act", "mlp_up"}},
+                    R{.where = placement::offload, .slots = {"layer_input", "mlp_input", "qkv"}, .last_layer = 100},
+                    R{.where = placement::offload, .slots = {"layer_input"}}, R{.where = placement::remat}}}},
+  };
+  for (auto const& c : cases) {
+    auto const st = transformer_stack(c.model);
+    auto const costs = transformer_costs(c.model, c.hw, c.training);
+    strategy_options o;
+    o.resident_bytes = transformer_resident_memory(c.model, c.hw, c.training).total();
+    ASSERT_LT(o.resident_bytes, c.hw.hbm_bytes) << c.name;
+    o.device_budget = c.hw.hbm_bytes - o.resident_bytes;
+    o.host_budget = c.hw.pinnable_host_bytes();
+    o.collectives = training_collectives(c.training);
+    o.offload_slots = c.offload;
+    o.remat_rest = true;
+    o.include_plan = false;
+    auto const rows = compare_strategies(st, costs, o);
+    auto const t0 = std::chrono::steady_clock::now();
+    auto const p = plan_seeded_by(st, costs, o, rows);
+    auto const ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_TRUE(p.fits) << c.name;
+    EXPECT_LE(p.device_bytes, o.device_budget) << c.name;
+    EXPECT_LE(p.host_bytes, o.host_budget) << c.name;
+    auto const built = p.build(st);
+    EXPECT_DOUBLE_EQ(simulate_step_us(built, costs), p.step_us) << c.name;
+    EXPECT_LE(p.lower_bound_us, p.step_us * (1 + 1e-9)) << c.name;
+    double seed_us = std::numeric_limits<double>::infinity();
+    for (auto const& r : rows)
+      if (r.fits) {
+        EXPECT_LE(p.step_us, r.step_us) << c.name << ": row " << r.key;
+        seed_us = std::min(seed_us, r.step_us);
+      }
+    int fitting = 0;
+    for (std::size_t k = 0; k < c.hand_written.size(); ++k) {
+      auto s = default_candidates(st, 0, o.collectives)[2];  // latency hiding, prefetch distance 1
+      s.policy = c.hand_written[k];
+      auto const r = evaluate_strategy(st, costs, s, o, "hand", "hand-written");
+      std::printf("  %s: hand-written policy %zu: %.2f ms%s\n", c.name.c_str(), k, r.step_us / 1e3, r.fits ? "" : " (does not fit)");
+      if (!r.fits) continue;
+      ++fitting;
+      EXPECT_LE(p.step_us, r.step_us) << c.name << ": hand-written policy " << k;
+    }
+    EXPECT_GE(fitting, 1) << c.name;
+    std::printf("%s: fastest row %.2f ms, plan %.2f ms, bound %.2f ms (gap %.2f%%), %zu schedules built, %.0f ms planning\n",
+                c.name.c_str(), seed_us / 1e3, p.step_us / 1e3, p.lower_bound_us / 1e3, 100 * p.gap_to_bound(), p.evaluations, ms);
+    if (c.name.starts_with("DeepSeek-V3 on GB200")) {
+      double lhs = 0;
+      for (auto const& r : rows)
+        if (r.key == "offload-lhs") lhs = r.step_us;
+      EXPECT_LT(p.step_us, lhs);
+      EXPECT_LE(p.gap_to_bound(), 0.03);
+      auto s = default_candidates(st, 0, o.collectives)[2];
+      s.policy = c.hand_written[0];
+      auto const five_rules = evaluate_strategy(st, costs, s, o, "hand", "hand-written");
+      EXPECT_TRUE(five_rules.fits);
+      EXPECT_LE(five_rules.step_us, 0.97 * lhs) << "the five-rule policy beats the latency-hidden row by about 4%";
+    }
+  }
+}
+
 // A host cap that does not bind never makes the heuristic worse. On this preset the planner used
 // to drop every move order whose full length exceeded the cap, and to binary-search prefixes as
 // if more moves only helped the host bytes fit: 3,414.96 ms with a 240 GB cap against
@@ -358,19 +467,20 @@ TEST(Planner, HeuristicRematerializesWholeLayersWhenTheRecomputeCapPays) {
   EXPECT_DOUBLE_EQ(h.step_us, exact.step_us);
 }
 
-// The heuristic against the exact search on random small stacks (3-5 layers of 2-3 slots, at most
-// 10 decisions, so that the exact search takes milliseconds), each without a host cap and with one
-// that binds: within 5% on every one.
-TEST(Planner, HeuristicIsWithinFivePercentOfExactOnRandomSmallStacks) {
+// The heuristic against the exact search on random stacks of 6 to 14 decisions (2-7 layers of 2-3
+// slots), each without a host cap and with one that binds. Asked for (issue 22): within 2% on
+// every one. Reached: within 3% on every one and 2% on all but a few (about 1 in 100), which the
+// test holds; the lower bound is under the exact plan on every one.
+TEST(Planner, HeuristicIsNearExactOnRandomStacksUpToFourteenDecisions) {
   std::mt19937 rng(2025);
   std::uniform_real_distribution<double> u(0, 1);
   int const cases = planner_cases();
   double worst = 0;
   std::string worst_case = "none";
-  int compared = 0, bound = 0;
+  int compared = 0, bound = 0, over_two = 0;
   for (int trial = 0; trial < cases; ++trial) {
-    static constexpr std::pair<int, int> shapes[] = {{3, 2}, {3, 3}, {4, 2}, {5, 2}};  // layers, slots
-    auto const [layers, slots] = shapes[rng() % 4];
+    static constexpr std::pair<int, int> shapes[] = {{3, 2}, {3, 3}, {4, 2}, {5, 2}, {4, 3}, {6, 2}, {7, 2}};  // layers, slots
+    auto const [layers, slots] = shapes[rng() % 7];
     auto in = random_stack(rng, layers, slots);
     plan_options opt;
     opt.device_budget = in.budget;
@@ -379,15 +489,18 @@ TEST(Planner, HeuristicIsWithinFivePercentOfExactOnRandomSmallStacks) {
       auto const exact = make_plan(in.stack, in.costs, opt);
       ASSERT_TRUE(exact.fits) << "trial " << trial;  // remat alone fits the budget
       EXPECT_LE(exact.host_bytes, opt.host_budget);
+      EXPECT_LE(exact.lower_bound_us, exact.step_us * (1 + 1e-9)) << "trial " << trial;
       opt.method = plan_method::heuristic;
       auto const h = make_plan(in.stack, in.costs, opt);
       ASSERT_TRUE(h.fits) << "trial " << trial;
       EXPECT_LE(h.device_bytes, opt.device_budget) << "trial " << trial;
       EXPECT_LE(h.host_bytes, opt.host_budget) << "trial " << trial;
       EXPECT_GE(h.step_us, exact.step_us * (1 - 1e-9)) << "trial " << trial;
+      EXPECT_DOUBLE_EQ(h.lower_bound_us, exact.lower_bound_us);
       auto const what = "trial " + std::to_string(trial) + " (" + std::to_string(layers) + " layers x " +
                         std::to_string(slots) + " slots, " + (capped ? "host cap " + std::to_string(opt.host_budget) : "no host cap") + ")";
-      EXPECT_LE(h.step_us, 1.05 * exact.step_us) << what << ": heuristic " << h.step_us << " us, exact " << exact.step_us;
+      EXPECT_LE(h.step_us, 1.03 * exact.step_us) << what << ": heuristic " << h.step_us << " us, exact " << exact.step_us;
+      over_two += h.step_us > 1.02 * exact.step_us;
       ++compared;
       if (auto const r = h.step_us / exact.step_us - 1; r > worst) worst = r, worst_case = what;
       if (capped) break;
@@ -399,9 +512,67 @@ TEST(Planner, HeuristicIsWithinFivePercentOfExactOnRandomSmallStacks) {
     }
   }
   EXPECT_EQ(compared, 2 * cases);
-  std::printf("heuristic vs exact on %d random small stacks, each without and with a host cap (%d caps below the "
-              "exact plan's host bytes): worst %.2f%% (%s)\n",
-              cases, bound, 100 * worst, worst_case.c_str());
+  EXPECT_LE(over_two, std::max(1, compared / 50)) << "more than 2% of the comparisons are over 2%";
+  std::printf("heuristic vs exact on %d random stacks of 6-14 decisions, each without and with a host cap (%d caps "
+              "below the exact plan's host bytes): worst %.2f%% (%s), %d of %d over 2%%\n",
+              cases, bound, 100 * worst, worst_case.c_str(), over_two, compared);
+}
+
+// Mid-size random stacks (40 to 300 decisions, one to three layer types, an input slot per type,
+// host caps that bind and that do not): every plan is at or above the lower bound and within 30%
+// of it (measured: mean about 4%, worst about 24%, the worst where offloads are link-bound:
+// docs/planning.md says why the bound is loosest there).
+TEST(Planner, PlansOfMidSizeStacksAreWithinAStatedGapOfTheBound) {
+  std::mt19937 rng(22);
+  std::uniform_real_distribution<double> u(0, 1);
+  static constexpr std::string_view names[] = {"in", "s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8", "s9"};
+  int const cases = std::max(6, planner_cases() / 7);
+  double worst = 0, sum = 0;
+  int plans = 0, capped_plans = 0;
+  for (int trial = 0; trial < cases; ++trial) {
+    int const types = 1 + static_cast<int>(rng() % 3), slots = 4 + static_cast<int>(rng() % 7);
+    int const layers = std::max(4, static_cast<int>((40 + rng() % 261) / static_cast<unsigned>(slots)));
+    std::vector<layer_spec> ts;
+    std::vector<layer_cost> per_type;
+    for (int t = 0; t < types; ++t) {
+      layer_spec spec{t == 0 ? "a" : t == 1 ? "b" : "c", {}};
+      spec.slots.push_back({names[0], static_cast<std::size_t>(1024 * (1 + rng() % 8)), true});  // the layer's input
+      for (int k = 1; k < slots; ++k) spec.slots.push_back({names[k], static_cast<std::size_t>(1024 * (1 + rng() % 32))});
+      ts.push_back(spec);
+      layer_cost c{.forward_us = 50 + 100 * u(rng), .backward_us = 100 + 200 * u(rng)};
+      for (int k = 0; k < slots; ++k) c.slot_recompute_us.push_back(k == 0 ? c.forward_us : 2 + 40 * u(rng));
+      per_type.push_back(c);
+    }
+    stack_spec st;
+    cost_table costs;
+    for (int l = 0; l < layers; ++l) {
+      st.append(ts[static_cast<std::size_t>(l % types)]);
+      costs.layers.push_back(per_type[static_cast<std::size_t>(l % types)]);
+    }
+    costs.link = link_spec::symmetric(1024e3 * (50 + 400 * u(rng)), 5e-6 * u(rng), u(rng) < 0.7);
+    policy_spec const least{rule_spec{.where = placement::offload, .slots = {"in"}}, rule_spec{.where = placement::remat}};
+    auto const lo = build_schedule(st, {.policy = least}).peak_device_bytes();
+    auto const hi = build_schedule(st, strategy{}).peak_device_bytes();
+    plan_options opt;
+    opt.device_budget = lo + static_cast<std::size_t>(static_cast<double>(hi - lo) * (0.1 + 0.6 * u(rng)));
+    for (int capped = 0; capped < 2; ++capped) {
+      auto const p = make_plan(st, costs, opt);
+      ASSERT_TRUE(p.fits) << "trial " << trial;
+      EXPECT_LE(p.host_bytes, opt.host_budget) << "trial " << trial;
+      EXPECT_GE(p.gap_to_bound(), -1e-9) << "trial " << trial << ": the bound is above a plan";
+      EXPECT_LE(p.gap_to_bound(), 0.30) << "trial " << trial << " (" << types << " types, " << layers << " layers x " << slots
+                                        << " slots, " << (capped ? "host cap" : "no host cap") << ")";
+      worst = std::max(worst, p.gap_to_bound());
+      sum += p.gap_to_bound();
+      ++plans;
+      if (capped) break;
+      opt.host_budget = static_cast<std::size_t>(static_cast<double>(p.host_bytes) * (0.3 + 0.6 * u(rng)));
+      capped_plans += p.host_bytes > 0;
+      if (p.host_bytes == 0) break;
+    }
+  }
+  EXPECT_GE(capped_plans, cases / 2);
+  std::printf("mid-size random stacks: %d plans, gap to the bound mean %.2f%%, worst %.2f%%\n", plans, 100 * sum / plans, 100 * worst);
 }
 
 // Hardening, second pass (issue 21, item 2): on a chain written without saying where a layer's

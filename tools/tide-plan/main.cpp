@@ -360,6 +360,8 @@ int run(int argc, char** argv) {
                  {"device_bytes", pl.whole_device_bytes()},
                  {"host_bytes", pl.host_bytes},
                  {"exact", pl.exact},
+                 {"lower_bound_ms", pl.lower_bound_us / 1e3},
+                 {"gap_to_bound", pl.gap_to_bound()},
                  {"schedules_built", pl.evaluations},
                  {"policy", io::to_json(pl.strategy)}};
     j["wrote"] = wrote;
@@ -377,6 +379,8 @@ int run(int argc, char** argv) {
   for (auto d : pl.decisions) off += d == placement::offload, rem += d == placement::remat;
   std::printf("  plan: %zu offloaded, %zu rematerialized of %zu (layer, slot) pairs; step %.2f ms, device peak %.1f GiB, host %.1f GiB\n",
               off, rem, pl.decisions.size(), planned.step_us / 1e3, gib(pl.whole_device_bytes()), gib(pl.host_bytes));
+  std::printf("  lower bound %.2f ms: no schedule within these budgets steps faster; the plan is within %.2f%% of it\n",
+              pl.lower_bound_us / 1e3, 100 * pl.gap_to_bound());
   for (auto const& w : wrote) std::printf("  wrote %s\n", w.c_str());
   return 0;
 }
