@@ -3,6 +3,10 @@
 // with the strategy table's rows as seeds where there is one), each with its gap to the lower bound.
 #include <benchmark/benchmark.h>
 
+#include <string_view>
+#include <utility>
+#include <vector>
+
 #include <tide/plan/compare.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/planner.hpp>
@@ -49,6 +53,21 @@ void heuristic_plan_128_layers_8_slots(benchmark::State& state) {
 }
 BENCHMARK(heuristic_plan_128_layers_8_slots)->Unit(benchmark::kMillisecond);
 
+// The strategy table's options as tide-plan sets them: the budgets the whole device leaves, the
+// training's collectives, `offload` in the offload rows and the rest rematerialized there.
+tide::strategy_options table_options(tide::transformer_spec const& m, tide::hardware_spec const& hw,
+                                     tide::training_spec const& t, std::vector<std::string_view> offload) {
+  auto const resident = tide::transformer_resident_memory(m, hw, t);
+  tide::strategy_options o;
+  o.device_budget = tide::activation_budget(hw, resident);
+  o.host_budget = hw.pinnable_host_bytes();
+  o.resident_bytes = resident.total();
+  o.collectives = tide::training_collectives(t);
+  o.offload_slots = std::move(offload);
+  o.remat_rest = true;
+  return o;
+}
+
 // The published experiment's DeepSeek-V3 row set (examples/plan --published): 61 layers with FSDP
 // gathers, regathers and reduce-scatters, the five fixed strategies and the seeded planner, on
 // GB200 at micro-batch 8.
@@ -58,14 +77,7 @@ void published_deepseek_v3_strategy_table(benchmark::State& state) {
   tide::training_spec const t{.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}};
   auto const st = tide::transformer_stack(m);
   auto const costs = tide::transformer_costs(m, hw, t);
-  auto const resident = tide::transformer_resident_memory(m, hw, t);
-  tide::strategy_options o;
-  o.device_budget = tide::activation_budget(hw, resident);
-  o.host_budget = hw.pinnable_host_bytes();
-  o.resident_bytes = resident.total();
-  o.collectives = tide::training_collectives(t);
-  o.offload_slots = {"q_latent", "kv_latent", "mlp_up"};
-  o.remat_rest = true;
+  auto const o = table_options(m, hw, t, {"q_latent", "kv_latent", "mlp_up"});
   for (auto _ : state) benchmark::DoNotOptimize(tide::compare_strategies(st, costs, o).size());
 }
 BENCHMARK(published_deepseek_v3_strategy_table)->Unit(benchmark::kMillisecond);
@@ -95,14 +107,7 @@ void plan_61_layers_11_slots(benchmark::State& state) {
   auto const m = tide::models::deepseek_v3(4096, 8, 1);
   auto const hw = tide::hardware::gb200();
   tide::training_spec const t{.layout = {.gpus = 128, .fsdp = 128, .expert_parallel = 64}};
-  auto const resident = tide::transformer_resident_memory(m, hw, t);
-  tide::strategy_options o;
-  o.device_budget = tide::activation_budget(hw, resident);
-  o.host_budget = hw.pinnable_host_bytes();
-  o.resident_bytes = resident.total();
-  o.collectives = tide::training_collectives(t);
-  o.offload_slots = {"q_latent", "kv_latent", "mlp_up"};
-  o.remat_rest = true;
+  auto const o = table_options(m, hw, t, {"q_latent", "kv_latent", "mlp_up"});
   plan_and_report(state, tide::transformer_stack(m), tide::transformer_costs(m, hw, t), o);
 }
 BENCHMARK(plan_61_layers_11_slots)->Unit(benchmark::kMillisecond);
@@ -113,14 +118,7 @@ void plan_126_layers_8_slots(benchmark::State& state) {
   m.matmul = tide::precision::fp8;
   auto const hw = tide::hardware::gb200();
   tide::training_spec const t{.layout = {.gpus = 128, .fsdp = 128}};
-  auto const resident = tide::transformer_resident_memory(m, hw, t);
-  tide::strategy_options o;
-  o.device_budget = tide::activation_budget(hw, resident);
-  o.host_budget = hw.pinnable_host_bytes();
-  o.resident_bytes = resident.total();
-  o.collectives = tide::training_collectives(t);
-  o.offload_slots = {"qkv"};
-  o.remat_rest = true;
+  auto const o = table_options(m, hw, t, {"qkv"});
   plan_and_report(state, tide::transformer_stack(m), tide::transformer_costs(m, hw, t), o);
 }
 BENCHMARK(plan_126_layers_8_slots)->Unit(benchmark::kMillisecond);
