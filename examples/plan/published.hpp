@@ -23,6 +23,7 @@
 
 #include <tide/tide.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -94,19 +95,38 @@ inline std::vector<row> run(setup const& s, tide::hardware_spec const& hw, std::
     x.fits = r.fits;
     out.push_back(x);
   }
-  // Largest micro-batch per strategy: the rows at micro-batch 1, 2, ... until none fits.
+  // Largest micro-batch per strategy: the table's rows (cheap) at micro-batch 1, 2, ... until none
+  // fits. The planner is never worse than a row that fits (the rows are its seeds), so its search
+  // starts above the rows' largest micro-batch: it plans only where it could add one.
+  std::uint64_t rows_largest = 0;
   for (std::uint64_t mb = 1; mb <= max_mb; ++mb) {
     auto m = s;
     m.model.micro_batch = mb;
     bool any = false;
-    for (auto const& r : rows_of(m, hw, true))
+    for (auto const& r : rows_of(m, hw, false))
       if (r.fits) {
         any = true;
+        rows_largest = mb;
         for (auto& x : out)
           if (x.strategy == r.key) x.largest_microbatch = mb;
       }
     if (!any) break;
   }
+  // The planner: a bisection above the rows' largest micro-batch (fitting is monotone in the
+  // micro-batch: a plan that fits at mb + 1 fits at mb, where every slot is smaller).
+  auto planner_fits = [&](std::uint64_t mb) {
+    auto m = s;
+    m.model.micro_batch = mb;
+    auto const rows = rows_of(m, hw, true);
+    return std::any_of(rows.begin(), rows.end(), [](auto const& r) { return r.key == "planner" && r.fits; });
+  };
+  std::uint64_t lo = rows_largest, hi = max_mb + 1;  // fits at lo (or lo = 0), not known to fit at hi
+  while (hi - lo > 1) {
+    auto const mid = lo + (hi - lo) / 2;
+    (planner_fits(mid) ? lo : hi) = mid;
+  }
+  for (auto& x : out)
+    if (x.strategy == "planner") x.largest_microbatch = lo;
   return out;
 }
 

@@ -32,6 +32,7 @@ class plan_search {
       : stack_(stack), costs_(costs), opt_(opt) {
     costs_.check_against(stack_);
     if (opt_.candidates.empty()) opt_.candidates = default_candidates(stack_);
+    pipelines_ = opt_.candidates;
     auto const L = stack_.layer_count();
     for (std::uint32_t l = 0; l < L; ++l) {
       first_.push_back(slots_.size());
@@ -80,6 +81,12 @@ class plan_search {
     auto const t = simulate_step_us(s, costs_);
     if (held_cap_ != std::numeric_limits<std::size_t>::max() && s.peak_host_bytes() <= held_cap_ && t < held_.t)
       held_ = {d, pc, t};
+    for (std::size_t k = 0; k < pipelines_.size(); ++k)  // the fastest per pipeline
+      if (pipelines_[k].pipeline == pc.pipeline && pipelines_[k].buffers == pc.buffers) {
+        if (by_pipeline_.size() < pipelines_.size()) by_pipeline_.resize(pipelines_.size());
+        if (t < by_pipeline_[k].t) by_pipeline_[k] = {d, pc, t};
+        break;
+      }
     if (t < best_.step_us) {
       best_.fits = true;
       best_.step_us = t;
@@ -147,6 +154,7 @@ class plan_search {
     if (best_.fits && best_.host_bytes <= cap) return;
     auto const evaluations = best_.evaluations, smallest = best_.smallest_device_bytes;
     best_ = plan{};
+    by_pipeline_.clear();
     best_.evaluations = evaluations;
     best_.smallest_device_bytes = smallest;
     best_.step_us = std::numeric_limits<double>::infinity();
@@ -814,13 +822,36 @@ class plan_search {
       seen.push_back(p.d);
       local_search(std::move(p));
     }
-    // Kicks (iterated local search): from the best plan, two or three decisions changed at
-    // random (a fixed seed: plans are reproducible), then the descent again; escapes optima
-    // that only a three-decision move leaves.
+    // Kicks from the best plan.
     std::mt19937 rng(static_cast<std::uint32_t>(n));
-    evaluation_limit_ = best_.evaluations + opt_.local_search_kick_evaluations;
-    for (std::size_t kick = 0; kick < opt_.local_search_kicks && best_.fits && best_.evaluations < evaluation_limit_; ++kick) {
-      point q{best_.decisions, best_.strategy, best_.step_us};
+    kicks(rng, opt_.local_search_kicks, opt_.local_search_kick_evaluations, [&] {
+      return best_.fits ? point{best_.decisions, best_.strategy, best_.step_us} : point{};
+    });
+    // Then the same per pipeline, from the fastest plan with it: each pipeline's optimum can be
+    // far from the best's (one staging buffer leaves room to keep more, a deeper prefetch hides
+    // more offloads), and a descent that may change the pipeline returns to the best's.
+    auto const starts_by = by_pipeline_;
+    for (std::size_t k = 0; k < pipelines_.size() && k < starts_by.size(); ++k) {
+      if (!(starts_by[k].t < std::numeric_limits<double>::infinity())) continue;
+      if (pipelines_[k].pipeline == best_.strategy.pipeline && pipelines_[k].buffers == best_.strategy.buffers) continue;
+      opt_.candidates = {pipelines_[k]};
+      evaluation_limit_ = best_.evaluations + opt_.local_search_kick_evaluations / 4;
+      local_search(starts_by[k]);
+      kicks(rng, opt_.local_search_kicks / 4, opt_.local_search_kick_evaluations / 4, [&] { return by_pipeline_[k]; });
+    }
+    opt_.candidates = pipelines_;
+  }
+
+  //! Kicks (iterated local search): from `from()`, two or three decisions changed at random (a
+  //! fixed seed: plans are reproducible), then the descent again; escapes optima that only a
+  //! three-decision move leaves.
+  template <class From>
+  void kicks(std::mt19937& rng, std::size_t count, std::size_t evaluations, From from) {
+    auto const n = slots_.size();
+    evaluation_limit_ = best_.evaluations + evaluations;
+    for (std::size_t kick = 0; kick < count && best_.evaluations < evaluation_limit_; ++kick) {
+      point q = from();
+      if (!(q.t < std::numeric_limits<double>::infinity())) return;
       auto change = [&](std::size_t i, placement to) {
         q.d[i] = to == placement::remat && !remat_ok(static_cast<std::uint32_t>(i)) ? placement::offload : to;
       };
@@ -835,7 +866,9 @@ class plan_search {
         for (int j = 0; j < 2; ++j) {
           auto const a = static_cast<std::uint32_t>(rng() % L), b = static_cast<std::uint32_t>(rng() % L);
           if (stack_.layer_types[a] != stack_.layer_types[b]) continue;
-          for (std::size_t k = 0; k < stack_.layer(a).slots.size(); ++k) std::swap(q.d[first_[a] + k], q.d[first_[b] + k]);
+          for (std::size_t k = 0; k < stack_.layer(a).slots.size(); ++k)
+            if (j == 0) std::swap(q.d[first_[a] + k], q.d[first_[b] + k]);
+            else q.d[first_[b] + k] = q.d[first_[a] + k];
         }
       }
       for (std::size_t j = 0, changes = kind == 0 ? 2 + rng() % 2 : kind == 1; j < changes; ++j) {
@@ -861,6 +894,8 @@ class plan_search {
   std::vector<std::size_t> layer_bytes_;  // per layer: rematted, offloaded bytes (exact search)
   std::size_t held_cap_ = std::numeric_limits<std::size_t>::max();
   point held_;  // the fastest candidate evaluated within held_cap_
+  std::vector<strategy> pipelines_;  // the candidate pipelines (opt_.candidates may be one of them)
+  std::vector<point> by_pipeline_;   // per pipeline: the fastest plan evaluated with it
   std::size_t evaluation_limit_ = 0;  // the local search stops building schedules here
   plan best_;
 };
