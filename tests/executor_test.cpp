@@ -619,6 +619,51 @@ TEST(Failures, IssueFailureStillCallsEveryCollectiveHook) {
   EXPECT_NO_THROW(exec.step(noop, noop, hooks{.after_backward = hook}));
 }
 
+namespace {
+//! The host backend running lambdas inline on the issuing thread, as the CUDA backend does; once
+//! a lambda has "faulted" (set `sticky`), every later call fails, as CUDA calls do after a kernel
+//! faults and the context's error is sticky.
+struct sticky_backend : host_backend {
+  bool sticky = false;
+  void run(stream_role, std::uint32_t, op const&, task t) {
+    if (sticky) throw error("injected sticky error (the aftermath)");
+    t();
+  }
+  void record(stream_role r, std::uint32_t e) {
+    if (sticky) throw error("injected sticky error (the aftermath)");
+    host_backend::record(r, e);
+  }
+};
+}  // namespace
+
+// Issue 27, item 8: when a lambda fails and a later backend call fails because of it, the step
+// rethrows the lambda's error (the root cause), not the backend's; and the next step runs.
+TEST(Failures, TheLambdasErrorComesBeforeTheBackendsAftermath) {
+  stack_spec st;
+  st.independent_layers = true;
+  st.append({"l", {{"x", 4096}}}, 4);
+  auto const s = build_schedule(st, strategy{});  // keep-all: compute only, inline in order
+  sticky_backend b;
+  executor exec(b, s);
+  auto faulting = [&](auto const& c) {
+    if (c.layer == 1) {
+      b.sticky = true;
+      throw std::runtime_error("the root cause: layer 1's kernel faulted");
+    }
+  };
+  auto noop = [](auto const&) {};
+  try {
+    exec.step(faulting, noop);
+    FAIL() << "the step did not throw";
+  } catch (std::runtime_error const& e) {
+    EXPECT_STREQ(e.what(), "the root cause: layer 1's kernel faulted");
+  } catch (std::exception const& e) {
+    FAIL() << "the step threw the aftermath: " << e.what();
+  }
+  b.sticky = false;
+  EXPECT_NO_THROW(exec.step(noop, noop));
+}
+
 // The hooks of ops never issued go through the backend, in stream order, before the step's one
 // synchronization (on CUDA: nothing they enqueue is still running when the error is rethrown):
 // on the host backend they run on the communication stream's worker, not on the caller's thread.

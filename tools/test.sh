@@ -9,7 +9,8 @@
 #      readers' and tide-plan's command line 30 s, each from its seed corpus, and the saved
 #      regression inputs replayed;
 #   5. the GPU check script in dry-run mode (bench/gpu/check.sh --dry-run: its configure, build,
-#      CUDA suite, table and goals, everything but the GPU), when nvcc is found.
+#      device probe, CUDA suite, table and goals, everything but the GPU), and again with a
+#      simulated failing phase (the summary and the table must still appear), when nvcc is found.
 # Usage: tools/test.sh [main|tsan|asan|fuzz|gpucheck ...]   (default: all five)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -76,7 +77,26 @@ for c in "${configs[@]}"; do
       mkdir -p build-test/gpucheck
       rm -f build-test/gpucheck/result.json
       if command -v nvcc >/dev/null; then
-        bench/gpu/check.sh --dry-run build-test/gpucheck
+        # After the main build (which has every CUDA target) the dry run reuses it, rather than
+        # compiling the CUDA targets again in release.
+        dir=build-test/gpucheck
+        reuse=()
+        if [ -f build-test/main/build.ninja ] && grep -q '^build tests/cuda/cuda_test:' build-test/main/build.ninja; then
+          dir=build-test/main
+          reuse=(--reuse-build)
+        fi
+        bench/gpu/check.sh --dry-run "${reuse[@]}" "$dir"
+        # A failing phase (simulated): the phases after it still run, the summary and the table
+        # still appear, and the script exits 1.
+        log=build-test/gpucheck/simulated-failure.log
+        rc=0
+        bench/gpu/check.sh --dry-run "${reuse[@]}" --simulate-failure cuda-tests "$dir" >"$log" 2>&1 || rc=$?
+        if [ "$rc" -ne 1 ] || ! grep -q '^  cuda-tests .*FAIL' "$log" || ! grep -q '^  benchmarks .*SKIP: dry run' "$log" ||
+            ! grep -q '^== table' "$log" || ! grep -q 'G3 met' "$log"; then
+          echo "the GPU check with a failing phase (exit $rc) lacks its summary or its table:" >&2
+          cat "$log" >&2
+          exit 1
+        fi
         echo '{"name": "gpu_check_dry_run", "result": "OK"}' >build-test/gpucheck/result.json
       else
         echo "no nvcc: the GPU check's dry run is skipped"

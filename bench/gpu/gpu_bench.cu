@@ -102,16 +102,24 @@ BENCHMARK(h2d_tide)->Apply(copy_sizes);
 // 16 layers, 1024 wide, 4096 tokens: 16 MiB per slot, 768 MiB for keep-all, which fits; the
 // GEMMs make recompute expensive relative to a copy.
 cuda_stack::dims const step_dims{16, 1024, 4096};
+// Wide: 8 layers, 8192 wide, 1024 tokens: 32 MiB per slot, as step_dims's per-slot bytes x 2
+// with 16x the GEMM work per byte, so that the copies can hide behind the compute (on an H200
+// step_dims's copies take about 3.5x the compute; G2 is asserted only at a ratio up to 0.7).
+cuda_stack::dims const wide_dims{8, 8192, 1024};
 
-cuda_stack::model const& step_model() {
+cuda_stack::model const& step_model(cuda_stack::dims const& d) {
+  if (d.width == wide_dims.width) {
+    static cuda_stack::model const m(wide_dims);
+    return m;
+  }
   static cuda_stack::model const m(step_dims);
   return m;
 }
 
-void step_time(benchmark::State& state, std::size_t policy, bool prefetch_priority) {
-  auto const& m = step_model();
-  auto const c = cuda_stack::policy_cases(step_dims).at(policy);
-  auto const s = cuda_stack::build(step_dims, c);
+void step_time(benchmark::State& state, std::size_t policy, bool prefetch_priority, cuda_stack::dims const& dims = step_dims) {
+  auto const& m = step_model(dims);
+  auto const c = cuda_stack::policy_cases(dims).at(policy);
+  auto const s = cuda_stack::build(dims, c);
   tide::cuda_backend_options bo;
   bo.prefetch_priority = prefetch_priority;
   tide::cuda_backend be(bo);
@@ -144,6 +152,12 @@ BENCHMARK(step_offload_on_compute)->UseManualTime()->Unit(benchmark::kMillisecon
 BENCHMARK(step_offload_hidden)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(step_offload_hidden_default_priority)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 BENCHMARK(step_offload_hidden_chunked)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+void step_wide_keep_all(benchmark::State& s) { step_time(s, 0, true, wide_dims); }
+void step_wide_offload_on_compute(benchmark::State& s) { step_time(s, 2, true, wide_dims); }
+void step_wide_offload_hidden(benchmark::State& s) { step_time(s, 3, true, wide_dims); }
+BENCHMARK(step_wide_keep_all)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(step_wide_offload_on_compute)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(step_wide_offload_hidden)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 
 // ---- the largest batch under a device budget ----------------------------------------------------
 
@@ -190,10 +204,7 @@ BENCHMARK(max_batch_offload_hidden)->Iterations(1)->Unit(benchmark::kMillisecond
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (!cuda_stack::have_device()) {
-    std::printf("gpu_bench: no CUDA device is available; skipping\n");
-    return cuda_stack::skip_exit_code;
-  }
+  if (auto const rc = example::without_device("gpu_bench")) return *rc;
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -19,19 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "cuda_device.hpp"
 #include "example.hpp"
 #include "wave.hpp"
 
 namespace {
 
-constexpr int skip_exit_code = 77;
-
-bool have_device() {
-  int n = 0;
-  auto const e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) static_cast<void>(cudaGetLastError());
-  return e == cudaSuccess && n > 0;
-}
 
 //! Device memory for `n` values of T, freed on scope exit.
 template <class T>
@@ -50,7 +43,8 @@ class device_array {
     TIDE_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
   }
-  void zero() const { TIDE_CUDA_CHECK(cudaMemset(p_, 0, n_ * sizeof(T))); }
+  //! Zeroed on `stream`: tide's streams do not wait for the legacy stream a cudaMemset uses.
+  void zero(cudaStream_t stream) const { TIDE_CUDA_CHECK(cudaMemsetAsync(p_, 0, n_ * sizeof(T), stream)); }
 
  private:
   T* p_ = nullptr;
@@ -151,10 +145,13 @@ outcome reverse(adjoint::problem const& P, device_problem const& D, std::string 
   o.host_bytes = s.peak_host_bytes();
   auto const N = P.cells();
   device_array<double> mu_a(N), mu_b(N), grad(N);
-  grad.zero();
-  tide::cuda_backend backend;
+  tide::cuda_backend backend(example::backend_options());
   tide::executor ex(backend, s);
-  TIDE_CUDA_CHECK(cudaMemset(ex.carry_input().data(), 0, ex.carry_input().size()));  // state 0: at rest
+  // Zeroed on the compute stream, which the step is ordered after (tide's streams are
+  // non-blocking: a cudaMemset on the legacy stream could still be running when the step reads).
+  auto const compute = backend.stream(tide::stream_role::compute);
+  grad.zero(compute);
+  TIDE_CUDA_CHECK(cudaMemsetAsync(ex.carry_input().data(), 0, ex.carry_input().size(), compute));  // state 0: at rest
   unsigned const threads = 256, blocks = static_cast<unsigned>((N + threads - 1) / threads);
   bool flipped = false;  // the lambdas run on this thread, in issue order: mu's halves swap by name
   auto forward = [&](tide::forward_context<cudaStream_t> const& c) {
@@ -196,10 +193,7 @@ int main(int argc, char** argv) {
       .flag("--check", check, "exit 1 unless the GPU gradients are bitwise equal and match the CPU's");
   cli.parse(argc, argv);
   if (steps < 2 || size < 8 || snapshots < 1 || host_snapshots < 0) cli.fail("need --steps >= 2, --size >= 8, --snapshots >= 1");
-  if (!have_device()) {
-    std::printf("adjoint_cuda: no CUDA device is available; skipping\n");
-    return skip_exit_code;
-  }
+  if (auto const rc = example::without_device("adjoint_cuda")) return *rc;
   auto const P = adjoint::make_problem(size, steps);
   std::vector<int> receiver_of(P.cells(), -1);
   for (std::size_t r = 0; r < P.receivers.size(); ++r) receiver_of[static_cast<std::size_t>(P.receivers[r])] = static_cast<int>(r);

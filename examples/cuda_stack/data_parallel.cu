@@ -20,10 +20,7 @@
 #include <vector>
 
 int main() {
-  if (!cuda_stack::have_device()) {
-    std::printf("data_parallel: no CUDA device is available; skipping\n");
-    return cuda_stack::skip_exit_code;
-  }
+  if (auto const rc = example::without_device("data_parallel")) return *rc;
   try {
     int ranks = 0;
     TIDE_CUDA_CHECK(cudaGetDeviceCount(&ranks));
@@ -38,6 +35,8 @@ int main() {
     strategy.collectives = {.after_backward = true};
     std::vector<std::vector<float>> grads(devices.size());
     std::vector<std::string> errors(devices.size());
+    // A communicator the hooks aborted (a dead peer, an NCCL error) is freed: never destroyed again.
+    std::vector<char> aborted(devices.size(), 0);
     // Every rank allocates its arenas before any starts an all-reduce: NCCL kernels waiting for
     // a peer can deadlock with that peer's cudaMalloc/cudaHostAlloc.
     std::barrier ready(static_cast<std::ptrdiff_t>(devices.size()));
@@ -50,6 +49,11 @@ int main() {
           cuda_stack::model const m(d, static_cast<std::uint32_t>(r + 1));  // each rank its own data
           auto const s = cuda_stack::build(d, strategy);
           tide::nccl_hooks hooks(comms[r], d.layers);
+          struct note_abort {  // on every way out of this scope, the error path included
+            tide::nccl_hooks const& h;
+            char& out;
+            ~note_abort() { out = h.aborted(); }
+          } const noted{hooks, aborted[r]};
           for (std::uint32_t l = 0; l < d.layers; ++l) hooks.all_reduce(l, m.weight_grad(l), m.weight_elements());
           cuda_stack::run_options o;
           o.steps = 2;
@@ -68,7 +72,8 @@ int main() {
         }
       });
     for (auto& w : workers) w.join();
-    for (auto c : comms) TIDE_NCCL_CHECK(ncclCommDestroy(c));
+    for (std::size_t r = 0; r < comms.size(); ++r)
+      if (!aborted[r]) TIDE_NCCL_CHECK(ncclCommDestroy(comms[r]));
 
     bool ok = true;
     for (std::size_t r = 0; r < devices.size(); ++r) {

@@ -99,30 +99,36 @@ void check_cublas(cublasStatus_t st, char const* call) {
     throw tide::error(std::string("cuda_stack: ") + call + " failed with " + cublasGetStatusName(st) + " (" +
                       cublasGetStatusString(st) + ")");
 }
+// cuBLAS's workspace: 32 MiB, the size the cuBLAS documentation recommends for Hopper
+// (cublasSetWorkspace); enough for the others.
+constexpr std::size_t workspace_bytes = std::size_t{32} << 20;
+struct cublas_owner {
+  cublasHandle_t h = nullptr;
+  int device = -1;
+  void* workspace = nullptr;  // cuBLAS's, fixed: see gemm
+  ~cublas_owner() { release(); }
+  void release() noexcept {
+    if (h) static_cast<void>(cublasDestroy(h));
+    if (workspace) static_cast<void>(cudaFree(workspace));
+    h = nullptr;
+    workspace = nullptr;
+  }
+};
 //! One handle per device and host thread (cuBLAS handles are not thread-safe), created on first
-//! use; the stream is set per call, since forward, recompute and backward share it.
-cublasHandle_t handle() {
-  struct owner {
-    cublasHandle_t h = nullptr;
-    int device = -1;
-    ~owner() {
-      if (h) static_cast<void>(cublasDestroy(h));
-    }
-  };
-  thread_local owner o;
+//! use with its workspace; the stream is set per call, since forward, recompute and backward share it.
+cublas_owner const& handle() {
+  thread_local cublas_owner o;
   int device = 0;
   TIDE_CUDA_CHECK(cudaGetDevice(&device));
-  if (o.h && o.device != device) {
-    static_cast<void>(cublasDestroy(o.h));
-    o.h = nullptr;
-  }
+  if (o.h && o.device != device) o.release();
   if (!o.h) {
+    if (!o.workspace) TIDE_CUDA_CHECK(cudaMalloc(&o.workspace, workspace_bytes));
     check_cublas(cublasCreate(&o.h), "cublasCreate");
     o.device = device;
     // FP32 products stay FP32 (no TF32), so the example's numbers do not depend on a math mode.
     check_cublas(cublasSetMathMode(o.h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
   }
-  return o.h;
+  return o;
 }
 }  // namespace
 
@@ -130,8 +136,12 @@ cublasHandle_t handle() {
 // read column-major, its own transpose (op N); one with unit row stride is the matrix itself (op T).
 void gemm(int m, int n, int k, float const* a, int a_row, int a_col, float const* b, int b_row, int b_col, float* c,
           cudaStream_t s) {
-  auto const h = handle();
+  auto const& o = handle();
+  auto const h = o.h;
   check_cublas(cublasSetStream(h, s), "cublasSetStream");
+  // cublasSetStream drops a user workspace: bound again, so that a GEMM captured into a graph
+  // picks the same algorithm as when it runs eagerly, and the graph holds no memory nodes.
+  check_cublas(cublasSetWorkspace(h, o.workspace, workspace_bytes), "cublasSetWorkspace");
   auto const op_b = b_col == 1 ? CUBLAS_OP_N : CUBLAS_OP_T;
   auto const op_a = a_col == 1 ? CUBLAS_OP_N : CUBLAS_OP_T;
   int const ld_b = b_col == 1 ? b_row : b_col, ld_a = a_col == 1 ? a_row : a_col;

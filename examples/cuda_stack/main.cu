@@ -54,10 +54,7 @@ row measure(std::string name, cuda_stack::model const& m, tide::schedule const& 
 
 int main(int argc, char** argv) {
   auto const opt = parse(argc, argv);
-  if (!cuda_stack::have_device()) {
-    std::printf("cuda_stack: no CUDA device is available; skipping\n");
-    return cuda_stack::skip_exit_code;
-  }
+  if (auto const rc = example::without_device("cuda_stack")) return *rc;
   try {
     cuda_stack::model const m(opt.net);
     auto const cases = cuda_stack::policy_cases(opt.net);

@@ -26,22 +26,12 @@
 #include <tide/tide.hpp>
 #include <tide/trace/summary.hpp>
 
+#include "cuda_device.hpp"  // example::without_device (examples/common)
 #include "kernels.hpp"
 
 TIDE_DESIGNATED_INIT_BEGIN  // strategies name only the fields they set
 
 namespace cuda_stack {
-
-//! Exit code that makes Meson count a test as skipped.
-inline constexpr int skip_exit_code = 77;
-
-//! True when a CUDA device can be used (false on a machine without GPU or driver).
-inline bool have_device() {
-  int n = 0;
-  auto const e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) static_cast<void>(cudaGetLastError());
-  return e == cudaSuccess && n > 0;
-}
 
 struct dims {
   std::uint32_t layers = 8;
@@ -195,7 +185,7 @@ struct run_options {
   int steps = 3;              //!< the first is a warm-up, excluded from the step time
   bool trace = false;         //!< record a timeline of the last step (timed events; not in step_ms if steps > 2)
   bool graph = false;         //!< capture one step into a CUDA graph and replay it `steps` times
-  tide::cuda_backend_options backend{};
+  tide::cuda_backend_options backend = example::backend_options();
   tide::executor_options exec{};
   //! Called once the executor (and its arenas) exists, before the first step: data parallel
   //! ranks meet at a barrier here, so that no collective starts while a rank still allocates.

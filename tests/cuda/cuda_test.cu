@@ -82,7 +82,7 @@ TEST(CudaBackend, GraphReplayEqualsEagerStep) {
   }
   // Debug checks cannot be captured: their host nodes would replay with stale counters.
   auto const s = hidden_schedule();
-  tide::cuda_backend be;
+  tide::cuda_backend be(example::backend_options());
   tide::executor_options eo;
   eo.debug_checks = true;
   tide::executor ex(be, s, eo);
@@ -106,7 +106,7 @@ TEST(CudaBackend, ArenasAreAllocatedOnceAtStableAddresses) {
   } counting;
   cuda_stack::model const m(small);
   auto const s = hidden_schedule();
-  tide::cuda_backend_options bo;
+  auto bo = example::backend_options();
   bo.device_resource = counting;
   tide::cuda_backend be(bo);
   tide::executor ex(be, s);
@@ -143,7 +143,7 @@ TEST(CudaBackend, UserComputeStream) {
 
 TEST(CudaBackend, OutOfMemoryUnderABudget) {
   auto const s = hidden_schedule();
-  tide::cuda_backend_options bo;
+  auto bo = example::backend_options();
   bo.device_budget = s.peak_device_bytes() - 1;
   tide::cuda_backend be(bo);
   try {
@@ -154,12 +154,12 @@ TEST(CudaBackend, OutOfMemoryUnderABudget) {
     EXPECT_EQ(e.budget, bo.device_budget);
     EXPECT_TRUE(contains(e.what(), "device arena")) << e.what();
   }
-  tide::cuda_backend_options host;
+  auto host = example::backend_options();
   host.host_budget = s.peak_host_bytes() / 2;
   tide::cuda_backend hb(host);
   EXPECT_THROW(tide::executor(hb, s), tide::out_of_memory);
   // Exactly the predicted peak fits.
-  tide::cuda_backend_options exact;
+  auto exact = example::backend_options();
   exact.device_budget = s.peak_device_bytes();
   exact.host_budget = s.peak_host_bytes();
   tide::cuda_backend eb(exact);
@@ -169,7 +169,7 @@ TEST(CudaBackend, OutOfMemoryUnderABudget) {
 TEST(CudaBackend, UserExceptionsAreRethrownAfterTheStep) {
   cuda_stack::model const m(small);
   auto const s = hidden_schedule();
-  tide::cuda_backend be;
+  tide::cuda_backend be(example::backend_options());
   tide::executor ex(be, s);
   auto bwd = [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); };
   auto bad = [&](tide::forward_context<cudaStream_t> const& c) {
@@ -251,7 +251,7 @@ TEST(CudaBackend, SideStreamsStartAfterWorkQueuedBeforeTheStep) {
   ASSERT_EQ(cudaMalloc(&d, 2 * sizeof(int)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d, 0, 2 * sizeof(int)), cudaSuccess);
   {
-    tide::cuda_backend be;
+    tide::cuda_backend be(example::backend_options());
     auto with_gather = cuda_stack::policy_cases(small)[0].strategy;
     with_gather.collectives = {.before_forward = true};
     auto const s = cuda_stack::build(small, with_gather);
@@ -276,7 +276,7 @@ TEST(CudaBackend, EnqueueJoinsTheStepIntoTheComputeStream) {
   ASSERT_EQ(cudaMalloc(&d, 2 * sizeof(int)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d, 0, 2 * sizeof(int)), cudaSuccess);
   {
-    tide::cuda_backend be;
+    tide::cuda_backend be(example::backend_options());
     auto with_reduce = cuda_stack::policy_cases(small)[3].strategy;
     with_reduce.collectives = {.after_backward = true};
     auto const s = cuda_stack::build(small, with_reduce);
@@ -315,7 +315,7 @@ TEST(CudaBackend, SynchronizationTimesOutThroughTheWatchers) {
   int* release_d = nullptr;
   ASSERT_EQ(cudaHostGetDevicePointer(&release_d, release, 0), cudaSuccess);
   {
-    tide::cuda_backend_options o;
+    auto o = example::backend_options();
     o.sync_timeout = std::chrono::milliseconds(200);
     tide::cuda_backend be(o);
     bool told = false;
@@ -353,7 +353,7 @@ struct pageable_resource {
 
 TEST(CudaBackend, PageableHostResourceIsRejected) {
   pageable_resource pageable;
-  tide::cuda_backend_options o;
+  auto o = example::backend_options();
   o.host_resource = tide::resource_ref(pageable);
   tide::cuda_backend be(o);
   auto const s = hidden_schedule();
@@ -375,7 +375,7 @@ TEST(CudaBackend, UnsuitableComputeStreamsAreRejected) {
   } catch (tide::error const& e) {
     EXPECT_TRUE(contains(e.what(), "cudaStreamNonBlocking")) << e.what();
   }
-  tide::cuda_backend_options o;
+  auto o = example::backend_options();
   o.allow_blocking_compute_stream = true;
   EXPECT_NO_THROW(tide::cuda_backend(blocking, o));
   ASSERT_EQ(cudaStreamDestroy(blocking), cudaSuccess);
@@ -386,7 +386,7 @@ TEST(CudaBackend, ScheduleAlignmentReachesTheArenas) {
   auto how = cuda_stack::policy_cases(small)[3].strategy;
   how.buffers = b;
   auto const s = tide::build_schedule(cuda_stack::make_stack(small), how);
-  tide::cuda_backend be;
+  tide::cuda_backend be(example::backend_options());
   try {
     tide::executor ex(be, s);
     EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ex.memory().device) % b.device_alignment, 0u);
@@ -399,7 +399,7 @@ TEST(CudaBackend, ScheduleAlignmentReachesTheArenas) {
 
 TEST(CudaBackend, WithdrawnCaptureLeavesTheNextStepEager) {
   cuda_stack::model const m(small);
-  tide::cuda_backend be;
+  tide::cuda_backend be(example::backend_options());
   auto const s = keep_schedule();
   tide::executor ex(be, s);
   be.capture_next_step();
@@ -461,7 +461,7 @@ TEST(CudaBackend, FailuresNameTheCall) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // the non-sticky error was cleared
 
   // An invalid copy through the backend: reported as a cuda_error naming the call.
-  tide::cuda_backend be;
+  tide::cuda_backend be(example::backend_options());
   be.setup({.ops = 1, .device_bytes = 256, .host_bytes = 256});
   tide::op o;
   o.kind = tide::op_kind::offload;
@@ -479,10 +479,7 @@ TEST(CudaBackend, FailuresNameTheCall) {
 }
 
 int main(int argc, char** argv) {
-  if (!cuda_stack::have_device()) {
-    std::printf("cuda_test: no CUDA device is available; skipping\n");
-    return cuda_stack::skip_exit_code;
-  }
+  if (auto const rc = example::without_device("cuda_test")) return *rc;
   testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

@@ -61,6 +61,15 @@ class device_array {
 //! Row-major GEMMs as in blas.hpp, on cuBLAS: C[m x n] = op(A) op(B) + beta C.
 struct gemms {
   cublasHandle_t h;
+  float* workspace = nullptr;  //!< cuBLAS's workspace, bound with every stream
+  std::size_t workspace_bytes = 0;
+  //! The stream the next GEMMs run on, with the fixed workspace again: cublasSetStream drops a
+  //! user workspace, and without one a GEMM captured into a graph picks other algorithms than
+  //! the same GEMM run eagerly (and the graph gains memory nodes).
+  void bind(cudaStream_t st) const {
+    TRANSFORMER_CUDA(cublasSetStream(h, st));
+    TRANSFORMER_CUDA(cublasSetWorkspace(h, workspace, workspace_bytes));
+  }
   void nn(std::size_t m, std::size_t n, std::size_t k, float const* a, float const* b, float beta, float* c) const {
     if (!m || !n) return;
     float const one = 1.0f;
@@ -84,6 +93,9 @@ class gpu_model {
   using saved = std::array<float*, tensor_count>;
 
   gpu_model(config c, shape s, std::uint64_t seed, cublasHandle_t h) : c_(c), s_(s), g_{h} {
+    workspace_ = device_array<float>(workspace_bytes / sizeof(float));
+    g_.workspace = workspace_.get();
+    g_.workspace_bytes = workspace_bytes;
     transformer::model cpu(c, seed);  // the very same initial weights
     params_ = cpu.parameter_tensors();
     auto const total = cpu.parameters().size();
@@ -99,6 +111,9 @@ class gpu_model {
     for (auto const& p : params_)
       for (std::size_t i = p.offset; i < p.offset + p.size; ++i) decay[i] = p.decay;
     TRANSFORMER_CUDA(cudaMemcpy(decay_.get(), decay.data(), total, cudaMemcpyHostToDevice));
+    // The memsets and copies above ran on the legacy stream, which tide's non-blocking streams
+    // do not wait for: they must be complete before the first step.
+    TRANSFORMER_CUDA(cudaDeviceSynchronize());
     // The CPU model's layout, tensor for tensor.
     embedding_ = cpu.embedding_offset();
     final_norm_ = cpu.final_norm_offset();
@@ -137,7 +152,7 @@ class gpu_model {
   //! Final RMSNorm, logits, cross-entropy; its backward into grad_carry (may alias carry). The
   //! mean loss lands in loss_on_device()[0] (read it after the stream synchronizes).
   void head(float const* carry, std::int32_t const* targets, float* grad_carry, cudaStream_t st) {
-    TRANSFORMER_CUDA(cublasSetStream(g_.h, st));
+    g_.bind(st);
     std::size_t const n = s_.tokens(), d = c_.width, V = c_.vocab;
     float* inv = dlogits_.get();  // n floats at least (n * max(E, 1))
     float* hf = xn_.get();
@@ -189,7 +204,7 @@ class gpu_model {
   //! accumulates the parameter gradients, in model.hpp's order.
   void layer_backward(std::size_t l, saved const& sv, float const* grad_output, float* grad_input, cudaStream_t st) {
     using enum tensor;
-    TRANSFORMER_CUDA(cublasSetStream(g_.h, st));
+    g_.bind(st);
     auto const& p = layers_[l];
     auto in = [&](tensor t) -> float const* { return sv[tensor_index(t)]; };
     std::size_t const n = s_.tokens(), d = c_.width, hd = c_.head_dim(), qw = c_.heads * hd, kvw = c_.kv_heads * hd;
@@ -277,7 +292,7 @@ class gpu_model {
 
   void run_forward(std::size_t l, saved const& sv, tensor_set want, float* output, tensor_set available, cudaStream_t st) {
     using enum tensor;
-    TRANSFORMER_CUDA(cublasSetStream(g_.h, st));
+    g_.bind(st);
     auto const lk = kind(l);
     tensor_set const need = forward_needs(lk, want, output != nullptr, available);
     auto is = [&](tensor t) { return need.test(tensor_index(t)); };
@@ -385,6 +400,10 @@ class gpu_model {
   }
 
 
+  // cuBLAS's workspace: 32 MiB, the size the cuBLAS documentation recommends for Hopper
+  // (cublasSetWorkspace); enough for the others.
+  static constexpr std::size_t workspace_bytes = std::size_t{32} << 20;
+  device_array<float> workspace_;
   config c_;
   shape s_;
   gemms g_;

@@ -1,6 +1,7 @@
 // The transformer demo's CUDA twin: the demo's policies (../tide_model.hpp) on tide's CUDA backend
 // with the model of gpu_model.hpp, the same copy task; the gradient checksums agree bitwise across
 // every policy on one GPU (exit 1 if not) and the loss falls. Exits 77 without a GPU.
+#include "cuda_device.hpp"
 #include "example.hpp"
 #include "gpu_model.hpp"
 #include "../task.hpp"
@@ -98,13 +99,6 @@ class gpu_trainer {
   std::array<transformer::cuda::device_array<float>, transformer::tensor_count> scratch_;
 };
 
-bool have_device() {
-  int n = 0;
-  auto const e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) static_cast<void>(cudaGetLastError());
-  return e == cudaSuccess && n > 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -114,10 +108,7 @@ int main(int argc, char** argv) {
   cli.flag("--small", small, "a fast configuration").option("--steps", steps, "N", "steps per policy (at least 2)");
   cli.parse(argc, argv);
   if (steps < 2) cli.fail("--steps must be at least 2");
-  if (!have_device()) {
-    std::printf("transformer_cuda: no CUDA device is available; skipping\n");
-    return 77;
-  }
+  if (auto const rc = example::without_device("transformer_cuda")) return *rc;
   config c{.vocab = 32, .width = 64, .heads = 4, .kv_heads = 2, .layers = small ? 4u : 8u, .dense_layers = small ? 1u : 2u,
            .mlp_hidden = 192, .experts = 8, .top_k = 2, .expert_hidden = 64, .shared_hidden = 64};
   shape const s{4, 48};
@@ -133,7 +124,7 @@ int main(int argc, char** argv) {
   std::printf("%-24s %9s %12s %12s %10s  %s\n", "policy", "step ms", "device", "host", "loss", "grad checksum");
   for (auto const& p : transformer::published_strategies(c.layers)) {
     auto const sched = tide::build_schedule(stack, p.strategy);
-    tide::cuda_backend be;
+    tide::cuda_backend be(example::backend_options());
     tide::executor ex(be, sched, {.debug_checks = false, .check_schedule = true});
     gpu_trainer tr(c, s, h);
     double loss0 = 0, loss = 0, ms = 0;

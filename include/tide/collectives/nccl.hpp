@@ -13,12 +13,17 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include <tide/backends/cuda/cuda_error.hpp>
+#include <tide/backends/cuda/detail/device_guard.hpp>
+#include <tide/backends/cuda/detail/sync_wait.hpp>
 #include <tide/core/op.hpp>
 #include <tide/executor/context.hpp>
 
@@ -78,10 +83,43 @@ struct nccl_call {
   ncclRedOp_t op = ncclSum;  //!< ignored by all-gather
 };
 
+namespace detail {
+//! The NCCL and CUDA calls `basic_nccl_hooks` makes, in one place, so that a test can run the
+//! hooks' logic (aborts, timeouts, groups) against a fake without a GPU.
+struct nccl_api {
+  static ncclResult_t user_rank(ncclComm_t c, int* rank) { return ncclCommUserRank(c, rank); }
+  static ncclResult_t cu_device(ncclComm_t c, int* device) { return ncclCommCuDevice(c, device); }
+  //! The communicator's device is current for the scope (flags are allocated on it).
+  static device_guard device_scope(int device) { return device_guard(device); }
+  static ncclResult_t group_start() { return ncclGroupStart(); }
+  static ncclResult_t group_end() { return ncclGroupEnd(); }
+  static ncclResult_t all_reduce(void const* s, void* r, std::size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                 cudaStream_t st) {
+    return ncclAllReduce(s, r, n, t, op, c, st);
+  }
+  static ncclResult_t reduce_scatter(void const* s, void* r, std::size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                                     cudaStream_t st) {
+    return ncclReduceScatter(s, r, n, t, op, c, st);
+  }
+  static ncclResult_t all_gather(void const* s, void* r, std::size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st) {
+    return ncclAllGather(s, r, n, t, c, st);
+  }
+  static ncclResult_t async_error(ncclComm_t c, ncclResult_t* e) { return ncclCommGetAsyncError(c, e); }
+  static ncclResult_t abort(ncclComm_t c) { return ncclCommAbort(c); }
+  static cudaError_t device_alloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
+  static cudaError_t host_alloc(void** p, std::size_t n) { return cudaHostAlloc(p, n, cudaHostAllocPortable); }
+  static void device_free(void* p) noexcept { static_cast<void>(cudaFree(p)); }
+  static void host_free(void* p) noexcept { static_cast<void>(cudaFreeHost(p)); }
+  static cudaError_t copy_async(void* d, void const* s, std::size_t n, cudaMemcpyKind k, cudaStream_t st) {
+    return cudaMemcpyAsync(d, s, n, k, st);
+  }
+};
+}  // namespace detail
+
 //! The hooks: pass the same object as both hooks, by reference,
 //! `tide::hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)}`
 //! (or only those the schedule makes room for); it dispatches on `ctx.kind` (`gather`, `regather`
-//! or `reduce`).
+//! or `reduce`). `tide::nccl_hooks` is `basic_nccl_hooks<>`; `Api` is for tests.
 //!
 //! Failure agreement: each hook's group also all-reduces (max) one int saying whether this rank's
 //! step failed, so a rank whose lambda threw still makes the same NCCL calls as its peers (no
@@ -93,49 +131,77 @@ struct nccl_call {
 //! aborts the communicator (so the NCCL kernels stop spinning) and throws `nccl_error`. Register
 //! it with the CUDA backend (`cuda_backend::watch`), whose synchronization polls it while it
 //! waits, with a timeout. Non-blocking communicators are supported: `ncclInProgress` from a call
-//! is waited out with the same polling.
-class nccl_hooks {
+//! is waited out with the same polling, for at most the hooks' `progress_timeout`.
+//!
+//! Aborted: once the hooks abort the communicator (`ncclCommAbort` frees it), every later call
+//! (a hook, `finish_step`, `poll`, `check_progress`) throws `collective_error` without touching
+//! it; `aborted()` says so, and the owner must not `ncclCommDestroy` it. An abort requested while
+//! the hooks' own NCCL group is open waits until the group is closed.
+template <class Api = detail::nccl_api>
+class basic_nccl_hooks {
  public:
-  //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure
-  //! flags (device and pinned host) on the current device, which must be the communicator's.
-  nccl_hooks(ncclComm_t comm, std::uint32_t layer_count)
-      : comm_(comm), before_(layer_count), before_backward_(layer_count), after_(layer_count) {
-    TIDE_NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+  //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure flags
+  //! (device and pinned host) on the communicator's device. `progress_timeout` bounds the wait
+  //! for a call that returned `ncclInProgress` (then the communicator is aborted).
+  basic_nccl_hooks(ncclComm_t comm, std::uint32_t layer_count,
+                   std::chrono::milliseconds progress_timeout = std::chrono::minutes(5))
+      : comm_(comm), progress_timeout_(progress_timeout), before_(layer_count), before_backward_(layer_count),
+        after_(layer_count) {
+    TIDE_NCCL_CHECK(Api::user_rank(comm_, &rank_));
+    int device = 0;
+    TIDE_NCCL_CHECK(Api::cu_device(comm_, &device));
+    [[maybe_unused]] auto const on = Api::device_scope(device);
     auto const n = 3 * std::size_t{layer_count} + 1;
-    TIDE_CUDA_CHECK(cudaMalloc(&device_flags_, n * sizeof(int)));
-    if (auto const e = cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable); e != cudaSuccess) {
-      static_cast<void>(cudaFree(device_flags_));
+    void* d = nullptr;
+    TIDE_CUDA_CHECK(Api::device_alloc(&d, n * sizeof(int)));
+    device_flags_ = static_cast<int*>(d);
+    void* h = nullptr;
+    if (auto const e = Api::host_alloc(&h, 2 * n * sizeof(int)); e != cudaSuccess) {
+      Api::device_free(device_flags_);
       detail::throw_cuda_error(e, "cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable)", __FILE__,
                                __LINE__);
     }
+    host_flags_ = static_cast<int*>(h);
     for (std::size_t i = 0; i < 2 * n; ++i) host_flags_[i] = 0;
   }
-  nccl_hooks(nccl_hooks const&) = delete;
-  nccl_hooks& operator=(nccl_hooks const&) = delete;
-  ~nccl_hooks() {
-    static_cast<void>(cudaFree(device_flags_));
-    static_cast<void>(cudaFreeHost(host_flags_));
+  basic_nccl_hooks(basic_nccl_hooks const&) = delete;
+  basic_nccl_hooks& operator=(basic_nccl_hooks const&) = delete;
+  ~basic_nccl_hooks() {
+    Api::device_free(device_flags_);
+    Api::host_free(host_flags_);
   }
 
   //! The communicator the calls run on.
   ncclComm_t comm() const noexcept { return comm_; }
   //! This process's rank in the communicator.
   int rank() const noexcept { return rank_; }
+  //! True once the hooks aborted the communicator: it is freed; do not destroy it.
+  [[nodiscard]] bool aborted() const noexcept { return aborted_; }
+  //! Aborts the communicator now (after the hooks' group, when one is open); once only.
+  void abort() noexcept {
+    if (aborted_) return;
+    if (in_group_) {
+      abort_pending_ = true;
+      return;
+    }
+    static_cast<void>(Api::abort(comm_));
+    aborted_ = true;
+  }
 
   //! After layer `layer`'s backward: all-reduce `count` elements of `buffer` in place.
-  nccl_hooks& all_reduce(std::uint32_t layer, void* buffer, std::size_t count, ncclDataType_t type = ncclFloat32,
-                         ncclRedOp_t op = ncclSum) {
+  basic_nccl_hooks& all_reduce(std::uint32_t layer, void* buffer, std::size_t count, ncclDataType_t type = ncclFloat32,
+                               ncclRedOp_t op = ncclSum) {
     return add(after_, layer, {nccl_call::all_reduce, buffer, buffer, count, type, op});
   }
   //! After layer `layer`'s backward: reduce `send` (ranks x `recv_count` elements) and keep this
   //! rank's `recv_count` elements in `recv`.
-  nccl_hooks& reduce_scatter(std::uint32_t layer, void const* send, void* recv, std::size_t recv_count,
-                             ncclDataType_t type = ncclFloat32, ncclRedOp_t op = ncclSum) {
+  basic_nccl_hooks& reduce_scatter(std::uint32_t layer, void const* send, void* recv, std::size_t recv_count,
+                                   ncclDataType_t type = ncclFloat32, ncclRedOp_t op = ncclSum) {
     return add(after_, layer, {nccl_call::reduce_scatter, send, recv, recv_count, type, op});
   }
   //! Before layer `layer`'s forward: gather every rank's `send_count` elements into `recv`.
-  nccl_hooks& all_gather(std::uint32_t layer, void const* send, void* recv, std::size_t send_count,
-                         ncclDataType_t type = ncclFloat32) {
+  basic_nccl_hooks& all_gather(std::uint32_t layer, void const* send, void* recv, std::size_t send_count,
+                               ncclDataType_t type = ncclFloat32) {
     return add(before_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
   }
   //! Before layer `layer`'s recompute and backward: gather every rank's `send_count` elements into
@@ -143,8 +209,8 @@ class nccl_hooks {
   //! buffers serve gathers and regathers alike: the gather of layer l may use buffer l mod 2 and
   //! its regather buffer (l + 1) mod 2 (without gathers before forward: (L - 1 - l) mod 2), since
   //! each collective of the sequence waits for the last user of the one two before it.
-  nccl_hooks& all_gather_before_backward(std::uint32_t layer, void const* send, void* recv, std::size_t send_count,
-                                         ncclDataType_t type = ncclFloat32) {
+  basic_nccl_hooks& all_gather_before_backward(std::uint32_t layer, void const* send, void* recv, std::size_t send_count,
+                                               ncclDataType_t type = ncclFloat32) {
     return add(before_backward_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
   }
 
@@ -154,33 +220,38 @@ class nccl_hooks {
   void operator()(collective_context<cudaStream_t> const& ctx) {
     auto const& calls = (ctx.kind == op_kind::gather ? before_ : ctx.kind == op_kind::regather ? before_backward_ : after_).at(ctx.layer);
     if (calls.empty()) return;
+    throw_if_aborted();
     auto const slot = 3 * std::size_t{ctx.layer} + (ctx.kind == op_kind::gather ? 0 : ctx.kind == op_kind::regather ? 1 : 2);
     int* const sent = host_flags_ + 2 * slot;  // [sent, received]: pinned, stable until the step syncs
     sent[0] = ctx.step_failed ? rank_ + 1 : 0;
     sent[1] = 0;
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(device_flags_ + slot, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
-    check_nccl_call(ncclGroupStart(), "ncclGroupStart()");
+    TIDE_CUDA_CHECK(Api::copy_async(device_flags_ + slot, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
+    check_nccl_call(Api::group_start(), "ncclGroupStart()");
     // The group must be closed even when a call fails, or NCCL's group state leaks into the
-    // next collective.
+    // next collective; an abort asked for meanwhile runs once it is closed.
+    in_group_ = true;
     try {
-      check_nccl_call(ncclAllReduce(device_flags_ + slot, device_flags_ + slot, 1, ncclInt32, ncclMax, comm_, ctx.stream),
+      check_nccl_call(Api::all_reduce(device_flags_ + slot, device_flags_ + slot, 1, ncclInt32, ncclMax, comm_, ctx.stream),
                       "ncclAllReduce (failure flag)");
       for (auto const& c : calls) enqueue(c, ctx.stream);
     } catch (...) {
-      static_cast<void>(ncclGroupEnd());
+      close_group();
       throw;
     }
-    check_nccl_call(ncclGroupEnd(), "ncclGroupEnd()");
-    TIDE_CUDA_CHECK(cudaMemcpyAsync(sent + 1, device_flags_ + slot, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
+    in_group_ = false;
+    check_nccl_call(Api::group_end(), "ncclGroupEnd()");
+    TIDE_CUDA_CHECK(Api::copy_async(sent + 1, device_flags_ + slot, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
     used_.push_back(static_cast<std::uint32_t>(slot));
   }
 
   //! After the step's synchronization: throws `collective_error` when any rank reported a failed
-  //! step in one of this step's groups (every rank then throws, none reports success).
+  //! step in one of this step's groups (every rank then throws, none reports success), or when
+  //! the communicator was aborted.
   void finish_step() {
     int worst = 0;
     for (auto const slot : used_) worst = std::max(worst, host_flags_[2 * slot + 1]);
     used_.clear();
+    throw_if_aborted();
     if (worst > 0)
       throw collective_error("tide: nccl_hooks: rank " + std::to_string(worst - 1) + " failed during this step; rank " +
                              std::to_string(rank_) + " completed its collectives but their results are not to be used");
@@ -189,12 +260,13 @@ class nccl_hooks {
   //! A `cuda_backend::watcher`: `backend.watch([&hooks](bool t) { hooks.poll(t); })`. Polls the
   //! communicator while the backend waits; once the wait has timed out, aborts the communicator
   //! (its kernels stop, the streams drain) and throws `collective_error`.
-  void poll(bool timed_out) const {
+  void poll(bool timed_out) {
+    throw_if_aborted();
     if (!timed_out) {
       check_progress();
       return;
     }
-    static_cast<void>(ncclCommAbort(comm_));
+    abort();
     throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) +
                            " timed out waiting for its collectives (a peer may have died); the communicator was "
                            "aborted and must be recreated");
@@ -202,18 +274,19 @@ class nccl_hooks {
 
   //! Polls the communicator's asynchronous error: on an error, aborts the communicator and throws
   //! `nccl_error`. Returns false while a non-blocking operation is still in progress.
-  bool check_progress() const {
+  bool check_progress() {
+    throw_if_aborted();
     ncclResult_t async = ncclSuccess;
-    TIDE_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
+    TIDE_NCCL_CHECK(Api::async_error(comm_, &async));
     if (async == ncclSuccess) return true;
     if (async == ncclInProgress) return false;
-    static_cast<void>(ncclCommAbort(comm_));  // stops this rank's NCCL kernels, so streams drain
+    abort();  // stops this rank's NCCL kernels, so streams drain
     throw nccl_error(async, "ncclCommGetAsyncError(comm) (the communicator was aborted)", "tide::nccl_hooks");
   }
 
  private:
   using list = std::vector<nccl_call>;
-  nccl_hooks& add(std::vector<list>& where, std::uint32_t layer, nccl_call c) {
+  basic_nccl_hooks& add(std::vector<list>& where, std::uint32_t layer, nccl_call c) {
     if (layer >= where.size())
       throw collective_error("tide: nccl_hooks: layer " + std::to_string(layer) + " is beyond a stack of " +
                              std::to_string(where.size()) + " layers");
@@ -221,35 +294,68 @@ class nccl_hooks {
     used_.reserve(3 * where.size());  // a gather, a regather and a reduce per layer at most
     return *this;
   }
-  //! ncclInProgress is success-in-waiting on a non-blocking communicator: poll until it settles.
-  void check_nccl_call(ncclResult_t r, char const* call) const {
+  void throw_if_aborted() const {
+    if (aborted_)
+      throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) +
+                             ": the communicator was aborted (after an NCCL error or a timeout); recreate it and the "
+                             "hooks (and do not ncclCommDestroy the aborted one)");
+  }
+  //! Closes the hooks' group after a failure inside it, then runs an abort asked for meanwhile.
+  void close_group() noexcept {
+    in_group_ = false;
+    static_cast<void>(Api::group_end());
+    if (std::exchange(abort_pending_, false)) abort();
+  }
+  //! ncclInProgress is success-in-waiting on a non-blocking communicator: poll until it settles,
+  //! for at most `progress_timeout` (then abort, and throw).
+  void check_nccl_call(ncclResult_t r, char const* call) {
     if (r == ncclInProgress) {
+      using clock = std::chrono::steady_clock;
+      auto const begin = clock::now();
+      auto const deadline = detail::deadline_after<clock>(begin, progress_timeout_);
       while (!check_progress()) {
+        auto const now = clock::now();
+        if (now > deadline) {
+          abort();
+          throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) + ": " + call + " was still in "
+                                 "progress after " + std::to_string(progress_timeout_.count()) +
+                                 " ms (a peer may have died); the communicator was aborted and must be recreated");
+        }
+        auto const pause = detail::sync_pause(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
+        if (pause.count() == 0) std::this_thread::yield();
+        else std::this_thread::sleep_for(pause);
       }
       return;
     }
     if (r != ncclSuccess) throw nccl_error(r, call, "tide::nccl_hooks");
   }
-  void enqueue(nccl_call const& c, cudaStream_t s) const {
+  void enqueue(nccl_call const& c, cudaStream_t s) {
     switch (c.kind) {
       case nccl_call::all_reduce:
-        check_nccl_call(ncclAllReduce(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclAllReduce");
+        check_nccl_call(Api::all_reduce(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclAllReduce");
         break;
       case nccl_call::reduce_scatter:
-        check_nccl_call(ncclReduceScatter(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclReduceScatter");
+        check_nccl_call(Api::reduce_scatter(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclReduceScatter");
         break;
       case nccl_call::all_gather:
-        check_nccl_call(ncclAllGather(c.send, c.recv, c.count, c.type, comm_, s), "ncclAllGather");
+        check_nccl_call(Api::all_gather(c.send, c.recv, c.count, c.type, comm_, s), "ncclAllGather");
         break;
     }
   }
 
   ncclComm_t comm_;
+  std::chrono::milliseconds progress_timeout_;
   int rank_ = 0;
   std::vector<list> before_, before_backward_, after_;
   int* device_flags_ = nullptr;  // one per (layer, hook kind)
   int* host_flags_ = nullptr;    // two per (layer, hook kind): sent, received
   std::vector<std::uint32_t> used_;  // this step's flag slots
+  bool aborted_ = false;         // the communicator was aborted (and freed)
+  bool in_group_ = false;        // between the hooks' ncclGroupStart and ncclGroupEnd
+  bool abort_pending_ = false;   // an abort asked for inside the group
 };
+
+//! The NCCL hooks on the real NCCL and CUDA runtime.
+using nccl_hooks = basic_nccl_hooks<>;
 
 }  // namespace tide

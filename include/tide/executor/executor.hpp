@@ -417,6 +417,7 @@ class executor {
     for (auto& r : prefetched_) r.store(0, std::memory_order_relaxed);
     backend_.begin_step(s_);
     std::exception_ptr issue_error;
+    bool earlier_failure = false;  // a lambda or debug check had failed when issuing failed
     auto const n = static_cast<std::uint32_t>(s_.ops.size());
     std::uint32_t issued = 0;
     hook_enqueued_ = n;
@@ -424,6 +425,10 @@ class executor {
       for (; issued < n; ++issued) issue_op(issued);
     } catch (...) {
       issue_error = std::current_exception();  // still drain what was enqueued
+      {
+        std::lock_guard lock(error_mutex_);
+        earlier_failure = error_ || debug_failure_.kind != debug_failure::none;
+      }
       failed_.store(true, std::memory_order_relaxed);
       // Collective hooks of ops never issued still run, told that the step failed, so that
       // distributed peers waiting in a collective learn of it instead of hanging. They go
@@ -453,6 +458,12 @@ class executor {
       } catch (...) {
       }
       ++steps_;
+      // The root cause first, as in `complete`: a lambda that threw (or a debug check that
+      // failed) before the backend's call failed is what the caller must see; on CUDA the
+      // backend's error is often its aftermath (a faulted kernel makes later calls fail).
+      if (earlier_failure && error_) issue_error = std::exchange(error_, nullptr);
+      else if (earlier_failure && debug_failure_.kind != debug_failure::none) throw_debug_failure();
+      error_ = nullptr;
       std::rethrow_exception(issue_error);
     }
   }

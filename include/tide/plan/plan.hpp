@@ -63,7 +63,8 @@ struct plan_options {
   //! about 50 ms at 64 decisions.
   std::size_t local_search_max_evaluations = 5000;
   //! ... then restarts up to this many times from the best plan with two or three decisions
-  //! changed at random (a fixed seed), building at most `local_search_kick_evaluations` more.
+  //! changed at random (a fixed seed), building at most `local_search_kick_evaluations` more;
+  //! then, per other candidate pipeline, a quarter of each from that pipeline's fastest plan.
   std::size_t local_search_kicks = 200;
   std::size_t local_search_kick_evaluations = 2000;  //!< see `local_search_kicks`
   //! Above `local_search_max_decisions`, the search over classes (a layer type's slot in every

@@ -6,9 +6,10 @@
 //!
 //! Streams: the compute stream is the user's (`cudaStream_t` or `cuda::stream_ref`) or one tide
 //! creates; tide creates the device-to-host, host-to-device and communication streams,
-//! non-blocking, the host-to-device one at the device's greatest priority by default. Priorities
-//! order kernels only (copy engines ignore them), so this matters only for kernels a user
-//! enqueues on that stream; bench/gpu measures whether it has any effect.
+//! non-blocking, the host-to-device and communication ones at the device's greatest priority by
+//! default. Priorities order kernels only (copy engines ignore them): on the communication stream
+//! NCCL's kernels then run ahead of a backward that fills the GPU; on the host-to-device stream
+//! they matter only for kernels a user enqueues there (bench/gpu measures whether they do).
 //!
 //! A step forks the side streams from the compute stream when it begins and joins them back into
 //! it when everything is enqueued (`end_step`), so `executor::enqueue` returns with the compute
@@ -23,6 +24,7 @@
 
 #include <cuda/stream_ref>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -39,6 +41,8 @@
 
 #include <tide/backends/cuda/cuda_error.hpp>
 #include <tide/backends/cuda/cuda_graph.hpp>
+#include <tide/backends/cuda/detail/device_guard.hpp>
+#include <tide/backends/cuda/detail/sync_wait.hpp>
 #include <tide/backends/cuda/memory.hpp>
 #include <tide/backends/cuda/nvtx.hpp>
 #include <tide/core/error.hpp>
@@ -55,11 +59,15 @@ struct cuda_backend_options {
   //! Bytes the pinned arenas may hold at once (arenas that live executors still hold included).
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();
   bool prefetch_priority = true;  //!< host-to-device stream at the greatest priority (kernels only; not copies)
+  //! Communication stream at the greatest priority: NCCL's kernels then run ahead of a backward
+  //! that fills the GPU instead of waiting behind it (false: the least, as other side streams).
+  bool collective_priority = true;
   bool nvtx = true;               //!< NVTX ranges around every op
   std::optional<resource_ref> device_resource;  //!< device arena from here (default: cudaMalloc)
   std::optional<resource_ref> host_resource;    //!< pinned arena from here (default: cudaHostAlloc)
   //! How long a synchronization waits for the streams before the watchers are told it timed out
   //! and it throws: a peer that died leaves this rank's collective kernels spinning for good.
+  //! `std::chrono::milliseconds::max()`: no timeout.
   std::chrono::milliseconds sync_timeout = std::chrono::minutes(5);
   //! Accept a user compute stream that synchronizes with the legacy default stream (created
   //! without cudaStreamNonBlocking). Off: such a stream is rejected, since work another thread
@@ -121,6 +129,7 @@ class cuda_backend {
   //! events the program needs (once), so that no step creates them.
   void record_timeline(timeline* t) {
     timeline_ = t;
+    detail::device_guard const on(device_);
     if (t) create_timed_events();
   }
   //! The next step is captured into a graph instead of run; `end_capture` hands it over.
@@ -138,8 +147,22 @@ class cuda_backend {
   //! peer), after making the streams drain (e.g. by aborting its communicator); the wait then
   //! ends and that exception is thrown. Registered once; nothing is allocated per step.
   using watcher = std::function<void(bool timed_out)>;
-  //! Registers `w` for every later synchronization (see `watcher`).
-  void watch(watcher w) { watchers_.push_back(std::move(w)); }
+  //! Registers `w` for every later synchronization (see `watcher`); returns its id for `unwatch`.
+  std::size_t watch(watcher w) {
+    watchers_.push_back({++last_watch_, std::move(w)});
+    return last_watch_;
+  }
+  //! Unregisters the watcher `watch` returned `id` for (a communicator aborted and replaced must
+  //! not be polled again); false when there is none. Not from inside a watcher.
+  bool unwatch(std::size_t id) {
+    if (watching_)
+      throw error("tide: cuda_backend::unwatch was called from inside a watcher: unregister it after the "
+                  "synchronization");
+    auto const it = std::find_if(watchers_.begin(), watchers_.end(), [&](auto const& w) { return w.first == id; });
+    if (it == watchers_.end()) return false;
+    watchers_.erase(it);
+    return true;
+  }
 
   //! Waits for every stream, polling the watchers, for at most `sync_timeout` (then twice that
   //! for streams to drain after a watcher threw); throws the first failure of the work they ran,
@@ -148,23 +171,30 @@ class cuda_backend {
     using clock = std::chrono::steady_clock;
     detail::first_failure f;
     std::exception_ptr watched;
-    auto deadline = clock::now() + opt_.sync_timeout;
+    auto const begin = clock::now();
+    auto deadline = detail::deadline_after<clock>(begin, opt_.sync_timeout);
+    auto next_watch = begin;
     bool told_timeout = false;
     for (std::size_t r = 0; r < stream_count; ++r) {
-      for (int spins = 0;; ++spins) {
+      for (;;) {
         auto const e = cudaStreamQuery(streams_[r]);
         if (e == cudaSuccess) break;
         if (e != cudaErrorNotReady) {
           TIDE_CUDA_NOTE(f, e);
           break;
         }
-        bool const late = clock::now() > deadline;
-        if (!watched) {
+        auto const now = clock::now();
+        bool const late = now > deadline;
+        if (!watched && (late || now >= next_watch)) {
+          next_watch = now + detail::watch_interval;
           try {
-            for (auto const& w : watchers_) w(late);
+            watching_ = true;
+            for (auto const& w : watchers_) w.second(late);
+            watching_ = false;
           } catch (...) {
+            watching_ = false;
             watched = std::current_exception();
-            deadline = clock::now() + 2 * opt_.sync_timeout;  // the watcher made the streams drain
+            deadline = detail::deadline_after<clock>(clock::now(), opt_.sync_timeout, 2);  // the watcher made the streams drain
             continue;
           }
         }
@@ -179,10 +209,11 @@ class cuda_backend {
                       " ms (a collective waiting for a peer that died never ends: watch its communicator, "
                       "see cuda_backend::watch, or raise cuda_backend_options::sync_timeout)");
         }
-        // Spin briefly (a step's tail is usually short), then sleep a little: a hung step must
-        // not hold a core.
-        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        else std::this_thread::yield();
+        // Yield while the wait is short (it ends within microseconds of the work), then sleep a
+        // little, growing with the wait (detail::sync_pause).
+        auto const pause = detail::sync_pause(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
+        if (pause.count() == 0) std::this_thread::yield();
+        else std::this_thread::sleep_for(pause);
       }
     }
     if (watched) std::rethrow_exception(watched);
@@ -193,15 +224,13 @@ class cuda_backend {
 
   //! Creates the events and reserves the arenas.
   arenas setup(backend_setup const& s) {
+    detail::device_guard const on(device_);  // events and arenas belong to the backend's device
     // Nothing may still use an arena when a larger one replaces it (and frees it if unheld).
     synchronize();
+    // A user resource's blocks are checked for their kind as they are allocated, before their
+    // alignment (resource_allocator::check_kind; see expect_memory).
     auto d = reserve_device(s.device_bytes, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
-    // A user resource is trusted for nothing: pageable "pinned" memory would make every copy
-    // staged and synchronous without any error, and host memory as the device arena would fault.
-    expect_memory(d.data, cudaMemoryTypeDevice, "device_resource", "device memory (cudaMalloc, a device pool)");
-    expect_memory(h.data, cudaMemoryTypeHost, "host_resource",
-                  "page-locked host memory (cudaHostAlloc, or cudaHostRegister'ed memory)");
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     while (events_.size() < s.events) {
       cudaEvent_t e = nullptr;
@@ -308,6 +337,9 @@ class cuda_backend {
       capture_.finish(streams_, fork_join_);
       return;
     }
+    // A failed kernel launch is reported only as the calling thread's last error: collected
+    // here, on the thread that issued the step, since `wait_step` may run on another.
+    launch_error_ = cudaGetLastError();
     detail::first_failure f;
     detail::join_side_streams(streams_, fork_join_, f);
     f.raise();
@@ -318,8 +350,11 @@ class cuda_backend {
     if (std::exchange(waited_, true)) return;
     synchronize();
     // A failed launch (bad configuration, missing kernel image) is reported only as the
-    // runtime's last error; report it here rather than let it surface in unrelated code.
-    if (auto const e = cudaGetLastError(); e != cudaSuccess)
+    // runtime's last error of the thread that launched: the issuing thread's, collected by
+    // end_step, or this one's.
+    auto e = std::exchange(launch_error_, cudaSuccess);
+    if (auto const here = cudaGetLastError(); e == cudaSuccess) e = here;
+    if (e != cudaSuccess)
       detail::throw_cuda_error(e, "a kernel launch or CUDA call during the step (reported by cudaGetLastError())",
                                __FILE__, __LINE__);
     if (timeline_ && start_) fill_timeline();
@@ -345,7 +380,9 @@ class cuda_backend {
           streams_[r] = *user_compute;
           continue;
         }
-        int const priority = role == stream_role::h2d && opt_.prefetch_priority ? greatest : least;
+        bool const first = (role == stream_role::h2d && opt_.prefetch_priority) ||
+                           (role == stream_role::comm && opt_.collective_priority);
+        int const priority = first ? greatest : least;
         TIDE_CUDA_CHECK(cudaStreamCreateWithPriority(&streams_[r], cudaStreamNonBlocking, priority));
         owned_[r] = true;
       }
@@ -377,9 +414,11 @@ class cuda_backend {
                   "cudaStreamNonBlocking, or set cuda_backend_options::allow_blocking_compute_stream");
   }
 
-  //! Throws when `p` (from a user resource) is not the kind of memory its arena needs.
+  //! Throws when `p` (from a user resource) is not the kind of memory its arena needs, or is
+  //! device memory of another device. A user resource is trusted for nothing: pageable
+  //! "pinned" memory would make every copy staged and synchronous without any error, and host
+  //! memory as the device arena would fault.
   void expect_memory(void const* p, cudaMemoryType want, char const* option, char const* what) const {
-    if (!(want == cudaMemoryTypeDevice ? opt_.device_resource : opt_.host_resource)) return;  // ours: known good
     cudaPointerAttributes attr{};
     TIDE_CUDA_CHECK(cudaPointerGetAttributes(&attr, p));
     if (attr.type != want)
@@ -389,6 +428,21 @@ class cuda_backend {
                    : attr.type == cudaMemoryTypeHost     ? "pinned host memory"
                                                          : "device memory") +
                   "; the arena needs " + what);
+    if (want == cudaMemoryTypeDevice && attr.device != device_)
+      throw error(std::string("tide: cuda_backend: cuda_backend_options::") + option + " returned memory of device " +
+                  std::to_string(attr.device) + ", but the backend runs on device " + std::to_string(device_));
+  }
+  //! The kind check of a user resource's blocks (none for tide's own resources: known good).
+  std::function<void(void const*)> kind_check(bool user, cudaMemoryType want) const {
+    if (!user) return {};
+    if (want == cudaMemoryTypeDevice)
+      return [this](void const* p) {
+        expect_memory(p, cudaMemoryTypeDevice, "device_resource", "device memory (cudaMalloc, a device pool)");
+      };
+    return [this](void const* p) {
+      expect_memory(p, cudaMemoryTypeHost, "host_resource",
+                    "page-locked host memory (cudaHostAlloc, or cudaHostRegister'ed memory)");
+    };
   }
 
   void create_timed_events() {
@@ -461,12 +515,17 @@ class cuda_backend {
   // they outlive the pools (which free every block when they go).
   device_memory_resource default_device_;
   pinned_memory_resource default_host_;
+  // The alignment floors: what cudaMalloc and cudaHostAlloc give whatever is asked (256 bytes, a
+  // page). A user's pinned pool is held only to the schedule's host alignment: a pool of
+  // 256-byte blocks is fine.
   detail::memory_block device_arena_{
       "tide: CUDA backend device arena", opt_.device_budget,
-      {opt_.device_resource ? *opt_.device_resource : resource_ref(default_device_), 256}};
+      {opt_.device_resource ? *opt_.device_resource : resource_ref(default_device_), 256,
+       kind_check(opt_.device_resource.has_value(), cudaMemoryTypeDevice)}};
   detail::memory_block host_arena_{
       "tide: CUDA backend pinned host arena", opt_.host_budget,
-      {opt_.host_resource ? *opt_.host_resource : resource_ref(default_host_), 4096}};
+      {opt_.host_resource ? *opt_.host_resource : resource_ref(default_host_), opt_.host_resource ? 1u : 4096u,
+       kind_check(opt_.host_resource.has_value(), cudaMemoryTypeHost)}};
   detail::task_pool tasks_;
   // tracing
   timeline* timeline_ = nullptr;
@@ -477,7 +536,10 @@ class cuda_backend {
   schedule_view names_{};
   detail::stream_capture capture_;
   bool waited_ = true;  // the last step was waited for, or captured (nothing to wait for)
-  std::vector<watcher> watchers_;
+  cudaError_t launch_error_ = cudaSuccess;  // the issuing thread's last error, from end_step
+  std::vector<std::pair<std::size_t, watcher>> watchers_;  // (id, watcher)
+  std::size_t last_watch_ = 0;
+  bool watching_ = false;  // inside the watchers' loop
 };
 
 static_assert(backend<cuda_backend>);

@@ -9,9 +9,12 @@
 //! them back before the capture ends. Nothing runs during capture; `replay` launches the graph on
 //! the compute stream (or any stream) and returns without waiting.
 //!
-//! What replay reuses: the arenas (their addresses are stable), the pointers and sizes the user's
-//! lambdas passed to their kernels when they were captured, and the executor, which must outlive
-//! the graph. The executor's debug checks must be off. Timelines are not recorded in replay.
+//! What replay reuses, so what must outlive the graph: the backend (its arenas, at stable
+//! addresses, its streams and events, its pool of host tasks), the executor, every buffer and
+//! pointer the user's lambdas passed to their kernels when they were captured, the NCCL
+//! communicator and `nccl_hooks` (their failure flags are graph nodes' operands), and a cuBLAS
+//! handle with its workspace (a captured GEMM uses that workspace). The executor's debug checks
+//! must be off. Timelines are not recorded in replay.
 
 #include <cuda_runtime_api.h>
 

@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -103,17 +104,30 @@ namespace detail {
 //! arenas follow the same policy as the host backend's (see <tide/executor/arena_pool.hpp>).
 struct resource_allocator {
   resource_ref resource;
-  std::size_t alignment = 256;  //!< at least this (cudaMalloc's 256, a page for pinned memory)
+  std::size_t alignment = 256;  //!< at least this (cudaMalloc's 256, a page for cudaHostAlloc)
+  //! Called on each new block before its alignment is judged (the CUDA backend checks a user
+  //! resource's memory kind here): pageable memory is then reported as pageable, not as
+  //! misaligned. Throws to refuse the block, which is given back.
+  std::function<void(void const*)> check_kind;
   //! Throws `error` when the resource ignored an alignment larger than it guarantees (cudaMalloc
   //! promises 256 bytes, cudaHostAlloc a page): slots would then be misaligned silently.
   std::byte* allocate(std::size_t bytes, std::size_t a) {
     a = std::max(a, alignment);
     auto* p = static_cast<std::byte*>(resource.allocate(bytes, a));
+    if (p && check_kind) {
+      try {
+        check_kind(p);
+      } catch (...) {
+        resource.deallocate(p, bytes, a);
+        throw;
+      }
+    }
     if (p && reinterpret_cast<std::uintptr_t>(p) % a != 0) {
       resource.deallocate(p, bytes, a);
       throw error("tide: CUDA backend: the memory resource returned a block aligned to less than the schedule's " +
-                  std::to_string(a) + "-byte alignment: use a resource that honours the alignment, or a smaller "
-                  "tide::device_arena / tide::pinned_arena alignment");
+                  std::to_string(a) + "-byte alignment: use a resource that honours the alignment, or ask for a "
+                  "smaller one (buffer_spec::device_alignment and host_alignment; tide::device_alignment<N>, "
+                  "tide::host_alignment<N>)");
     }
     return p;
   }
