@@ -17,7 +17,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -321,9 +320,7 @@ class basic_nccl_hooks {
                                  "progress after " + std::to_string(progress_timeout_.count()) +
                                  " ms (a peer may have died); the communicator was aborted and must be recreated");
         }
-        auto const pause = detail::sync_pause(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
-        if (pause.count() == 0) std::this_thread::yield();
-        else std::this_thread::sleep_for(pause);
+        detail::pause_while_waiting(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
       }
       return;
     }

@@ -35,7 +35,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -211,9 +210,7 @@ class cuda_backend {
         }
         // Yield while the wait is short (it ends within microseconds of the work), then sleep a
         // little, growing with the wait (detail::sync_pause).
-        auto const pause = detail::sync_pause(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
-        if (pause.count() == 0) std::this_thread::yield();
-        else std::this_thread::sleep_for(pause);
+        detail::pause_while_waiting(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
       }
     }
     if (watched) std::rethrow_exception(watched);

@@ -33,6 +33,7 @@ class plan_search {
     costs_.check_against(stack_);
     if (opt_.candidates.empty()) opt_.candidates = default_candidates(stack_);
     pipelines_ = opt_.candidates;
+    by_pipeline_.resize(pipelines_.size());
     auto const L = stack_.layer_count();
     for (std::uint32_t l = 0; l < L; ++l) {
       first_.push_back(slots_.size());
@@ -83,7 +84,6 @@ class plan_search {
       held_ = {d, pc, t};
     for (std::size_t k = 0; k < pipelines_.size(); ++k)  // the fastest per pipeline
       if (pipelines_[k].pipeline == pc.pipeline && pipelines_[k].buffers == pc.buffers) {
-        if (by_pipeline_.size() < pipelines_.size()) by_pipeline_.resize(pipelines_.size());
         if (t < by_pipeline_[k].t) by_pipeline_[k] = {d, pc, t};
         break;
       }
@@ -154,7 +154,7 @@ class plan_search {
     if (best_.fits && best_.host_bytes <= cap) return;
     auto const evaluations = best_.evaluations, smallest = best_.smallest_device_bytes;
     best_ = plan{};
-    by_pipeline_.clear();
+    by_pipeline_.assign(pipelines_.size(), point{});
     best_.evaluations = evaluations;
     best_.smallest_device_bytes = smallest;
     best_.step_us = std::numeric_limits<double>::infinity();
@@ -831,7 +831,7 @@ class plan_search {
     // far from the best's (one staging buffer leaves room to keep more, a deeper prefetch hides
     // more offloads), and a descent that may change the pipeline returns to the best's.
     auto const starts_by = by_pipeline_;
-    for (std::size_t k = 0; k < pipelines_.size() && k < starts_by.size(); ++k) {
+    for (std::size_t k = 0; k < pipelines_.size(); ++k) {
       if (!(starts_by[k].t < std::numeric_limits<double>::infinity())) continue;
       if (pipelines_[k].pipeline == best_.strategy.pipeline && pipelines_[k].buffers == best_.strategy.buffers) continue;
       opt_.candidates = {pipelines_[k]};

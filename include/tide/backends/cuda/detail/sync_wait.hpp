@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace tide::detail {
 
@@ -29,6 +30,13 @@ template <class Clock>
   using std::chrono::microseconds;
   if (waited < std::chrono::milliseconds(2)) return microseconds(0);
   return std::clamp(waited / 64, microseconds(1), microseconds(50));
+}
+
+//! Pauses after a poll that found the work unfinished, `waited` into the wait (`sync_pause`).
+inline void pause_while_waiting(std::chrono::microseconds waited) {
+  auto const pause = sync_pause(waited);
+  if (pause.count() == 0) std::this_thread::yield();
+  else std::this_thread::sleep_for(pause);
 }
 
 //! Watchers (an NCCL communicator's error query takes a lock) are polled at most this often
