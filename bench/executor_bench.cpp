@@ -22,6 +22,7 @@ struct null_backend {
   void wait(tide::stream_role, std::uint32_t) noexcept {}
   void run(tide::stream_role, std::uint32_t, tide::op const&, tide::task t) noexcept { t(); }
   void copy(tide::stream_role, std::uint32_t, tide::op const&, void*, void const*, std::size_t) noexcept {}
+  void run_after_all(tide::stream_role, tide::task t) noexcept { t(); }
   void host_task(tide::stream_role, tide::task t) noexcept { t(); }
   void record_timeline(tide::timeline*) noexcept {}
   void begin_step(tide::schedule_view) noexcept {}

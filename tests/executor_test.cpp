@@ -18,9 +18,11 @@
 #include <new>
 #include <optional>
 #include <random>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 using namespace tide;
@@ -727,6 +729,144 @@ TEST(Executor, HooksAreToldOnceTheStepHasSynchronized) {
   EXPECT_EQ(agree.finished, 3);
 }
 
+namespace {
+//! A distributed hook with the step-end agreement: records when it ran relative to the lambdas.
+struct step_end_hook {
+  std::atomic<int>* lambdas_done = nullptr;  // lambdas of the step completed so far
+  int gathers = 0, agreements = 0, finished = 0;
+  int lambdas_seen = -1;  // how many lambdas had completed when agree ran
+  bool agreed_failure = false;
+  stream_role agreed_on = stream_role::compute;
+  void operator()(collective_context<stream_role> const& c) { gathers += c.kind == op_kind::gather; }
+  void agree(step_end_context<stream_role> const& c) {
+    ++agreements;
+    lambdas_seen = lambdas_done->load();
+    agreed_failure = c.step_failed;
+    agreed_on = c.stream;
+  }
+  void finish_step() {
+    ++finished;
+    if (std::exchange(agreed_failure, false)) throw collective_error("a rank failed (agreed at the step's end)");
+  }
+};
+}  // namespace
+
+// Issue 27, item 6: with gathers only, a failure after the last collective hook (in the backward)
+// is still agreed: `agree` runs once per step on the communication stream after every lambda of
+// the step, told that it failed, on the host backend (workers as streams) and with the CUDA
+// backend's inline lambdas alike.
+template <class Backend>
+void agreement_after_the_last_collective(Backend& b) {
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true}});
+  executor exec(b, s);
+  std::atomic<int> done{0};
+  step_end_hook h{&done};
+  auto count = [&](auto const&) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // still running, were agree not ordered after it
+    ++done;
+  };
+  hooks const gathers{.before_forward = std::ref(h)};
+  exec.step(count, count, gathers);
+  EXPECT_EQ(h.gathers, 6);
+  EXPECT_EQ(h.agreements, 1);
+  EXPECT_EQ(h.lambdas_seen, 12);  // 6 forwards and 6 backwards, all before the agreement
+  EXPECT_EQ(h.agreed_on, stream_role::comm);
+  EXPECT_EQ(h.finished, 1);
+  // Layer 0's backward, the step's last op, well after the last gather: agreed as failed.
+  done = 0;
+  auto failing_last = [&](backward_context<stream_role> const& c) {
+    ++done;
+    if (c.layer == 0) throw std::runtime_error("backward of layer 0 failed");
+  };
+  EXPECT_THROW(exec.step(count, failing_last, gathers), std::runtime_error);
+  EXPECT_EQ(h.agreements, 2);
+  EXPECT_EQ(h.finished, 2);
+  // The next step is healthy again, and agreed so.
+  done = 0;
+  EXPECT_NO_THROW(exec.step(count, count, gathers));
+  EXPECT_EQ(h.agreements, 3);
+  EXPECT_EQ(h.lambdas_seen, 12);
+}
+
+TEST(Hooks, AFailureAfterTheLastCollectiveIsAgreedAtTheStepsEnd) {
+  host_backend b;
+  agreement_after_the_last_collective(b);
+}
+
+namespace {
+//! The host backend calling lambdas inline on the issuing thread, as the CUDA backend does.
+struct inline_backend : host_backend {
+  void run(stream_role, std::uint32_t, op const&, task t) { t(); }
+  void run_after_all(stream_role, task t) { t(); }
+};
+}  // namespace
+
+TEST(Hooks, AFailureAfterTheLastCollectiveIsAgreedWithInlineLambdas) {
+  inline_backend b;
+  agreement_after_the_last_collective(b);
+}
+
+// A peer that cannot agree (its agreement throws) fails the step on this rank too; one object
+// passed as two hooks agrees once; when issuing fails, the agreement still runs, told so.
+TEST(Hooks, TheAgreementRunsOnceAndAlsoWhenIssuingFails) {
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.before_forward = true, .after_backward = true}});
+  failing_backend b(1 << 30);
+  executor exec(b, s);
+  std::atomic<int> done{0};
+  step_end_hook h{&done};
+  hooks const both{.before_forward = std::ref(h), .after_backward = std::ref(h)};
+  auto noop = [](auto const&) {};
+  exec.step(noop, noop, both);
+  EXPECT_EQ(h.agreements, 1);
+  b.copies_left = 2;
+  try {
+    exec.step(noop, noop, both);
+    FAIL();
+  } catch (error const& e) {
+    EXPECT_STREQ(e.what(), "injected copy failure");
+  }
+  EXPECT_EQ(h.agreements, 2);
+  EXPECT_EQ(h.finished, 2);
+  b.copies_left = 1 << 30;
+  struct refusing {
+    void operator()(collective_context<stream_role> const&) const {}
+    void agree(step_end_context<stream_role> const&) const { throw collective_error("peer unreachable"); }
+  };
+  try {
+    exec.step(noop, noop, hooks{.before_forward = refusing{}, .after_backward = refusing{}});
+    FAIL();
+  } catch (collective_error const& e) {
+    EXPECT_STREQ(e.what(), "peer unreachable");
+  }
+  EXPECT_NO_THROW(exec.step(noop, noop, both));
+  EXPECT_EQ(h.agreements, 3);
+}
+
+// The sim: the agreement's stream resumes once every stream is free.
+TEST(SimBackend, RunAfterAllWaitsForEveryStream) {
+  auto const s = build_schedule(small_stack(), {.collectives = {.before_forward = true}});
+  cost_table costs;
+  costs.layers.assign(6, layer_cost{.forward_us = 10, .backward_us = 20});
+  costs.op_overhead_us = 0;
+  costs.sync_latency_us = 1;
+  sim_backend b(costs);
+  (void)b.setup(backend_setup::of(s));
+  b.begin_step(s);
+  op fwd{};
+  fwd.kind = op_kind::forward;
+  b.run(stream_role::compute, 0, fwd, {});
+  b.run_after_all(stream_role::comm, {});
+  op g{};
+  g.kind = op_kind::gather;
+  b.run(stream_role::comm, 1, g, {});
+  b.end_step();
+  EXPECT_DOUBLE_EQ(b.step_us(), 11.0);  // the gather (0 us) starts after the forward and the wait
+}
+
 // ---- enqueue and wait ------------------------------------------------------------------------
 
 namespace {
@@ -1415,3 +1555,122 @@ TEST(SimBackend, AScheduleRebuiltInPlaceIsTakenAnewByTheNextExecutor) {
   ASSERT_NE(want[0], want[1]);
   EXPECT_EQ(got, want);
 }
+
+// ---- run-time stacks (issue 23, item 2, in part) ---------------------------------------------
+// Handles resolved once from a stack built at run time, the layer type as an index in the
+// context, a typed by-index accessor, the forward lambda's mode, and policy rules that count
+// layers from the end of the stack (their file and C++ spellings: tests/io/json_test.cpp).
+
+namespace {
+//! Two layer types built at run time (names from strings that outlive the stack), a carry.
+stack_spec two_type_stack(std::vector<std::string> const& names, std::uint32_t dense, std::uint32_t moe) {
+  stack_spec st;
+  st.carry = {"h", 64};
+  st.append({names[0], {{names[2], 256}, {names[3], 128}}}, dense);
+  st.append({names[1], {{names[3], 128}, {names[4], 512}, {names[2], 256}}}, moe);
+  return st;
+}
+bool mentions(std::string const& s, char const* what) { return s.find(what) != std::string::npos; }
+}  // namespace
+
+TEST(RunTimeStack, HandlesResolveOnceAndMisuseNamesWhatExists) {
+  std::vector<std::string> const names{"dense", "moe", "q", "act", "router"};
+  auto const st = two_type_stack(names, 2, 2);
+  auto const q_dense = st.handle<float>("dense", "q");
+  auto const q_moe = st.handle<float>("moe", "q");
+  EXPECT_EQ(q_dense.index, 0);
+  EXPECT_EQ(q_moe.index, 2);
+  EXPECT_EQ(st.type_index("moe"), 1u);
+  try {
+    (void)st.handle<float>("moe", "qq");
+    FAIL() << "a misspelled slot was resolved";
+  } catch (slot_error const& e) {
+    EXPECT_TRUE(mentions(e.what(), "layer type 'moe' has no slot 'qq'; its slots are: 'act', 'router', 'q'")) << e.what();
+  }
+  try {
+    (void)st.type_index("mlp");
+    FAIL() << "a missing layer type was resolved";
+  } catch (slot_error const& e) {
+    EXPECT_TRUE(mentions(e.what(), "no layer type 'mlp'; its types are: 'dense', 'moe'")) << e.what();
+  }
+
+  // In the lambdas: the handle of the context's type (picked by ctx.type_index), the same span as
+  // by index, typed; the mode; a handle of the other type refused by name.
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .slots = {"router"}}},
+                                     .checkpoints = {.device_snapshots = 2}});
+  host_backend b;
+  executor exec(b, s);
+  std::mutex m;
+  std::set<std::tuple<std::uint32_t, forward_mode>> modes;
+  std::vector<std::string> errors;
+  int same = 0, typed = 0, calls = 0;
+  slot_handle<float> const q_of_type[] = {q_dense, q_moe};
+  auto fwd = [&](executor<host_backend>::forward_context_type const& c) {
+    std::lock_guard lock(m);
+    ++calls;
+    modes.insert({c.layer, c.mode});
+    EXPECT_EQ(c.type_index, st.layer_types[c.layer]);
+    EXPECT_EQ(c.recompute, c.mode != forward_mode::forward);
+    EXPECT_EQ(c.advance, c.mode == forward_mode::advance);
+    auto const q = c.slot(q_of_type[c.type_index]);
+    same += q.data() == reinterpret_cast<float*>(c.slot(q_of_type[c.type_index].index).data()) && q.size() == 64;
+    typed += c.template slot_as<float>(q_of_type[c.type_index].index).data() == q.data();
+    try {
+      (void)c.slot(q_of_type[1 - c.type_index]);
+    } catch (slot_error const& e) {
+      errors.push_back(e.what());
+    }
+    if (c.produces_carry()) std::fill(c.carry_out().begin(), c.carry_out().end(), std::byte{1});
+  };
+  auto bwd = [&](executor<host_backend>::backward_context_type const& c) {
+    std::lock_guard lock(m);
+    typed += c.template slot_as<float>(q_of_type[c.type_index].index).size() == 64;
+  };
+  exec.step(fwd, bwd);
+  // 4 forwards; 2 device snapshots of 5 carries: advances re-run layers; the remat router recomputed.
+  EXPECT_TRUE(modes.count({0, forward_mode::forward}) && modes.count({3, forward_mode::forward}));
+  EXPECT_TRUE(modes.count({2, forward_mode::recompute}) || modes.count({3, forward_mode::recompute}));
+  bool advanced = false;
+  for (auto const& [l, md] : modes) advanced |= md == forward_mode::advance;
+  EXPECT_TRUE(advanced);
+  EXPECT_EQ(same, calls);
+  EXPECT_EQ(typed, calls + 4);
+  ASSERT_EQ(errors.size(), static_cast<std::size_t>(calls));
+  EXPECT_TRUE(mentions(errors.front(), "a slot handle of layer type")) << errors.front();
+}
+
+TEST(RunTimeStack, RulesCountLayersFromTheEnd) {
+  EXPECT_EQ(from_end(0), all_layers);
+  EXPECT_EQ(resolve_layer(from_end(2), 6), 4u);
+  EXPECT_EQ(resolve_layer(from_end(9), 6), 0u);
+  EXPECT_EQ(resolve_layer(3, 6), 3u);
+  // The last two layers offloaded, whatever the depth.
+  strategy const last_two{.policy = {rule_spec{.where = placement::offload, .slots = {"x"}, .first_layer = from_end(2)}}};
+  for (std::uint32_t layers : {3u, 6u, 40u}) {
+    stack_spec st;
+    st.independent_layers = true;
+    st.append({"l", {{"x", 4096}, {"y", 64}}}, layers);
+    auto const s = build_schedule(st, last_two);
+    for (std::uint32_t l = 0; l < layers; ++l)
+      EXPECT_EQ(s.view().slots_of(l)[0].where, l + 2 >= layers ? placement::offload : placement::keep) << layers << " " << l;
+    // The sweep (many rules and slots) agrees with asking each pair.
+    EXPECT_EQ(detail::swept_deciding_rules(last_two.policy, st), last_two.policy.deciding_rules(st));
+  }
+  // Everything but the first and the last layer.
+  stack_spec st;
+  st.independent_layers = true;
+  st.append({"l", {{"x", 4096}}}, 5);
+  auto const middle = build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .first_layer = 1, .last_layer = from_end(1)}}});
+  for (std::uint32_t l = 0; l < 5; ++l) EXPECT_EQ(middle.view().slots_of(l)[0].where, l >= 1 && l < 4 ? placement::remat : placement::keep);
+  // Empty once resolved: rejected by name, with the resolved range.
+  auto const empty = find_schedule_issue(st, {.policy = {rule_spec{.where = placement::remat, .first_layer = 4, .last_layer = from_end(2)}}});
+  EXPECT_EQ(empty.code, schedule_issue_code::empty_rule_range);
+  EXPECT_EQ(empty.value, 4u);
+  EXPECT_EQ(empty.limit, 3u);
+}
+
+// The type-level spelling: the same policy at compile time.
+using last_two_type = strategy_of<policy<offload<slot_names<"x">, layer_range<from_end(2)>>>>;
+using six = stack<independent_layers, repeat<layer<"l", slot<"x", 4096>, slot<"y", 64>>, 6>>;
+constexpr auto last_two_static = make_schedule<six, last_two_type>();
+static_assert(last_two_static.slots[2 * 4].where == placement::offload && last_two_static.slots[2 * 3].where == placement::keep);

@@ -248,7 +248,7 @@ elif [[ ! -x $build/examples/transformer/transformer_cuda ]]; then
 elif ((dry_run)) && [[ $simulate != transformer ]]; then
   transformer_row="skipped (dry run)"
   finish "SKIP: dry run"
-elif logged transformer 300 env OPENBLAS_NUM_THREADS=1 "$build/examples/transformer/transformer_cuda" --small; then
+elif logged transformer 300 env OPENBLAS_NUM_THREADS=1 "$build/examples/transformer/transformer_cuda" --small --graph; then
   transformer_row=$(tail -n 1 "$build/transformer.log")
   finish OK
 else

@@ -13,6 +13,7 @@
 #include <tide/collectives/mpi.hpp>
 #include <tide/tide.hpp>
 
+#include <array>
 #include <cstdio>
 #include <stdexcept>
 
@@ -39,11 +40,9 @@ int main(int argc, char** argv) {
   tide::executor exec(backend, s, {.timeline = &tl});
   mlp::network net(cfg);
 
-  // The after-backward hook: called for op_kind::reduce only, on the communication stream.
-  auto reduce = [&](auto const& ctx) {
-    comm.allreduce(net.weight_grad(ctx.layer), ctx.step_failed, ctx.layer);
-    comm.allreduce(net.bias_grad(ctx.layer), ctx.step_failed, ctx.layer);
-  };
+  // The after-backward hook, on the communication stream: all-reduces each layer's weight and
+  // bias gradients, and agrees with the peers once at the step's end whether any rank failed.
+  auto reduce = comm.gradient_hook([&](std::uint32_t l) { return std::array{net.weight_grad(l), net.bias_grad(l)}; });
   int failures_seen = 0;
   bool ok = true;
   float first = 0, last = 0;

@@ -1,4 +1,5 @@
 // expect: does not say where its input comes from
+// expect: issue_name layer_type = issue_name{"blk"}
 #include <tide/tide.hpp>
 // A chain of layers (each reads the last one's output) that declares neither a carry, an input
 // slot nor independence: a remat-everything policy would recompute from data that is gone.

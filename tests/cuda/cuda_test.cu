@@ -413,8 +413,8 @@ TEST(CudaBackend, WithdrawnCaptureLeavesTheNextStepEager) {
 }
 
 #if TIDE_HAS_NCCL
-// Item 2: a rank whose step failed still joins its peers' collectives, and every rank learns of it
-// in the same group (one rank here: its own flag comes back).
+// A rank whose step failed still joins its peers' collectives, and every rank learns of it in the
+// step-end agreement (one rank here: its own flag comes back).
 TEST(CudaBackend, NcclHooksAgreeOnAFailedStep) {
   ncclComm_t comm = nullptr;
   int dev = 0;
@@ -428,6 +428,7 @@ TEST(CudaBackend, NcclHooksAgreeOnAFailedStep) {
     cudaStream_t st = nullptr;
     ASSERT_EQ(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), cudaSuccess);
     hooks({1, st, tide::op_kind::reduce, /*step_failed=*/true});
+    hooks.agree({st, /*step_failed=*/true});
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     try {
       hooks.finish_step();
@@ -436,6 +437,7 @@ TEST(CudaBackend, NcclHooksAgreeOnAFailedStep) {
       EXPECT_TRUE(contains(e.what(), "rank 0 failed during this step")) << e.what();
     }
     hooks({1, st, tide::op_kind::reduce, false});
+    hooks.agree({st, false});
     ASSERT_EQ(cudaStreamSynchronize(st), cudaSuccess);
     EXPECT_NO_THROW(hooks.finish_step());
     EXPECT_TRUE(hooks.check_progress());

@@ -1,10 +1,12 @@
-// tide::basic_nccl_hooks against a fake NCCL (issue 27, item 5), without a GPU: an aborted
-// communicator is never touched again, an abort waits for the hooks' own group to close, and a
-// call that stays "in progress" is bounded by the hooks' timeout.
+// tide::basic_nccl_hooks against a fake NCCL (issue 27, items 5 and 6), without a GPU: an aborted
+// communicator is never touched again, an abort waits for the hooks' own group to close, a call
+// that stays "in progress" is bounded by the hooks' timeout, and failures are agreed once per
+// step at its end (a hook's group holds only its own calls).
 #include <gtest/gtest.h>
 
 #include <tide/collectives/nccl.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -18,11 +20,12 @@ namespace {
 struct fake {
   static inline ncclResult_t async = ncclSuccess;    // what ncclCommGetAsyncError reports
   static inline ncclResult_t calls = ncclSuccess;    // what the collectives return
-  static inline int aborts = 0, aborts_in_group = 0, queries = 0, queries_after_abort = 0, collectives = 0;
+  static inline int aborts = 0, aborts_in_group = 0, queries = 0, queries_after_abort = 0, collectives = 0, copies = 0;
+  static inline int peer_flag = 0;  // what the other ranks contribute to the failure all-reduce (max)
   static inline bool group_open = false, freed = false;
   static void reset() {
     async = calls = ncclSuccess;
-    aborts = aborts_in_group = queries = queries_after_abort = collectives = 0;
+    aborts = aborts_in_group = queries = queries_after_abort = collectives = copies = peer_flag = 0;
     group_open = freed = false;
   }
   static ncclResult_t user_rank(ncclComm_t, int* r) { return *r = 3, ncclSuccess; }
@@ -35,7 +38,10 @@ struct fake {
     ++collectives;
     return freed ? ncclInvalidArgument : calls;
   }
-  static ncclResult_t all_reduce(void const*, void*, std::size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
+  static ncclResult_t all_reduce(void const* s, void* r, std::size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t,
+                                 cudaStream_t) {
+    if (t == ncclInt32 && op == ncclMax && n == 1 && s == r && !freed)  // the failure agreement
+      *static_cast<int*>(r) = std::max(*static_cast<int*>(r), peer_flag);
     return collective();
   }
   static ncclResult_t reduce_scatter(void const*, void*, std::size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
@@ -61,6 +67,7 @@ struct fake {
   static void device_free(void* p) noexcept { std::free(p); }
   static void host_free(void* p) noexcept { std::free(p); }
   static cudaError_t copy_async(void* d, void const* s, std::size_t n, cudaMemcpyKind, cudaStream_t) {
+    ++copies;
     return std::memcpy(d, s, n), cudaSuccess;
   }
 };
@@ -95,6 +102,7 @@ TEST(NcclHooks, AnAbortedCommunicatorIsNeverTouchedAgain) {
     EXPECT_THROW(h.check_progress(), tide::collective_error);
     EXPECT_THROW(h({1, nullptr, tide::op_kind::reduce, false}), tide::collective_error);
     EXPECT_THROW(h.finish_step(), tide::collective_error);
+    EXPECT_THROW(h.agree({nullptr, false}), tide::collective_error);
   }
   EXPECT_EQ(fake::aborts, 1);
   EXPECT_EQ(fake::queries_after_abort, 0);
@@ -138,20 +146,39 @@ TEST(NcclHooks, AnErrorInsideTheGroupClosesItBeforeTheAbort) {
   EXPECT_TRUE(h.aborted());
 }
 
-// Healthy: a failed step is agreed (this rank's own flag comes back), and nothing is aborted.
-TEST(NcclHooks, AHealthyStepAgreesAndAbortsNothing) {
+// Healthy: a failed step is agreed at its end (this rank's own flag comes back), a peer's failure
+// too, and nothing is aborted. A hook makes only its registered calls: no flag traffic per hook.
+TEST(NcclHooks, FailuresAreAgreedOnceAtTheStepsEnd) {
   fake::reset();
   hooks_t h(comm, 2);
-  h.all_reduce(1, buffer, 4);
-  h({1, nullptr, tide::op_kind::reduce, true});
+  h.all_gather(0, buffer, buffer, 1).all_gather(1, buffer, buffer, 1);
+  h({0, nullptr, tide::op_kind::gather, false});
+  h({1, nullptr, tide::op_kind::gather, false});
+  EXPECT_EQ(fake::collectives, 2);
+  EXPECT_EQ(fake::copies, 0);
+  // This rank failed after its last gather (in its backward): agreed at the end.
+  h.agree({nullptr, true});
+  EXPECT_EQ(fake::collectives, 3);
   try {
     h.finish_step();
     FAIL() << "a failed step was not reported";
   } catch (tide::collective_error const& e) {
     EXPECT_TRUE(says(e, "rank 3 failed during this step")) << e.what();
   }
-  h({1, nullptr, tide::op_kind::reduce, false});
+  // A healthy step.
+  h.agree({nullptr, false});
   EXPECT_NO_THROW(h.finish_step());
+  // A peer (rank 5) failed: this healthy rank learns of it.
+  fake::peer_flag = 6;
+  h.agree({nullptr, false});
+  try {
+    h.finish_step();
+    FAIL() << "a peer's failure was not reported";
+  } catch (tide::collective_error const& e) {
+    EXPECT_TRUE(says(e, "rank 5 failed during this step")) << e.what();
+  }
+  // Told again without a new agreement (a graph replay's captured agreement wrote the flag): read again.
+  EXPECT_THROW(h.finish_step(), tide::collective_error);
   EXPECT_FALSE(h.aborted());
   EXPECT_EQ(fake::aborts, 0);
 }

@@ -75,6 +75,7 @@ struct reader {
       case 0xF1: return u32_max - 1;
       case 0xF2: return std::uint32_t{1} << 31;
       case 0xF3: return 16 + u8();
+      case 0xF4: return tide::from_end(u8() % 20);  // counted from the end of the stack
       default: return static_cast<std::uint32_t>(bytes(4));
     }
   }

@@ -18,7 +18,9 @@ def size(n):
 
 
 def index(n):
-    """A small index (< 16), or all_layers."""
+    """A small index (< 16), all_layers (None), or ("end", k): tide::from_end(k)."""
+    if isinstance(n, tuple):
+        return bytes([0xF4, n[1]])
     return bytes([0xF0]) if n is None else bytes([n])
 
 
@@ -73,6 +75,9 @@ SEEDS = {
     "rule_ranges_and_min_bytes": encode(
         [[("a", 64), ("b", 4096), ("c", 1)]], [0] * 7,
         [(KEEP, ["a"], 3, 4, 0), (OFFLOAD, [], 0, 7, 1000), (REMAT, ["c"], 5, None, 0)], allow_unused=False),
+    "rule_ranges_from_end": encode(
+        [[("a", 64), ("b", 4096)]], [0] * 6,
+        [(OFFLOAD, ["b"], ("end", 2), None, 0), (REMAT, ["a"], 1, ("end", 1), 0)], allow_unused=False),
 }
 
 if __name__ == "__main__":

@@ -78,6 +78,29 @@ TEST(PolicyFile, PlannerResultRoundTripsToTheSameSchedule) {
 }
 //! [policy_round_trip]
 
+// Rules counting from the end (issue 23): written as negative bounds, read back, described, and
+// generated as C++ with the same meaning; out of range in a file, a clear error.
+TEST(PolicyFile, RulesCountingFromTheEndRoundTrip) {
+  auto has = [](std::string const& s, char const* what) { return s.find(what) != std::string::npos; };
+  strategy const last_two{.policy = {rule_spec{.where = placement::offload, .slots = {"x"}, .first_layer = from_end(2)}}};
+  EXPECT_TRUE(has(describe(last_two), "of layers [end - 2, end)")) << describe(last_two);
+  auto const text = io::to_json(last_two).dump();
+  EXPECT_TRUE(has(text, "\"layers\":[-2,null]")) << text;
+  stack_spec one;
+  one.independent_layers = true;
+  one.append({"l", {{"x", 4096}}}, 4);
+  auto const back = io::strategy_from_json(io::parse_json(text, "test"), one);
+  EXPECT_EQ(back.policy.rules.at(0).first_layer, from_end(2));
+  EXPECT_TRUE(has(to_cpp_types(last_two), "tide::layer_range<tide::from_end(2)>")) << to_cpp_types(last_two);
+  // Out of range in a file: a clear error.
+  try {
+    (void)io::strategy_from_json(io::parse_json(R"({"rules": [{"action": "remat", "layers": [-1073741825, null]}]})", "test"), one);
+    FAIL();
+  } catch (std::exception const& e) {
+    EXPECT_TRUE(has(e.what(), "expected a layer index from -1073741824")) << e.what();
+  }
+}
+
 TEST(PolicyFile, EveryStrategyTableRowRoundTrips) {
   auto const model = io::read_model_file(source_root + "/docs/examples/model.json");
   auto const costs = model.costs(hardware::gb200(), hardware::gb200().link());

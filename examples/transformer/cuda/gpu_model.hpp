@@ -3,8 +3,10 @@
 // (../model.hpp): parameters drawn by the CPU model and copied, cuBLAS for the matrix products
 // (row-major calls mapped onto column-major cuBLAS), the kernels of kernels.hpp for the rest.
 // Forward, recompute (of `which`, reading `available`) and backward take device pointers and a
-// stream; nothing synchronizes but the routing, whose per-expert row counts the per-expert GEMMs
-// need on the host (so a step of a MoE model cannot be captured in a CUDA graph).
+// stream and never synchronize nor allocate: the MoE routing and the experts' GEMMs read the
+// per-expert row offsets on the device (kernels.hpp), every work buffer is allocated up front, and
+// the optimizer's clipping reads the gradient norm on the device, so a step can be captured into
+// a CUDA graph.
 
 #include "../model.hpp"
 #include "kernels.hpp"
@@ -126,16 +128,19 @@ class gpu_model {
     for (auto* b : {&xg_, &dxg_, &dyg_}) *b = device_array<float>(n * K * d);
     logits_ = device_array<float>(n * c.vocab);
     probs_ = device_array<double>(n * E);
-    expert_ = device_array<std::uint32_t>(n * K);
+    for (auto* b : {&expert_, &row_, &token_, &sorted_expert_, &pair_in_, &pair_out_}) *b = device_array<std::uint32_t>(n * K);
     weight_ = device_array<float>(n * K);
-    row_ = device_array<std::uint32_t>(n * K);
-    token_ = device_array<std::uint32_t>(n * K);
     offset_ = device_array<std::uint32_t>(E + 1);
+    if (E > 0) sort_temp_ = device_array<std::byte>(std::max<std::size_t>(route_sort_bytes(n, E, K), 1));
     dweight_ = device_array<double>(n * K);
     dlogits_ = device_array<float>(n * std::max<std::size_t>(E, 1));
     loss_ = device_array<double>(3);  // loss, count, the squared gradient norm
-    for (std::size_t i = 0; i < tensor_count; ++i) scratch_[i] = device_array<float>(0);
-    offsets_host_.resize(E + 1);
+    reduce_work_ = device_array<double>(std::max(n, norm_blocks));  // each token's loss, or the norm's partials
+    // The tensors a recompute produces without keeping: every kind of layer's, allocated here so
+    // that no step allocates.
+    for (auto lk : {layer_kind::dense, layer_kind::moe})
+      for (auto t : layer_tensors(lk))
+        if (auto& b = scratch_[tensor_index(t)]; b.size() == 0) b = device_array<float>(tensor_elements(c_, t, s_));
   }
 
   layer_kind kind(std::size_t l) const { return l < c_.dense_layers ? layer_kind::dense : layer_kind::moe; }
@@ -159,7 +164,7 @@ class gpu_model {
     rms_inv(carry, n, d, c_.norm_eps, inv, st);
     rms_apply(carry, inv, w(final_norm_), n, d, hf, st);
     g_.nt(n, V, d, hf, w(embedding_), 0.0f, logits_.get());
-    cross_entropy(logits_.get(), targets, n, V, loss_.get(), st);
+    cross_entropy(logits_.get(), targets, n, V, loss_.get(), reduce_work_.get(), st);
     g_.nn(n, d, V, logits_.get(), w(embedding_), 0.0f, tmp_.get());  // dhf
     g_.tn(V, d, n, logits_.get(), hf, 1.0f, dw(embedding_));
     TRANSFORMER_CUDA(cudaMemsetAsync(dxn_.get(), 0, n * d * sizeof(float), st));
@@ -167,25 +172,25 @@ class gpu_model {
     TRANSFORMER_CUDA(cudaMemcpyAsync(grad_carry, dxn_.get(), n * d * sizeof(float), cudaMemcpyDeviceToDevice, st));
   }
   double const* loss_on_device() const noexcept { return loss_.get(); }
-  //! One AdamW step (model.hpp's adamw_step: global-norm clipping, bias correction); synchronizes
-  //! `st` once, for the norm.
-  double adamw_step(transformer::adamw const& h, cudaStream_t st) {
-    squared_norm(grad_.get(), grad_.size(), loss_.get() + 2, st);
-    double sq = 0;
-    TRANSFORMER_CUDA(cudaMemcpyAsync(&sq, loss_.get() + 2, sizeof(double), cudaMemcpyDeviceToHost, st));
-    TRANSFORMER_CUDA(cudaStreamSynchronize(st));
-    double const norm = std::sqrt(sq);
-    double const clip = h.max_grad_norm > 0.0 && norm > h.max_grad_norm ? h.max_grad_norm / norm : 1.0;
+  //! One AdamW step (model.hpp's adamw_step: global-norm clipping, bias correction), enqueued on
+  //! `st`: the clipping reads the norm on the device, so nothing synchronizes.
+  void adamw_step(transformer::adamw const& h, cudaStream_t st) {
+    squared_norm(grad_.get(), grad_.size(), loss_.get() + 2, reduce_work_.get(), st);
     ++steps_;
     adamw(w_.get(), grad_.get(), m_.get(), v_.get(), decay_.get(), w_.size(), h.learning_rate, h.beta1, h.beta2,
-          h.epsilon, h.weight_decay, clip, steps_, st);
-    return norm;
+          h.epsilon, h.weight_decay, h.max_grad_norm, loss_.get() + 2, steps_, st);
   }
   //! The gradients' checksum (FNV-1a of their bytes, as the CPU trainer's); synchronizes.
   std::uint64_t gradient_checksum() const {
     std::vector<float> g(grad_.size());
     TRANSFORMER_CUDA(cudaMemcpy(g.data(), grad_.get(), g.size() * sizeof(float), cudaMemcpyDeviceToHost));
     return fnv1a(std::as_bytes(std::span<float const>(g)));
+  }
+  //! The gradients, copied to the host (synchronizes).
+  std::vector<float> host_gradients() const {
+    std::vector<float> g(grad_.size());
+    TRANSFORMER_CUDA(cudaMemcpy(g.data(), grad_.get(), g.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return g;
   }
   float* gradients() const { return grad_.get(); }
   std::size_t parameter_count() const { return w_.size(); }
@@ -222,25 +227,21 @@ class gpu_model {
       std::size_t const E = c_.experts, K = c_.top_k, he = c_.expert_hidden, hs = c_.shared_hidden;
       swiglu_block_backward(hn, in(shared_mlpwi_0), in(shared_mlpwi_1), gy, n, hs, p.shared_gate, p.shared_up,
                             p.shared_down, dhn, 0.0f, st);
-      route_and_read(in(router_logits), st);
+      route(in(router_logits), n, E, K, c_.renormalize_top_k, route_buffers(), st);
       float const* eg = in(moe_mlpwi_0);
       float const* eu = in(moe_mlpwi_1);
       moe_combine_backward(gy, weight_.get(), row_.get(), in(moe_mlpwo), n, K, d, dyg_.get(), dweight_.get(), st);
       gather_rows(hn, token_.get(), n * K, d, xg_.get(), st);
       swiglu(eg, eu, n * K * he, act_.get(), st);
-      for (std::size_t e = 0; e < E; ++e) {
-        std::size_t const r0 = offsets_host_[e], rows = offsets_host_[e + 1] - r0;
-        g_.tn(he, d, rows, act_.get() + r0 * he, dyg_.get() + r0 * d, 1.0f, dw(p.expert_down) + e * he * d);
-        g_.nt(rows, he, d, dyg_.get() + r0 * d, w(p.expert_down) + e * he * d, 0.0f, dact_.get() + r0 * he);
-      }
+      // Per expert, on its rows (offsets on the device; at most n rows an expert).
+      std::uint32_t const* off = offset_.get();
+      experts_tn(off, E, he, d, act_.get(), dyg_.get(), 1.0f, dw(p.expert_down), he * d, st);
+      experts_nt(off, E, n, he, d, dyg_.get(), w(p.expert_down), he * d, 0.0f, dact_.get(), st);
       swiglu_backward(eg, eu, dact_.get(), n * K * he, dg_.get(), du_.get(), st);
-      for (std::size_t e = 0; e < E; ++e) {
-        std::size_t const r0 = offsets_host_[e], rows = offsets_host_[e + 1] - r0;
-        g_.tn(d, he, rows, xg_.get() + r0 * d, dg_.get() + r0 * he, 1.0f, dw(p.expert_gate) + e * d * he);
-        g_.tn(d, he, rows, xg_.get() + r0 * d, du_.get() + r0 * he, 1.0f, dw(p.expert_up) + e * d * he);
-        g_.nt(rows, d, he, dg_.get() + r0 * he, w(p.expert_gate) + e * d * he, 0.0f, dxg_.get() + r0 * d);
-        g_.nt(rows, d, he, du_.get() + r0 * he, w(p.expert_up) + e * d * he, 1.0f, dxg_.get() + r0 * d);
-      }
+      experts_tn(off, E, d, he, xg_.get(), dg_.get(), 1.0f, dw(p.expert_gate), d * he, st);
+      experts_tn(off, E, d, he, xg_.get(), du_.get(), 1.0f, dw(p.expert_up), d * he, st);
+      experts_nt(off, E, n, d, he, dg_.get(), w(p.expert_gate), d * he, 0.0f, dxg_.get(), st);
+      experts_nt(off, E, n, d, he, du_.get(), w(p.expert_up), d * he, 1.0f, dxg_.get(), st);
       scatter_rows_add(dxg_.get(), row_.get(), n, K, d, dhn, st);
       route_backward(route_buffers(), n, E, K, c_.renormalize_top_k, dweight_.get(), dlogits_.get(), st);
       g_.tn(d, E, n, hn, dlogits_.get(), 1.0f, dw(p.router));
@@ -275,20 +276,19 @@ class gpu_model {
   float* w(std::size_t offset) const { return w_.get() + offset; }
   float* dw(std::size_t offset) const { return grad_.get() + offset; }
   routing route_buffers() const {
-    return {probs_.get(), expert_.get(), weight_.get(), row_.get(), token_.get(), offset_.get()};
+    return {.probs = probs_.get(),
+            .expert = expert_.get(),
+            .weight = weight_.get(),
+            .row = row_.get(),
+            .token = token_.get(),
+            .offset = offset_.get(),
+            .sorted_expert = sorted_expert_.get(),
+            .pair_in = pair_in_.get(),
+            .pair_out = pair_out_.get(),
+            .sort_temp = sort_temp_.get(),
+            .sort_temp_bytes = sort_temp_.size()};
   }
-  //! Routes on the device, then reads the expert offsets back (the per-expert GEMMs' row counts).
-  void route_and_read(float const* logits, cudaStream_t st) {
-    route(logits, s_.tokens(), c_.experts, c_.top_k, c_.renormalize_top_k, route_buffers(), st);
-    TRANSFORMER_CUDA(cudaMemcpyAsync(offsets_host_.data(), offset_.get(), offsets_host_.size() * sizeof(std::uint32_t),
-                                     cudaMemcpyDeviceToHost, st));
-    TRANSFORMER_CUDA(cudaStreamSynchronize(st));
-  }
-  float* scratch(tensor t) {
-    auto& b = scratch_[tensor_index(t)];
-    if (b.size() == 0) b = device_array<float>(tensor_elements(c_, t, s_));
-    return b.get();
-  }
+  float* scratch(tensor t) { return scratch_[tensor_index(t)].get(); }
 
   void run_forward(std::size_t l, saved const& sv, tensor_set want, float* output, tensor_set available, cudaStream_t st) {
     using enum tensor;
@@ -357,22 +357,17 @@ class gpu_model {
     else if (has(router_logits)) logits = src(router_logits);
     float *eg = nullptr, *eu = nullptr, *eo = nullptr;
     if (is(moe_mlpwi_0) || is(moe_mlpwi_1) || is(moe_mlpwo)) {
-      route_and_read(logits, st);
+      route(logits, n, E, K, c_.renormalize_top_k, route_buffers(), st);
       if (is(moe_mlpwi_0) || is(moe_mlpwi_1)) gather_rows(hn, token_.get(), n * K, d, xg_.get(), st);
       eg = is(moe_mlpwi_0) ? dst(moe_mlpwi_0) : has(moe_mlpwi_0) ? src(moe_mlpwi_0) : nullptr;
       eu = is(moe_mlpwi_1) ? dst(moe_mlpwi_1) : has(moe_mlpwi_1) ? src(moe_mlpwi_1) : nullptr;
-      for (std::size_t e = 0; e < E; ++e) {
-        std::size_t const r0 = offsets_host_[e], rows = offsets_host_[e + 1] - r0;
-        if (is(moe_mlpwi_0)) g_.nn(rows, he, d, xg_.get() + r0 * d, w(p.expert_gate) + e * d * he, 0.0f, eg + r0 * he);
-        if (is(moe_mlpwi_1)) g_.nn(rows, he, d, xg_.get() + r0 * d, w(p.expert_up) + e * d * he, 0.0f, eu + r0 * he);
-      }
+      std::uint32_t const* off = offset_.get();  // per expert, on its rows (at most n an expert)
+      if (is(moe_mlpwi_0)) experts_nn(off, E, n, he, d, xg_.get(), w(p.expert_gate), d * he, 0.0f, eg, st);
+      if (is(moe_mlpwi_1)) experts_nn(off, E, n, he, d, xg_.get(), w(p.expert_up), d * he, 0.0f, eu, st);
       if (is(moe_mlpwo)) {
         eo = dst(moe_mlpwo);
         swiglu(eg, eu, n * K * he, act_.get(), st);
-        for (std::size_t e = 0; e < E; ++e) {
-          std::size_t const r0 = offsets_host_[e], rows = offsets_host_[e + 1] - r0;
-          g_.nn(rows, d, he, act_.get() + r0 * he, w(p.expert_down) + e * he * d, 0.0f, eo + r0 * d);
-        }
+        experts_nn(off, E, n, d, he, act_.get(), w(p.expert_down), he * d, 0.0f, eo, st);
       }
     }
     float *sg = nullptr, *su = nullptr;
@@ -413,11 +408,11 @@ class gpu_model {
   device_array<float> w_, grad_, m_, v_;
   device_array<std::uint8_t> decay_;
   device_array<float> xn_, h_, hn_, dhn_, gy_, dxn_, tmp_, act_, dact_, dg_, du_, dq_, dk_, dv_, do_, xg_, dxg_, dyg_, logits_;
-  device_array<double> probs_, dweight_, loss_;
-  device_array<std::uint32_t> expert_, row_, token_, offset_;
+  device_array<double> probs_, dweight_, loss_, reduce_work_;
+  device_array<std::uint32_t> expert_, row_, token_, offset_, sorted_expert_, pair_in_, pair_out_;
+  device_array<std::byte> sort_temp_;
   device_array<float> weight_, dlogits_;
   std::array<device_array<float>, tensor_count> scratch_;
-  std::vector<std::uint32_t> offsets_host_;
   std::size_t steps_ = 0;
 };
 

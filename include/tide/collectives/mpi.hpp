@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include <tide/core/error.hpp>
 #include <tide/core/op.hpp>
@@ -112,17 +113,52 @@ class communicator {
   }
 
   //! The after-backward hook of a data-parallel step (`tide::hooks{.after_backward = ...}`):
-  //! all-reduces what `grads(layer)` returns.
+  //! all-reduces what `grads(layer)` returns (a span, or a range of spans), and agrees with the peers at the step's end (see
+  //! `gradient_hook_t`).
   template <class Grads>
-  auto gradient_hook(Grads grads) const {
-    return [this, grads](auto const& ctx) {
-      if (ctx.kind == op_kind::reduce) allreduce(grads(ctx.layer), ctx.step_failed, ctx.layer);
-    };
-  }
+  auto gradient_hook(Grads grads) const;
 
  private:
   MPI_Comm comm_;
   int rank_ = 0, size_ = 1;
 };
+
+//! What `communicator::gradient_hook` returns: the reduce hook, plus the step-end agreement (the
+//! executor calls `agree` once per step after all of its work, `finish_step` after the
+//! synchronization), so a failure after the last all-reduce is agreed too and every rank throws.
+template <class Grads>
+struct gradient_hook_t {
+  communicator const* comm = nullptr;  //!< the communicator (outlives the hook)
+  Grads grads{};                       //!< `grads(layer)`: the span to all-reduce after its backward
+  int failed_rank = -1;                //!< the step-end agreement's result: the highest failed rank, or -1
+
+  //! On `op_kind::reduce`: all-reduces `grads(ctx.layer)`, a `std::span` or a range of them.
+  template <class Ctx>
+  void operator()(Ctx const& ctx) const {
+    if (ctx.kind != op_kind::reduce) return;
+    auto&& g = grads(ctx.layer);
+    if constexpr (requires { std::remove_cvref_t<decltype(g)>::extent; }) {
+      comm->allreduce(g, ctx.step_failed, ctx.layer);
+    } else {
+      for (auto part : g) comm->allreduce(part, ctx.step_failed, ctx.layer);
+    }
+  }
+  //! The step-end agreement, on the communication stream: has any rank's step failed?
+  template <class Ctx>
+  void agree(Ctx const& ctx) {
+    failed_rank = comm->agree_on_failure(ctx.step_failed);
+  }
+  //! After the synchronization: throws `collective_error` on every rank when one failed.
+  void finish_step() {
+    if (auto const r = std::exchange(failed_rank, -1); r >= 0)
+      throw collective_error("tide::mpi: rank " + std::to_string(r) + " failed during this step; rank " +
+                             std::to_string(comm->rank()) + "'s gradients are not to be used");
+  }
+};
+
+template <class Grads>
+auto communicator::gradient_hook(Grads grads) const {
+  return gradient_hook_t<Grads>{this, std::move(grads)};
+}
 
 }  // namespace tide::mpi

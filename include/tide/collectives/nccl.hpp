@@ -30,9 +30,9 @@ namespace tide {
 
 //! An NCCL call failed; `result` is NCCL's code.
 struct nccl_error : collective_error {
-  ncclResult_t result;  //!< NCCL's code, e.g. `ncclUnhandledCudaError`
-  std::string call;   //!< the call as written, e.g. `ncclAllReduce(...)`
-  std::string where;  //!< file:line of the call, or the adapter that made it
+  ncclResult_t result{};  //!< NCCL's code, e.g. `ncclUnhandledCudaError`
+  std::string call{};     //!< the call as written, e.g. `ncclAllReduce(...)`
+  std::string where{};    //!< file:line of the call, or the adapter that made it
   //! Error `r` of the call `call_text`, made at `location` (file:line, or the adapter's name).
   nccl_error(ncclResult_t r, std::string const& call_text, std::string const& location)
       : collective_error(cuda_error::message(result_name(r), ncclGetErrorString(r), call_text, location, false)),
@@ -120,11 +120,14 @@ struct nccl_api {
 //! (or only those the schedule makes room for); it dispatches on `ctx.kind` (`gather`, `regather`
 //! or `reduce`). `tide::nccl_hooks` is `basic_nccl_hooks<>`; `Api` is for tests.
 //!
-//! Failure agreement: each hook's group also all-reduces (max) one int saying whether this rank's
-//! step failed, so a rank whose lambda threw still makes the same NCCL calls as its peers (no
-//! hang) and every rank learns of it. After the step has synchronized, the executor calls
-//! `finish_step()`, which throws `collective_error` on every rank when any rank failed: the
-//! all-reduced data of that step is then not to be used.
+//! Failure agreement: a rank whose lambda threw still makes the same NCCL calls as its peers (the
+//! executor calls the hooks told `ctx.step_failed`), so nobody hangs. Once per step, after all of
+//! the step's work, the executor calls `agree(ctx)` on the communication stream: one all-reduce
+//! (max) of an int saying whether this rank's step failed, so a failure after the step's last
+//! collective (a schedule with gathers only, a fault in the last hook) is agreed too. After the
+//! step has synchronized, the executor calls `finish_step()`, which throws `collective_error` on
+//! every rank when any rank failed: the step's collective results are then not to be used. A step
+//! replayed from a CUDA graph replays its agreement: synchronize, then call `finish_step()`.
 //!
 //! Dead peers: `check_progress()` polls the communicator's asynchronous error; on an error it
 //! aborts the communicator (so the NCCL kernels stop spinning) and throws `nccl_error`. Register
@@ -139,7 +142,7 @@ struct nccl_api {
 template <class Api = detail::nccl_api>
 class basic_nccl_hooks {
  public:
-  //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure flags
+  //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure flag
   //! (device and pinned host) on the communicator's device. `progress_timeout` bounds the wait
   //! for a call that returned `ncclInProgress` (then the communicator is aborted).
   basic_nccl_hooks(ncclComm_t comm, std::uint32_t layer_count,
@@ -150,23 +153,22 @@ class basic_nccl_hooks {
     int device = 0;
     TIDE_NCCL_CHECK(Api::cu_device(comm_, &device));
     [[maybe_unused]] auto const on = Api::device_scope(device);
-    auto const n = 3 * std::size_t{layer_count} + 1;
     void* d = nullptr;
-    TIDE_CUDA_CHECK(Api::device_alloc(&d, n * sizeof(int)));
-    device_flags_ = static_cast<int*>(d);
+    TIDE_CUDA_CHECK(Api::device_alloc(&d, sizeof(int)));
+    device_flag_ = static_cast<int*>(d);
     void* h = nullptr;
-    if (auto const e = Api::host_alloc(&h, 2 * n * sizeof(int)); e != cudaSuccess) {
-      Api::device_free(device_flags_);
-      detail::throw_cuda_error(e, "cudaHostAlloc(&host_flags_, 2 * n * sizeof(int), cudaHostAllocPortable)", __FILE__,
+    if (auto const e = Api::host_alloc(&h, 2 * sizeof(int)); e != cudaSuccess) {
+      Api::device_free(device_flag_);
+      detail::throw_cuda_error(e, "cudaHostAlloc(&host_flags_, 2 * sizeof(int), cudaHostAllocPortable)", __FILE__,
                                __LINE__);
     }
     host_flags_ = static_cast<int*>(h);
-    for (std::size_t i = 0; i < 2 * n; ++i) host_flags_[i] = 0;
+    host_flags_[0] = host_flags_[1] = 0;
   }
   basic_nccl_hooks(basic_nccl_hooks const&) = delete;
   basic_nccl_hooks& operator=(basic_nccl_hooks const&) = delete;
   ~basic_nccl_hooks() {
-    Api::device_free(device_flags_);
+    Api::device_free(device_flag_);
     Api::host_free(host_flags_);
   }
 
@@ -213,25 +215,18 @@ class basic_nccl_hooks {
     return add(before_backward_, layer, {nccl_call::all_gather, send, recv, send_count, type, ncclSum});
   }
 
-  //! Enqueues the calls registered for `ctx.layer` and `ctx.kind` on `ctx.stream`, with the
-  //! failure flag in the same group. Called even after this rank's step failed
-  //! (`ctx.step_failed`), so that its peers are not left waiting.
+  //! Enqueues the calls registered for `ctx.layer` and `ctx.kind` on `ctx.stream` as one group.
+  //! Called even after this rank's step failed (`ctx.step_failed`), so that its peers are not
+  //! left waiting; the step-end agreement tells them.
   void operator()(collective_context<cudaStream_t> const& ctx) {
     auto const& calls = (ctx.kind == op_kind::gather ? before_ : ctx.kind == op_kind::regather ? before_backward_ : after_).at(ctx.layer);
     if (calls.empty()) return;
     throw_if_aborted();
-    auto const slot = 3 * std::size_t{ctx.layer} + (ctx.kind == op_kind::gather ? 0 : ctx.kind == op_kind::regather ? 1 : 2);
-    int* const sent = host_flags_ + 2 * slot;  // [sent, received]: pinned, stable until the step syncs
-    sent[0] = ctx.step_failed ? rank_ + 1 : 0;
-    sent[1] = 0;
-    TIDE_CUDA_CHECK(Api::copy_async(device_flags_ + slot, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
     check_nccl_call(Api::group_start(), "ncclGroupStart()");
     // The group must be closed even when a call fails, or NCCL's group state leaks into the
     // next collective; an abort asked for meanwhile runs once it is closed.
     in_group_ = true;
     try {
-      check_nccl_call(Api::all_reduce(device_flags_ + slot, device_flags_ + slot, 1, ncclInt32, ncclMax, comm_, ctx.stream),
-                      "ncclAllReduce (failure flag)");
       for (auto const& c : calls) enqueue(c, ctx.stream);
     } catch (...) {
       close_group();
@@ -239,19 +234,31 @@ class basic_nccl_hooks {
     }
     in_group_ = false;
     check_nccl_call(Api::group_end(), "ncclGroupEnd()");
-    TIDE_CUDA_CHECK(Api::copy_async(sent + 1, device_flags_ + slot, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
-    used_.push_back(static_cast<std::uint32_t>(slot));
   }
 
-  //! After the step's synchronization: throws `collective_error` when any rank reported a failed
-  //! step in one of this step's groups (every rank then throws, none reports success), or when
-  //! the communicator was aborted.
-  void finish_step() {
-    int worst = 0;
-    for (auto const slot : used_) worst = std::max(worst, host_flags_[2 * slot + 1]);
-    used_.clear();
+  //! The step-end agreement (the executor calls it once per step, after all of the step's work):
+  //! all-reduces (max) whether this rank's step failed, on `ctx.stream`; `finish_step()` reads
+  //! the result once the step has synchronized.
+  void agree(step_end_context<cudaStream_t> const& ctx) {
     throw_if_aborted();
-    if (worst > 0)
+    int* const sent = host_flags_;  // [sent, received]: pinned, stable until the step syncs
+    sent[0] = ctx.step_failed ? rank_ + 1 : 0;
+    sent[1] = 0;
+    agreed_ = false;  // set once the whole agreement is enqueued: a partial one is not read
+    TIDE_CUDA_CHECK(Api::copy_async(device_flag_, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
+    check_nccl_call(Api::all_reduce(device_flag_, device_flag_, 1, ncclInt32, ncclMax, comm_, ctx.stream),
+                    "ncclAllReduce (step-end failure agreement)");
+    TIDE_CUDA_CHECK(Api::copy_async(sent + 1, device_flag_, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
+    agreed_ = true;
+  }
+
+  //! After the step's synchronization: throws `collective_error` when the step-end agreement says
+  //! a rank failed (every rank then throws, none reports success), or when the communicator was
+  //! aborted. Also after a graph replay of a step: its agreement was captured with it.
+  void finish_step() {
+    throw_if_aborted();
+    if (!agreed_) return;
+    if (int const worst = host_flags_[1]; worst > 0)
       throw collective_error("tide: nccl_hooks: rank " + std::to_string(worst - 1) + " failed during this step; rank " +
                              std::to_string(rank_) + " completed its collectives but their results are not to be used");
   }
@@ -290,7 +297,6 @@ class basic_nccl_hooks {
       throw collective_error("tide: nccl_hooks: layer " + std::to_string(layer) + " is beyond a stack of " +
                              std::to_string(where.size()) + " layers");
     where[layer].push_back(c);
-    used_.reserve(3 * where.size());  // a gather, a regather and a reduce per layer at most
     return *this;
   }
   void throw_if_aborted() const {
@@ -344,9 +350,9 @@ class basic_nccl_hooks {
   std::chrono::milliseconds progress_timeout_;
   int rank_ = 0;
   std::vector<list> before_, before_backward_, after_;
-  int* device_flags_ = nullptr;  // one per (layer, hook kind)
-  int* host_flags_ = nullptr;    // two per (layer, hook kind): sent, received
-  std::vector<std::uint32_t> used_;  // this step's flag slots
+  int* device_flag_ = nullptr;   // the step-end agreement's flag
+  int* host_flags_ = nullptr;    // sent, received (pinned)
+  bool agreed_ = false;          // an agreement was enqueued (or captured): finish_step reads it
   bool aborted_ = false;         // the communicator was aborted (and freed)
   bool in_group_ = false;        // between the hooks' ncclGroupStart and ncclGroupEnd
   bool abort_pending_ = false;   // an abort asked for inside the group

@@ -113,18 +113,21 @@ struct program_writer {
   auto const dalign = buffers.device_alignment;
 
   // 1. Placement and per-layer region sizes.
-  std::vector<bool> rule_used(policy.rules.size(), false);
+  // Bytes, not std::vector<bool>: Clang 14 cannot evaluate libstdc++ 12's vector<bool> in a constant expression.
+  std::vector<std::uint8_t> rule_used(policy.rules.size(), 0);
   auto const deciding = policy.deciding_rules(stack);
   std::size_t pair = 0;
   std::size_t kept = 0, scratch = 0, host = 0, copies = 0;
   bool any_offload = false;
   for (std::uint32_t l = 0; l < L; ++l) {
     auto const& type = stack.layer(l);
-    layer_binding lb{type.name, static_cast<std::uint32_t>(s.slots.size()),
-                     static_cast<std::uint32_t>(type.slots.size())};
+    layer_binding lb{.type_name = type.name,
+                     .first_slot = static_cast<std::uint32_t>(s.slots.size()),
+                     .slot_count = static_cast<std::uint32_t>(type.slots.size()),
+                     .type_index = stack.layer_types[l]};
     for (auto const& sl : type.slots) {
       auto const rule = deciding[pair++];
-      if (rule != policy_spec::no_rule) rule_used[rule] = true;
+      if (rule != policy_spec::no_rule) rule_used[rule] = 1;
       slot_binding b{sl.name, rule == policy_spec::no_rule ? placement::keep : policy.rules[rule].where, sl.bytes};
       if (sl.input && b.where == placement::remat) return fail(detail::issue(c::remat_of_input, type.name, sl.name, l));
       std::size_t region = 0;

@@ -85,7 +85,7 @@ struct access {
   std::size_t begin, end;
   std::uint32_t layer;
   std::uint16_t slot;
-  std::uint64_t shift;  //!< slot-relative offset of a byte minus its address (mod 2^64): equal shifts, same bytes
+  std::uint64_t shift{};  //!< slot-relative offset of a byte minus its address (mod 2^64): equal shifts, same bytes
   //! The guard bytes after `slot`, written by the executor's debug checks around the op: data of
   //! their own, never the slot's (no read has it).
   bool guard = false;
@@ -97,9 +97,9 @@ struct access {
 //! What the structural pass proved and the later passes use.
 struct checked_program {
   std::span<op const> ops;
-  std::vector<std::array<std::int32_t, stream_count>> clock;  //!< per op: latest op per stream ordered before it
-  std::vector<access> accesses;                               //!< in op order
-  std::vector<std::uint32_t> first_access;                    //!< per op (and one past): its accesses
+  std::vector<std::array<std::int32_t, stream_count>> clock{};  //!< per op: latest op per stream ordered before it
+  std::vector<access> accesses{};                               //!< in op order
+  std::vector<std::uint32_t> first_access{};                    //!< per op (and one past): its accesses
   //! `a` happens before `b`.
   bool before(std::uint32_t a, std::uint32_t b) const noexcept {
     return a != b && clock[b][static_cast<std::size_t>(ops[a].stream)] >= static_cast<std::int64_t>(a);
@@ -636,9 +636,9 @@ inline void replay_peaks(schedule_view const& s, checked_program const& p, check
 class byte_state_tree {
  public:
   struct summary {
-    std::array<std::int32_t, stream_count> writer;  //!< max over the range, -1: none
-    std::array<std::int32_t, stream_count> reader;  //!< max over the range, -1: none
-    std::int32_t data_lo, data_hi;                  //!< min and max data id, -1: never written
+    std::array<std::int32_t, stream_count> writer{};  //!< max over the range, -1: none
+    std::array<std::int32_t, stream_count> reader{};  //!< max over the range, -1: none
+    std::int32_t data_lo, data_hi;                    //!< min and max data id, -1: never written
   };
 
   explicit byte_state_tree(std::size_t leaves) : n_(leaves) {

@@ -28,7 +28,7 @@ struct checkpoint_spec {
   std::uint32_t host_snapshots = 0;
   //! An explicit reversal of the stack (chain actions over its layers); empty: Revolve with
   //! `device_snapshots`. Required when `host_snapshots > 0`.
-  std::vector<chain_action> reversal;
+  std::vector<chain_action> reversal{};
 
   //! True when every carry is stored: nothing to recompute, no reversal to follow.
   constexpr bool stores_every_carry() const noexcept {

@@ -56,9 +56,14 @@ inline std::string describe(strategy const& st) {
     r.append("\n    ").append(to_string(rule.where)).append(" ");
     if (rule.slots.empty()) r += "any slot";
     for (std::size_t i = 0; i < rule.slots.size(); ++i) r.append(i ? ", " : "").append(rule.slots[i]);
-    if (rule.first_layer != 0 || rule.last_layer != all_layers)
-      r += " of layers [" + std::to_string(rule.first_layer) + ", " +
-           (rule.last_layer == all_layers ? std::string("end") : std::to_string(rule.last_layer)) + ")";
+    if (rule.first_layer != 0 || rule.last_layer != all_layers) {
+      auto bound = [](std::uint32_t l) {
+        return l == all_layers        ? std::string("end")
+               : counts_from_end(l) ? "end - " + std::to_string(from_end_count(l))
+                                      : std::to_string(l);
+      };
+      r += " of layers [" + bound(rule.first_layer) + ", " + bound(rule.last_layer) + ")";
+    }
     if (rule.min_bytes) r += " of at least " + format_bytes(static_cast<double>(rule.min_bytes));
   }
   if (st.policy.allow_unused_rules) r += "\n    (unused rules allowed)";

@@ -27,8 +27,8 @@ struct cost_model_error : error {
 
 //! An arena request exceeds the budget the backend was given (the bytes it may hold at once).
 struct out_of_memory : error {
-  std::size_t requested;  //!< Bytes the failing request needed.
-  std::size_t budget;     //!< Bytes the backend may hold at once.
+  std::size_t requested{};  //!< Bytes the failing request needed.
+  std::size_t budget{};     //!< Bytes the backend may hold at once.
   //! `what`, followed by the bytes needed (`req`) and the budget (`cap`).
   out_of_memory(std::string const& what, std::size_t req, std::size_t cap)
       : error(what + ": needs " + std::to_string(req) + " bytes, budget is " + std::to_string(cap) +

@@ -15,17 +15,21 @@
 namespace tide {
 
 //! One rule: the slots named in `slots` (empty: any slot) of layers in [first_layer, last_layer)
-//! whose size is at least `min_bytes` are placed `where`.
+//! whose size is at least `min_bytes` are placed `where`. Either bound may count from the end of
+//! the stack (`tide::from_end(k)`), so one policy fits stacks of any depth.
 struct rule_spec {
   placement where = placement::keep;      //!< where the selected slots live
-  std::vector<std::string_view> slots;    //!< slot names selected; empty: any slot
-  std::uint32_t first_layer = 0;          //!< first layer selected
-  std::uint32_t last_layer = all_layers;  //!< one past the last layer selected; `all_layers`: to the end
+  std::vector<std::string_view> slots{};  //!< slot names selected; empty: any slot
+  std::uint32_t first_layer = 0;          //!< first layer selected (or `from_end(k)`)
+  std::uint32_t last_layer = all_layers;  //!< one past the last layer selected (or `from_end(k)`); `all_layers`: to the end
   std::size_t min_bytes = 0;              //!< smallest slot selected, in bytes
 
-  //! True when this rule selects slot `s` of layer `layer`.
-  constexpr bool matches(std::uint32_t layer, slot_spec const& s) const noexcept {
-    if (layer < first_layer || layer >= last_layer || s.bytes < min_bytes) return false;
+  //! True when this rule selects slot `s` of layer `layer` of a stack of `layer_count` layers
+  //! (needed only when a bound counts from the end).
+  constexpr bool matches(std::uint32_t layer, slot_spec const& s, std::uint32_t layer_count = all_layers) const noexcept {
+    if (layer < resolve_layer(first_layer, layer_count) || layer >= resolve_layer(last_layer, layer_count) ||
+        s.bytes < min_bytes)
+      return false;
     if (slots.empty()) return true;
     for (auto n : slots)
       if (n == s.name) return true;
@@ -39,7 +43,7 @@ struct rule_spec {
 //! everything it matches) is almost always a typo, so building a schedule rejects it, naming the
 //! rule; set `allow_unused_rules` to share one policy between stacks it only partly fits.
 struct policy_spec {
-  std::vector<rule_spec> rules;     //!< in priority order: the first match wins
+  std::vector<rule_spec> rules{};   //!< in priority order: the first match wins
   bool allow_unused_rules = false;  //!< accept rules that decide nothing on the stack
   //! No rules: everything is kept.
   constexpr policy_spec() = default;
@@ -48,15 +52,18 @@ struct policy_spec {
 
   //! `deciding_rule`'s answer when no rule matches.
   static constexpr std::size_t no_rule = static_cast<std::size_t>(-1);
-  //! The index of the first rule matching (layer, s), or `no_rule` (the default: keep).
-  constexpr std::size_t deciding_rule(std::uint32_t layer, slot_spec const& s) const noexcept {
+  //! The index of the first rule matching (layer, s) in a stack of `layer_count` layers, or
+  //! `no_rule` (the default: keep).
+  constexpr std::size_t deciding_rule(std::uint32_t layer, slot_spec const& s,
+                                      std::uint32_t layer_count = all_layers) const noexcept {
     for (std::size_t i = 0; i < rules.size(); ++i)
-      if (rules[i].matches(layer, s)) return i;
+      if (rules[i].matches(layer, s, layer_count)) return i;
     return no_rule;
   }
-  //! Where slot `s` of layer `layer` lives: the first matching rule's placement, or keep.
-  constexpr placement decide(std::uint32_t layer, slot_spec const& s) const noexcept {
-    auto const i = deciding_rule(layer, s);
+  //! Where slot `s` of layer `layer` (of `layer_count`) lives: the first matching rule's
+  //! placement, or keep.
+  constexpr placement decide(std::uint32_t layer, slot_spec const& s, std::uint32_t layer_count = all_layers) const noexcept {
+    auto const i = deciding_rule(layer, s, layer_count);
     return i == no_rule ? placement::keep : rules[i].where;
   }
   //! `deciding_rule` of every (layer, slot) of `stack`, layers in order, slots in type order. In
@@ -91,7 +98,7 @@ constexpr std::vector<std::size_t> policy_spec::deciding_rules(stack_spec const&
     std::vector<std::size_t> out;
     out.reserve(pairs);
     for (std::uint32_t l = 0; l < stack.layer_count(); ++l)
-      for (auto const& s : stack.layer(l).slots) out.push_back(deciding_rule(l, s));
+      for (auto const& s : stack.layer(l).slots) out.push_back(deciding_rule(l, s, stack.layer_count()));
     return out;
   }
   return detail::swept_deciding_rules(*this, stack);
@@ -100,6 +107,10 @@ constexpr std::vector<std::size_t> policy_spec::deciding_rules(stack_spec const&
 constexpr std::vector<std::size_t> detail::swept_deciding_rules(policy_spec const& p, stack_spec const& stack) {
   auto const& rules = p.rules;
   constexpr auto no_rule = policy_spec::no_rule;
+  // The rules' bounds in this stack (a bound may count from the end).
+  auto const layers = stack.layer_count();
+  auto first = [&](std::size_t i) { return resolve_layer(rules[i].first_layer, layers); };
+  auto last = [&](std::size_t i) { return resolve_layer(rules[i].last_layer, layers); };
   std::vector<std::size_t> out;
   std::vector<std::string_view> names;
   for (auto const& t : stack.types)
@@ -122,24 +133,24 @@ constexpr std::vector<std::size_t> detail::swept_deciding_rules(policy_spec cons
   for (auto& sw : sweeps) {
     sw.by_first = sw.by_index;
     std::sort(sw.by_first.begin(), sw.by_first.end(), [&](std::size_t a, std::size_t b) {
-      return rules[a].first_layer != rules[b].first_layer ? rules[a].first_layer < rules[b].first_layer : a < b;
+      return first(a) != first(b) ? first(a) < first(b) : a < b;
     });
   }
   auto const later = [](std::size_t a, std::size_t b) { return a > b; };  // min-heap of indices
   for (std::uint32_t l = 0; l < stack.layer_count(); ++l)
     for (auto const& s : stack.layer(l).slots) {
       auto& sw = sweeps[id_of(s.name)];
-      for (; sw.next < sw.by_first.size() && rules[sw.by_first[sw.next]].first_layer <= l; ++sw.next) {
+      for (; sw.next < sw.by_first.size() && first(sw.by_first[sw.next]) <= l; ++sw.next) {
         sw.active.push_back(sw.by_first[sw.next]);
         std::push_heap(sw.active.begin(), sw.active.end(), later);
       }
-      while (!sw.active.empty() && rules[sw.active.front()].last_layer <= l) {
+      while (!sw.active.empty() && last(sw.active.front()) <= l) {
         std::pop_heap(sw.active.begin(), sw.active.end(), later);
         sw.active.pop_back();
       }
       // Every candidate selects this name: only the layer range and the size remain to check.
       auto const selects = [&](std::size_t i) {
-        return l >= rules[i].first_layer && l < rules[i].last_layer && s.bytes >= rules[i].min_bytes;
+        return l >= first(i) && l < last(i) && s.bytes >= rules[i].min_bytes;
       };
       auto r = no_rule;
       if (!sw.active.empty()) {

@@ -20,23 +20,24 @@ namespace tide {
 
 //! Where one slot of one layer lives.
 struct slot_binding {
-  std::string_view name;              //!< the slot's name in its layer type
+  std::string_view name{};            //!< the slot's name in its layer type
   placement where = placement::keep;  //!< keep, offload or remat, as the policy decided
   std::size_t bytes = 0;              //!< the slot's size (unaligned)
-  std::size_t forward_offset = 0;   //!< device offset the forward lambda writes
-  std::size_t backward_offset = 0;  //!< device offset recompute/backward read
-  std::size_t host_offset = 0;      //!< pinned host offset (offload only)
+  std::size_t forward_offset = 0;     //!< device offset the forward lambda writes
+  std::size_t backward_offset = 0;    //!< device offset recompute/backward read
+  std::size_t host_offset = 0;        //!< pinned host offset (offload only)
   //! Field-wise equality.
   friend constexpr bool operator==(slot_binding const&, slot_binding const&) = default;
 };
 
 //! One layer of the schedule: its type and the range of its slots in the slot bindings.
 struct layer_binding {
-  std::string_view type_name;    //!< name of the layer's type (`layer_spec::name`)
-  std::uint32_t first_slot = 0;  //!< index into the schedule's slot bindings
-  std::uint32_t slot_count = 0;  //!< number of slot bindings the layer has, from `first_slot`
+  std::string_view type_name{};     //!< name of the layer's type (`layer_spec::name`)
+  std::uint32_t first_slot = 0;     //!< index into the schedule's slot bindings
+  std::uint32_t slot_count = 0;     //!< number of slot bindings the layer has, from `first_slot`
   std::size_t offloaded_bytes = 0;  //!< region bytes of its offloaded slots
   std::size_t remat_bytes = 0;      //!< region bytes of its remat slots
+  std::uint32_t type_index = 0;     //!< the layer's type: an index into `stack_spec::types`
   //! Field-wise equality.
   friend constexpr bool operator==(layer_binding const&, layer_binding const&) = default;
 };
@@ -46,16 +47,16 @@ struct layer_binding {
 //! the user writes before a step) and buffer 1 the output (the last layer's carry out); the
 //! others hold snapshots and working carries as the reversal assigns them, reused without copies.
 struct carry_binding {
-  std::string_view name;              //!< the carry's name (`carry_spec::name`)
-  std::size_t bytes = 0;              //!< bytes of one carry; 0: the stack has none
-  std::size_t region_bytes = 0;       //!< bytes, aligned to the device alignment
-  std::size_t device_area = 0;        //!< device offset of buffer 0
-  std::uint32_t device_buffers = 0;   //!< buffers the reversal uses at once (input and output included)
-  std::size_t host_area = 0;          //!< host offset of host snapshot 0
-  std::size_t host_region_bytes = 0;  //!< bytes, aligned to the host alignment
-  std::uint32_t host_snapshots = 0;   //!< host snapshot slots the reversal uses
-  std::uint32_t device_snapshots = 0; //!< device snapshot slots the reversal uses (the input's included)
-  std::uint64_t advances = 0;         //!< layer forwards beyond the first sweep (advance ops)
+  std::string_view name{};             //!< the carry's name (`carry_spec::name`)
+  std::size_t bytes = 0;               //!< bytes of one carry; 0: the stack has none
+  std::size_t region_bytes = 0;        //!< bytes, aligned to the device alignment
+  std::size_t device_area = 0;         //!< device offset of buffer 0
+  std::uint32_t device_buffers = 0;    //!< buffers the reversal uses at once (input and output included)
+  std::size_t host_area = 0;           //!< host offset of host snapshot 0
+  std::size_t host_region_bytes = 0;   //!< bytes, aligned to the host alignment
+  std::uint32_t host_snapshots = 0;    //!< host snapshot slots the reversal uses
+  std::uint32_t device_snapshots = 0;  //!< device snapshot slots the reversal uses (the input's included)
+  std::uint64_t advances = 0;          //!< layer forwards beyond the first sweep (advance ops)
 
   //! True when the stack has a carry.
   [[nodiscard]] constexpr bool present() const noexcept { return bytes != 0; }
@@ -87,16 +88,16 @@ struct arena_layout {
 
 //! A non-owning view of any schedule (run-time or static); what executors and checkers take.
 struct schedule_view {
-  std::span<layer_binding const> layers;  //!< one per layer, in forward order
-  std::span<slot_binding const> slots;    //!< every layer's slots, each layer's contiguous
-  std::span<op const> ops;                //!< the op program, in host issue order
-  std::span<std::uint32_t const> waits;   //!< indices of the ops each op waits for (`op::wait_begin`)
-  std::uint32_t event_count = 0;          //!< events the program records (`op::event` < this)
-  arena_layout arena;                     //!< the static buffer assignment and peaks
-  buffer_spec buffers;                    //!< the buffers the schedule was built with
-  pipeline_spec pipeline;                 //!< the pipeline the schedule was built with
-  collective_spec collectives;            //!< the collective hooks it makes room for
-  carry_binding carry;                    //!< where the carries live
+  std::span<layer_binding const> layers{};  //!< one per layer, in forward order
+  std::span<slot_binding const> slots{};    //!< every layer's slots, each layer's contiguous
+  std::span<op const> ops{};                //!< the op program, in host issue order
+  std::span<std::uint32_t const> waits{};   //!< indices of the ops each op waits for (`op::wait_begin`)
+  std::uint32_t event_count = 0;            //!< events the program records (`op::event` < this)
+  arena_layout arena{};                     //!< the static buffer assignment and peaks
+  buffer_spec buffers{};                    //!< the buffers the schedule was built with
+  pipeline_spec pipeline{};                 //!< the pipeline the schedule was built with
+  collective_spec collectives{};            //!< the collective hooks it makes room for
+  carry_binding carry{};                    //!< where the carries live
 
   //! Number of layers.
   [[nodiscard]] constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
@@ -116,16 +117,16 @@ struct schedule_view {
 
 //! A schedule built at run time (or transiently inside a constant expression).
 struct schedule {
-  std::vector<layer_binding> layers;  //!< one per layer, in forward order
-  std::vector<slot_binding> slots;    //!< every layer's slots, each layer's contiguous
-  std::vector<op> ops;                //!< the op program, in host issue order
-  std::vector<std::uint32_t> waits;   //!< indices of the ops each op waits for (`op::wait_begin`)
-  std::uint32_t event_count = 0;      //!< events the program records (`op::event` < this)
-  arena_layout arena;                 //!< the static buffer assignment and peaks
-  buffer_spec buffers;                //!< the buffers the schedule was built with
-  pipeline_spec pipeline;             //!< the pipeline the schedule was built with
-  collective_spec collectives;        //!< the collective hooks it makes room for
-  carry_binding carry;                //!< where the carries live
+  std::vector<layer_binding> layers{};  //!< one per layer, in forward order
+  std::vector<slot_binding> slots{};    //!< every layer's slots, each layer's contiguous
+  std::vector<op> ops{};                //!< the op program, in host issue order
+  std::vector<std::uint32_t> waits{};   //!< indices of the ops each op waits for (`op::wait_begin`)
+  std::uint32_t event_count = 0;        //!< events the program records (`op::event` < this)
+  arena_layout arena{};                 //!< the static buffer assignment and peaks
+  buffer_spec buffers{};                //!< the buffers the schedule was built with
+  pipeline_spec pipeline{};             //!< the pipeline the schedule was built with
+  collective_spec collectives{};        //!< the collective hooks it makes room for
+  carry_binding carry{};                //!< where the carries live
 
   //! Predicted device peak: the whole device arena.
   [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }

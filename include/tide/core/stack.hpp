@@ -17,13 +17,14 @@
 
 #include <tide/core/vocabulary.hpp>
 #include <tide/core/error.hpp>
+#include <tide/core/slot_handle.hpp>
 
 namespace tide {
 
 //! One kind of activation a layer saves for backward, e.g. `q_proj`. `bytes` may be
 //! `dynamic_bytes`: then it is supplied when the schedule is built (see `slot_sizes`).
 struct slot_spec {
-  std::string_view name;              //!< unique within the layer type; rules and lambdas use it
+  std::string_view name{};            //!< unique within the layer type; rules and lambdas use it
   std::size_t bytes = dynamic_bytes;  //!< the slot's size, or `dynamic_bytes` to give it at build time
   //! The layer's input, which its recompute reads: it may be kept or offloaded, never
   //! rematerialized (only re-running the earlier layers could rebuild it; a stack with a carry
@@ -37,21 +38,21 @@ struct slot_spec {
 //! output. Where carries are stored, and which are recomputed from the nearest stored one, is the
 //! strategy's `checkpoints`. `bytes == 0`: the stack has no carry.
 struct carry_spec {
-  std::string_view name;  //!< the carry's name (`slot_sizes` looks a run-time size up by it)
-  std::size_t bytes = 0;  //!< bytes of one carry, or `dynamic_bytes`; 0: no carry
+  std::string_view name{};  //!< the carry's name (`slot_sizes` looks a run-time size up by it)
+  std::size_t bytes = 0;    //!< bytes of one carry, or `dynamic_bytes`; 0: no carry
 };
 
 //! A layer type: a name and the slots each layer of that type saves.
 struct layer_spec {
-  std::string_view name;         //!< the type's name; layers of one name share one type
-  std::vector<slot_spec> slots;  //!< in declaration order (a slot's index is its position here)
+  std::string_view name{};         //!< the type's name; layers of one name share one type
+  std::vector<slot_spec> slots{};  //!< in declaration order (a slot's index is its position here)
 };
 
 //! A sequence of layers, possibly of different types (e.g. 3 dense then 58 MoE).
 struct stack_spec {
-  std::vector<layer_spec> types;           //!< the distinct layer types, in order of first use
-  std::vector<std::uint32_t> layer_types;  //!< type index of each layer, in forward order
-  carry_spec carry;                         //!< what flows between layers (none by default)
+  std::vector<layer_spec> types{};           //!< the distinct layer types, in order of first use
+  std::vector<std::uint32_t> layer_types{};  //!< type index of each layer, in forward order
+  carry_spec carry{};                        //!< what flows between layers (none by default)
   //! True when no layer reads another layer's output (each reads data of the user's that outlives
   //! the step). A stack must say where each layer's input comes from, so that nothing
   //! rematerializes it from data that is gone: a carry, an input slot in every layer type that
@@ -115,6 +116,29 @@ struct stack_spec {
     }
     return nullptr;
   }
+  //! The index of layer type `name` in `types`; throws `slot_error` listing the types when there is none.
+  std::uint32_t type_index(std::string_view name) const {
+    for (std::uint32_t t = 0; t < types.size(); ++t)
+      if (types[t].name == name) return t;
+    std::string names;
+    for (auto const& t : types) names += (names.empty() ? "'" : ", '") + std::string(t.name) + "'";
+    throw slot_error("tide: the stack has no layer type '" + std::string(name) + "'; its types are: " +
+                     (names.empty() ? std::string("none") : names));
+  }
+  //! The handle of slot `slot` of layer type `type`, viewed as elements of `T`, for lambdas that
+  //! name slots of a stack built at run time: resolved once here, O(1) in `ctx.slot(h)`. Throws
+  //! `slot_error` naming the type's slots when it has no such slot. The handle refers to this
+  //! stack's strings: it must not outlive the stack.
+  template <class T = std::byte>
+  slot_handle<T> handle(std::string_view type, std::string_view slot) const {
+    auto const& t = types[type_index(type)];
+    for (std::size_t k = 0; k < t.slots.size(); ++k)
+      if (t.slots[k].name == slot) return {t.name, t.slots[k].name, static_cast<std::uint16_t>(k)};
+    std::string names;
+    for (auto const& s : t.slots) names += (names.empty() ? "'" : ", '") + std::string(s.name) + "'";
+    throw slot_error("tide: layer type '" + std::string(type) + "' has no slot '" + std::string(slot) +
+                     "'; its slots are: " + (names.empty() ? std::string("none") : names));
+  }
   //! True when some layer type has a slot of this name.
   constexpr bool has_slot(std::string_view name) const noexcept {
     for (auto const& t : types)
@@ -141,7 +165,7 @@ struct stack_spec {
 
 //! Run-time sizes for slots declared with `dynamic_bytes`, by slot name (all layer types).
 struct slot_sizes {
-  std::vector<slot_spec> entries;  //!< one (name, bytes) per slot or carry name
+  std::vector<slot_spec> entries{};  //!< one (name, bytes) per slot or carry name
   //! No sizes.
   constexpr slot_sizes() = default;
   //! The sizes `e`: `tide::slot_sizes{{"q_proj", 1 << 20}, {"residual", 4096}}`.

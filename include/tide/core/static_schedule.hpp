@@ -70,12 +70,15 @@ constexpr void check_composition() {
 struct schedule_probe {
   schedule_issue_code issue;
   schedule_extent extent;
+  issue_name layer_type{};  // the names the issue concerns, copied (the build's strings do not outlive it)
+  issue_name slot{};
 };
 template <class Stack, class Strategy>
 inline constexpr schedule_probe probe_of = [] {
   schedule s;
   auto const issue = try_build_schedule_into(s, Stack::spec(), Strategy::spec());
-  return schedule_probe{issue.code, {s.layers.size(), s.slots.size(), s.ops.size(), s.waits.size()}};
+  return schedule_probe{issue.code, {s.layers.size(), s.slots.size(), s.ops.size(), s.waits.size()},
+                        issue_name::of(issue.type_name), issue_name::of(issue.slot_name)};
 }();
 }  // namespace detail
 
@@ -85,7 +88,7 @@ template <class Stack, class Strategy = strategy_of<>>
 consteval auto make_schedule() {
   detail::check_composition<Stack, Strategy>();
   constexpr auto probe = detail::probe_of<Stack, Strategy>;
-  detail::static_check<probe.issue>();
+  detail::static_check<probe.issue, probe.layer_type, probe.slot>();
   if constexpr (probe.issue != schedule_issue_code::none) {
     return static_schedule<0, 0, 0, 0>{};
   } else {

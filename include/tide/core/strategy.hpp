@@ -16,11 +16,11 @@ namespace tide {
 //! Policy, buffers, pipeline, collectives and checkpoints, by name:
 //! `tide::strategy{.policy = p, .pipeline = {.prefetch_distance = 2}}`.
 struct strategy {
-  policy_spec policy;           //!< where each slot lives
-  buffer_spec buffers;          //!< how storage is provided
-  pipeline_spec pipeline;       //!< how copies are placed and overlapped
-  collective_spec collectives;  //!< which collective hooks the schedule makes room for
-  checkpoint_spec checkpoints;  //!< where a stack's carries live (a stack with a carry only)
+  policy_spec policy{};           //!< where each slot lives
+  buffer_spec buffers{};          //!< how storage is provided
+  pipeline_spec pipeline{};       //!< how copies are placed and overlapped
+  collective_spec collectives{};  //!< which collective hooks the schedule makes room for
+  checkpoint_spec checkpoints{};  //!< where a stack's carries live (a stack with a carry only)
 };
 
 //! A strategy as a type, from its parts in any order (each at most once; an absent part is the

@@ -49,11 +49,11 @@ enum class schedule_issue_code : std::uint8_t {
 //! One issue with the names and numbers its message needs; converts to `true` when there is one.
 struct schedule_issue {
   schedule_issue_code code = schedule_issue_code::none;  //!< what is wrong
-  std::string_view type_name;  //!< the layer type concerned (or "device"/"host" for alignments)
-  std::string_view slot_name;  //!< the slot concerned, if any
-  std::size_t value = 0;      //!< the offending number (a count, rule index, layer or alignment), if any
-  std::size_t limit = 0;      //!< the bound `value` broke, if any
-  std::string_view quantity;  //!< size_overflow: what was being computed
+  std::string_view type_name{};                          //!< the layer type concerned (or "device"/"host" for alignments)
+  std::string_view slot_name{};                          //!< the slot concerned, if any
+  std::size_t value = 0;                                 //!< the offending number (a count, rule index, layer or alignment), if any
+  std::size_t limit = 0;                                 //!< the bound `value` broke, if any
+  std::string_view quantity{};                           //!< size_overflow: what was being computed
   //! True when there is an issue (`code != none`).
   constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
 };
@@ -133,6 +133,11 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
     for (auto n : r.slots)
       if (!known(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
     if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
+    // A bound counted from the end: the range must not be empty in this stack.
+    if (counts_from_end(r.first_layer) || (r.last_layer != all_layers && counts_from_end(r.last_layer))) {
+      auto const first = resolve_layer(r.first_layer, s.layer_count()), last = resolve_layer(r.last_layer, s.layer_count());
+      if (first >= last) return detail::issue(c::empty_rule_range, {}, {}, first, last);
+    }
   }
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
   if (!pow2(b.device_alignment)) return detail::issue(c::bad_alignment, "device", {}, b.device_alignment);
@@ -238,9 +243,21 @@ inline std::string to_message(schedule_issue const& i) {
 }
 
 namespace detail {
-//! The compile-time diagnostic of each issue code (`make_schedule`): the messages above, without
-//! the names only known at run time.
-template <schedule_issue_code issue>
+//! A name an issue concerns, as a structural value: a template argument of the failing
+//! `static_check`, which compilers print with the diagnostic (GCC: `slot = tide::detail::issue_name{"q_prj"}`).
+struct issue_name {
+  char text[64]{};  //!< the name, cut at 63 characters
+  //! `s`, cut at 63 characters.
+  static constexpr issue_name of(std::string_view s) noexcept {
+    issue_name r{};
+    for (std::size_t i = 0; i < s.size() && i + 1 < sizeof r.text; ++i) r.text[i] = s[i];
+    return r;
+  }
+};
+//! The compile-time diagnostic of each issue code (`make_schedule`): the messages above. The
+//! names the run-time message has (the layer type, the slot) are the template arguments
+//! `layer_type` and `slot` of the failing instantiation, which the compiler shows beside it.
+template <schedule_issue_code issue, issue_name layer_type = issue_name{}, issue_name slot = issue_name{}>
 consteval void static_check() {
   using c = schedule_issue_code;
   static_assert(issue != c::empty_stack, "tide: the stack has no layers: add at least one layer");

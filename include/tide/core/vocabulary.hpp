@@ -60,8 +60,25 @@ constexpr std::string_view to_string(stream_role s) noexcept {
 
 //! A size known only at run time (it depends on batch and sequence length).
 inline constexpr std::size_t dynamic_bytes = std::numeric_limits<std::size_t>::max();
-//! "Every layer from here on" in a layer range.
+//! "Every layer from here on" in a layer range: the end of the stack, `from_end(0)`.
 inline constexpr std::uint32_t all_layers = std::numeric_limits<std::uint32_t>::max();
+//! The most layers `from_end` counts back (and so one past the largest layer index a rule may
+//! name: a stack has far fewer layers, `max_ops` bounds its program).
+inline constexpr std::uint32_t max_from_end = std::uint32_t{1} << 30;
+//! A layer index counted from the end of the stack, for rules that must follow the stack's depth:
+//! `from_end(1)` is the last layer, `from_end(0)` the end (`all_layers`); a rule of layers
+//! `[from_end(2), all_layers)` selects the last two. Counts past the first layer select from 0.
+constexpr std::uint32_t from_end(std::uint32_t k) noexcept { return all_layers - (k < max_from_end ? k : max_from_end); }
+//! True when layer index `l` counts from the end (`from_end(k)`, `all_layers` included).
+constexpr bool counts_from_end(std::uint32_t l) noexcept { return l >= all_layers - max_from_end; }
+//! How many layers from the end `l` counts (`counts_from_end(l)` must hold).
+constexpr std::uint32_t from_end_count(std::uint32_t l) noexcept { return all_layers - l; }
+//! Layer index `l` in a stack of `layer_count` layers: from the end resolved, others as they are.
+constexpr std::uint32_t resolve_layer(std::uint32_t l, std::uint32_t layer_count) noexcept {
+  if (!counts_from_end(l)) return l;
+  auto const k = from_end_count(l);
+  return k >= layer_count ? 0 : layer_count - k;
+}
 
 //! `n` rounded up to a multiple of `a` (unchecked: see `checked_align_up`).
 constexpr std::size_t align_up(std::size_t n, std::size_t a) noexcept { return (n + a - 1) / a * a; }

@@ -45,7 +45,7 @@ struct arenas {
 //! backend names its NVTX ranges from it; a backend may throw to reject it) and the sizes derived
 //! from it. The schedule outlives the backend's use of it: the executor holds it.
 struct backend_setup {
-  schedule_view schedule;              //!< the schedule to run (held by the executor)
+  schedule_view schedule{};            //!< the schedule to run (held by the executor)
   std::size_t ops = 0;                 //!< ops in the program (timelines reserve for them)
   std::uint32_t events = 0;            //!< events to create, addressed as `0` to `events - 1`
   std::size_t device_bytes = 0;        //!< the device arena's size
@@ -80,6 +80,8 @@ struct backend_setup {
 //! - `run(role, op_index, op, task)`: user compute or a collective; the backend decides when
 //!   the task runs (inline on CUDA, on the stream's worker on host, not at all in the sim);
 //! - `copy(role, op_index, op, dst, src, bytes)`: an asynchronous copy on a stream;
+//! - `run_after_all(role, task)`: as `run`, once everything enqueued so far on every stream is
+//!   complete (the step-end agreement of distributed hooks; the sim only advances the stream);
 //! - `host_task(role, task)`: a host function in stream order (debug checks);
 //! - `begin_step(schedule_view)`: a step of this schedule begins (backends shared by several
 //!   executors key per-schedule state on it; one step at a time per backend: a backend may throw
@@ -100,6 +102,7 @@ concept backend = requires(B& b, stream_role r, std::uint32_t i, op const& o, ta
   b.wait(r, i);
   b.run(r, i, o, t);
   b.copy(r, i, o, dst, src, n);
+  b.run_after_all(r, t);
   b.host_task(r, t);
   b.begin_step(setup.schedule);
   b.end_step();

@@ -3,10 +3,11 @@
 //! What user lambdas receive: the layer, the stream to enqueue on, and the slots as spans.
 //!
 //! A slot is named three ways, each O(1) per call:
-//! - by a handle resolved at compile time from a static layer type, the usual way (no `.template`
-//!   in generic lambdas; a misspelled name does not compile, and the diagnostic shows the layer type
-//!   and its slots): `constexpr auto q = tide::slot_handle_of<dense, "q_proj", float>;` then
-//!   `ctx.slot(q)`, `ctx.produces(q)`;
+//! - by a handle, the usual way (no `.template` in generic lambdas): resolved at compile time from
+//!   a static layer type (a misspelled name does not compile, and the diagnostic shows the layer
+//!   type and its slots), `constexpr auto q = tide::slot_handle_of<dense, "q_proj", float>;`, or
+//!   once from a run-time stack, `auto const q = stack.handle<float>("dense", "q_proj");` (throws
+//!   `slot_error` naming the type's slots); then `ctx.slot(q)`, `ctx.produces(q)`;
 //! - by name, for a concrete context type: `ctx.slot<"q_proj", float>()`, `ctx.produces<"q_proj">()`
 //!   (resolved once per thread, name and layer type, then cached for up to four layer types);
 //! - by index (`ctx.slot(k)`), with `ctx.slot_index(name)` for names known only at run time.
@@ -21,19 +22,11 @@
 #include <tide/core/error.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/schedule.hpp>
+#include <tide/core/slot_handle.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/vocabulary.hpp>
 
 namespace tide {
-
-//! Slot `index` (named `name`) of layer type `layer_type`, viewed as elements of `T`.
-template <class T = std::byte>
-struct slot_handle {
-  using element_type = T;       //!< what the slot's bytes are viewed as
-  std::string_view layer_type;  //!< the layer type's name, checked against the context's `type_name`
-  std::string_view name;        //!< the slot's name, checked against the layer's slot at `index`
-  std::uint16_t index = 0;      //!< the slot's position among its layer's slots
-};
 
 namespace detail {
 template <class Layer, fixed_string Name>
@@ -100,14 +93,15 @@ inline constexpr slot_handle<T> slot_handle_of{Layer::name, Name.view(), detail:
 //! Shared by all contexts: which layer, which stream, the layer's slot bindings.
 template <class Stream>
 struct layer_context {
-  std::uint32_t layer = 0;                 //!< the layer's index in the stack
-  Stream stream{};                         //!< the stream to enqueue the layer's work on
-  std::span<slot_binding const> bindings;  //!< the layer's slots: names, sizes, placements, offsets
-  std::string_view type_name;              //!< the name of the layer's type
-  std::byte* device = nullptr;             //!< the device arena's start: slot offsets are relative to it
-  std::byte* carry_in_data = nullptr;   //!< the layer's input carry (a stack with a carry), else null
-  std::byte* carry_out_data = nullptr;  //!< where its carry out goes (see the contexts), else null
-  std::size_t carry_bytes = 0;          //!< the carry's size (0 when the stack has no carry)
+  std::uint32_t layer = 0;                   //!< the layer's index in the stack
+  Stream stream{};                           //!< the stream to enqueue the layer's work on
+  std::span<slot_binding const> bindings{};  //!< the layer's slots: names, sizes, placements, offsets
+  std::string_view type_name{};              //!< the name of the layer's type
+  std::uint32_t type_index = 0;              //!< the layer's type: an index into `stack_spec::types`
+  std::byte* device = nullptr;               //!< the device arena's start: slot offsets are relative to it
+  std::byte* carry_in_data = nullptr;        //!< the layer's input carry (a stack with a carry), else null
+  std::byte* carry_out_data = nullptr;       //!< where its carry out goes (see the contexts), else null
+  std::size_t carry_bytes = 0;               //!< the carry's size (0 when the stack has no carry)
 
   //! The carry this layer reads (carry `layer`: the stack's input for layer 0), read-only; empty
   //! when the stack has no carry.
@@ -187,16 +181,24 @@ struct layer_context {
   }
 };
 
-//! Given to the forward lambda. In forward mode every slot is to be written; in recompute mode
-//! (`recompute == true`) only the remat slots are, and the others hold their saved data. In a
-//! stack with a carry the lambda reads `carry_in()` in every mode; a forward also writes all of
-//! `carry_out()`, a segment recomputation (`advance == true`, `recompute` too) writes the carry
-//! out and no slot, and a recompute writes its remat slots and no carry (`produces_carry()`).
+//! Why the forward lambda runs (`forward_context::mode`).
+enum class forward_mode : std::uint8_t {
+  forward,    //!< the step's forward: write every slot (and the carry out)
+  recompute,  //!< before the backward: write the remat slots only; the others hold their saved data
+  advance,    //!< a segment recomputation of checkpointing: write the carry out and no slot
+};
+
+//! Given to the forward lambda, in one of three modes (`mode`). In forward mode every slot is to
+//! be written; in recompute mode only the remat slots are, and the others hold their saved data.
+//! In a stack with a carry the lambda reads `carry_in()` in every mode; a forward also writes all
+//! of `carry_out()`, an advance writes the carry out and no slot, and a recompute writes its remat
+//! slots and no carry (`produces_carry()`).
 template <class Stream>
 struct forward_context : layer_context<Stream> {
-  //! Recompute mode: only the remat slots are to be written; the others hold their saved data.
+  forward_mode mode = forward_mode::forward;  //!< forward, recompute or advance
+  //! Not a forward: `mode` is `recompute` or `advance` (the slot buffers are the backward's).
   bool recompute = false;
-  bool advance = false;  //!< a segment recomputation: produce the carry out, no slot
+  bool advance = false;  //!< `mode == forward_mode::advance`
 
   //! True when this call must produce slot `k`.
   bool produces(std::uint16_t k) const {
@@ -243,6 +245,11 @@ struct forward_context : layer_context<Stream> {
     auto const k = this->template index_of<Name>();
     return this->template typed<T>(slot(k), k);
   }
+  //! Slot `k` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
+  template <class T>
+  std::span<T> slot_as(std::uint16_t k) const {
+    return this->template typed<T>(slot(k), k);
+  }
 };
 
 //! Given to the backward lambda: every slot of the layer, wherever it was kept, prefetched or
@@ -276,6 +283,11 @@ struct backward_context : layer_context<Stream> {
     auto const k = this->template index_of<Name>();
     return this->template typed<T const>(slot(k), k);
   }
+  //! Slot `k` as elements of `T`, read-only; throws `slot_error` if its size or alignment does not fit T.
+  template <class T>
+  std::span<T const> slot_as(std::uint16_t k) const {
+    return this->template typed<T const>(slot(k), k);
+  }
 };
 
 //! Given to collective hooks: `kind` is `op_kind::gather` (before a layer's forward),
@@ -289,6 +301,17 @@ struct collective_context {
   Stream stream{};                 //!< the communication stream to enqueue the collective on
   op_kind kind = op_kind::reduce;  //!< `gather`, `regather` or `reduce`
   bool step_failed = false;        //!< an op of this step failed: tell the peers rather than exchange data
+};
+
+//! Given once per step to a hook object with `agree(ctx)` (see `tide::hooks`): the communication
+//! stream, ordered after everything the step enqueued on every stream, and whether an op of this
+//! step failed on this rank. A distributed adapter agrees there with its peers on whether any rank
+//! failed (the NCCL hooks all-reduce one flag), so a failure after the step's last collective is
+//! not missed: the step's result is then discarded on every rank, never on only some.
+template <class Stream>
+struct step_end_context {
+  Stream stream{};           //!< the communication stream, after every stream's work of the step
+  bool step_failed = false;  //!< an op of this step failed on this rank (lambdas, hooks, debug checks)
 };
 
 }  // namespace tide

@@ -61,8 +61,11 @@ struct no_hook {
 //! called as `h(tide::collective_context<Stream> const&)` on the communication stream, where the
 //! schedule's `collective_spec` made room for it: `before_forward` (a gather), `before_backward`
 //! (a regather before the layer's recompute and backward), `after_backward` (a reduce). A hook that
-//! keeps state across the step (an NCCL adapter) is passed as `std::ref(h)`; a hook with
-//! `finish_step()` is told once the step has synchronized (one object passed as several hooks, once).
+//! keeps state across the step (an NCCL adapter) is passed as `std::ref(h)`. A hook object with
+//! `agree(tide::step_end_context<Stream> const&)` is called once per step on the communication
+//! stream after all of the step's work, even after a failure (it agrees with its peers on whether
+//! any rank failed); one with `finish_step()` is told once the step has synchronized. One object
+//! passed as several hooks is called once for each.
 template <class BeforeForward = no_hook, class AfterBackward = no_hook, class BeforeBackward = no_hook>
 struct hooks {
   //! Called before a layer's forward (a gather).
@@ -100,6 +103,12 @@ struct is_reference_wrapper<std::reference_wrapper<T>> : std::true_type {};
 //! non-const object, which could then not be told that the step ended.
 template <class H>
 concept finish_callable = !(requires(std::remove_const_t<H>& h) { h.finish_step(); } && !requires(H& h) { h.finish_step(); });
+//! True when `H` has `agree(step_end_context<Stream> const&)`, the step-end agreement.
+template <class H, class Stream>
+concept agrees_at_step_end = requires(std::remove_const_t<H>& h, step_end_context<Stream> const& c) { h.agree(c); };
+//! False when `H` (as called) has `agree(ctx)` only on a non-const object.
+template <class H, class Stream>
+concept agree_callable = !(agrees_at_step_end<H, Stream> && !requires(H& h, step_end_context<Stream> const& c) { h.agree(c); });
 }  // namespace detail
 
 //! Runs a schedule on a `Backend`, one training step per `step` (or `enqueue` then `wait`), calling
@@ -114,6 +123,7 @@ class executor {
   using forward_context_type = tide::forward_context<stream_type>;        //!< what the forward lambda gets
   using backward_context_type = tide::backward_context<stream_type>;      //!< what the backward lambda gets
   using collective_context_type = tide::collective_context<stream_type>;  //!< what collective hooks get
+  using step_end_context_type = tide::step_end_context<stream_type>;      //!< what a hook's `agree` gets
 
   //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
   //! `opt.timeline`. `s` must outlive the executor.
@@ -224,6 +234,10 @@ class executor {
     static_assert(detail::finish_callable<gather_t> && detail::finish_callable<regather_t> && detail::finish_callable<reduce_t>,
                   "tide::executor: a hook's finish_step() is not const but the tide::hooks object is, so it could "
                   "not be told that the step ended: pass the hook by std::ref, or the hooks object non-const");
+    static_assert(detail::agree_callable<gather_t, stream_type> && detail::agree_callable<regather_t, stream_type> &&
+                      detail::agree_callable<reduce_t, stream_type>,
+                  "tide::executor: a hook's agree(ctx) is not const but the tide::hooks object is, so the step-end "
+                  "agreement could not run: pass the hook by std::ref, or the hooks object non-const");
     refuse_reentry("enqueue");
     check_hooks<gather_t, regather_t, reduce_t>();
     if (pending_) wait();
@@ -240,6 +254,10 @@ class executor {
     regather_ = erase<collective_context_type>(regather);
     reduce_ = erase<collective_context_type>(reduce);
     finish_ = {{finisher(gather), finisher(regather), finisher(reduce)}};
+    agreers_ = 0;
+    add_agreer(gather);
+    add_agreer(regather);
+    add_agreer(reduce);
     finishing_hooks_on_error([&] { issue(); });
     pending_ = true;
     guard.armed = false;
@@ -363,11 +381,46 @@ class executor {
   struct erased {
     void* obj = nullptr;
     void (*call)(void*, Ctx const&) = nullptr;
+    void const* type = nullptr;  // agreers: one tag per hook type, so an object is called once
   };
   template <class Ctx, class F>
   static erased<Ctx> erase(F& f) {
     return {const_cast<void*>(static_cast<void const*>(std::addressof(f))),
             [](void* p, Ctx const& c) { (*static_cast<F*>(p))(c); }};
+  }
+  //! Notes `h` for the step-end agreement when it has `agree(ctx)`, once per object.
+  template <class Hook>
+  void add_agreer(Hook& h) {
+    if constexpr (detail::agrees_at_step_end<Hook, stream_type>) {
+      erased<step_end_context_type> a{const_cast<void*>(static_cast<void const*>(std::addressof(h))),
+                                      [](void* p, step_end_context_type const& c) { static_cast<std::remove_const_t<Hook>*>(p)->agree(c); },
+                                      &type_tag<std::remove_cv_t<Hook>>};
+      for (std::size_t k = 0; k < agreers_; ++k)
+        if (agree_[k].obj == a.obj && agree_[k].type == a.type) return;
+      agree_[agreers_++] = a;
+    }
+  }
+  //! The step-end agreement: each hook object with `agree` runs on the communication stream after
+  //! everything the step enqueued (the rest of a failed step's drain included), told whether this
+  //! rank's step failed. Its own failure fails the step.
+  void agree_at_step_end() noexcept {
+    for (std::uint32_t k = 0; k < agreers_; ++k) {
+      try {
+        backend_.run_after_all(stream_role::comm, task{&run_agree, this, k});
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    }
+  }
+  static void run_agree(void* self, std::uint32_t k) noexcept {
+    auto& e = *static_cast<executor*>(self);
+    callback_scope scope(&e);
+    step_end_context_type c{e.backend_.stream(stream_role::comm), e.failed_.load(std::memory_order_relaxed)};
+    try {
+      e.agree_[k].call(e.agree_[k].obj, c);
+    } catch (...) {
+      e.fail(std::current_exception());
+    }
   }
 
   void fail(std::exception_ptr e) noexcept {
@@ -446,6 +499,7 @@ class executor {
         }
       }
     }
+    agree_at_step_end();
     try {
       backend_.end_step();
     } catch (...) {
@@ -520,6 +574,7 @@ class executor {
     c.stream = backend_.stream(role);
     c.bindings = s_.slots_of(layer);
     c.type_name = s_.layers[layer].type_name;
+    c.type_index = s_.layers[layer].type_index;
     c.device = arenas_.device;
     return c;
   }
@@ -546,6 +601,9 @@ class executor {
         case op_kind::recompute:
         case op_kind::advance: {
           auto c = layer_ctx<forward_context_type>(o);
+          c.mode = o.kind == op_kind::forward     ? forward_mode::forward
+                   : o.kind == op_kind::recompute ? forward_mode::recompute
+                                                  : forward_mode::advance;
           c.recompute = o.kind != op_kind::forward;
           c.advance = o.kind == op_kind::advance;
           forward_.call(forward_.obj, c);
@@ -686,6 +744,8 @@ class executor {
   erased<collective_context_type> regather_;
   erased<collective_context_type> reduce_;
   finish_hooks finish_;
+  std::array<erased<step_end_context_type>, 3> agree_{};  // hook objects with agree(ctx), once each
+  std::uint32_t agreers_ = 0;
   bool pending_ = false;  // enqueued, not yet waited for
   std::mutex error_mutex_;
   std::exception_ptr error_;

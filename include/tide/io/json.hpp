@@ -56,7 +56,7 @@ inline std::string echo(std::string_view s, std::size_t limit = 64) {
 //! A JSON document that is malformed or does not describe what it should. `what()` names the
 //! document, the JSON path and the problem; `path` is the JSON Pointer alone ("" for the root).
 struct json_error : error {
-  std::string path;  //!< where in the document, as a JSON Pointer (whole; `what()` shortens a long one)
+  std::string path{};  //!< where in the document, as a JSON Pointer (whole; `what()` shortens a long one)
   //! `document`: what is being read, e.g. "policy file p.json".
   json_error(std::string_view document, std::string p, std::string const& problem)
       : error("tide: " + std::string(document) + ": " + (p.empty() ? std::string("/") : detail::echo(p, 256)) + ": " + problem),
@@ -170,6 +170,21 @@ class node {
   double time_us() const { return number(0, max_time_us); }
   //! FLOPs or bytes of work: from 0 to 1e30 (the time it makes is checked on the hardware).
   double work() const { return number(0, 1e30); }
+  //! A rule's layer bound: a layer index below `max_from_end`, or a negative count from the end
+  //! (-k: `from_end(k)`, k at most `max_from_end`).
+  std::uint32_t layer_bound() const {
+    std::int64_t x = 0;
+    if (v_->is_number_integer()) x = v_->is_number_unsigned() && v_->get<std::uint64_t>() > (std::uint64_t{1} << 62)
+                                         ? std::int64_t{1} << 62
+                                         : v_->get<std::int64_t>();
+    else if (v_->is_number_float() && v_->get<double>() == std::floor(v_->get<double>()) && std::abs(v_->get<double>()) < 4e9)
+      x = static_cast<std::int64_t>(v_->get<double>());
+    else fail("expected a layer index, found " + (v_->is_number() ? v_->dump() : type_name(*v_)));
+    if (x >= static_cast<std::int64_t>(all_layers - max_from_end) || x < -static_cast<std::int64_t>(max_from_end))
+      fail("expected a layer index from " + std::to_string(-static_cast<std::int64_t>(max_from_end)) + " (negative: from "
+           "the end) to " + std::to_string(all_layers - max_from_end - 1) + ", found " + std::to_string(x));
+    return x < 0 ? from_end(static_cast<std::uint32_t>(-x)) : static_cast<std::uint32_t>(x);
+  }
   std::int32_t i32_or_minus_one() const {
     std::int64_t x = 0;
     if (v_->is_number_integer()) x = v_->get<std::int64_t>();
@@ -347,8 +362,15 @@ inline json to_json(strategy const& st) {
       rule["slots"] = json::array();
       for (auto n : r.slots) rule["slots"].push_back(std::string(n));
     }
-    if (r.first_layer != 0 || r.last_layer != all_layers)
-      rule["layers"] = {r.first_layer, r.last_layer == all_layers ? json(nullptr) : json(r.last_layer)};
+    if (r.first_layer != 0 || r.last_layer != all_layers) {
+      // A bound counted from the end is negative (-1: the last layer); the end is null.
+      auto bound = [](std::uint32_t l) {
+        return l == all_layers ? json(nullptr)
+               : counts_from_end(l) ? json(-static_cast<std::int64_t>(from_end_count(l)))
+                                    : json(l);
+      };
+      rule["layers"] = {bound(r.first_layer), bound(r.last_layer)};
+    }
     if (r.min_bytes != 0) rule["min_bytes"] = r.min_bytes;
     j["rules"].push_back(std::move(rule));
   }
@@ -411,11 +433,13 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
       }
       if (r.has("layers")) {
         auto const l = r.at("layers");
-        if (l.size() != 2) l.fail("expected [first, last): two entries, last null for every layer from first on");
-        rule.first_layer = l.at(0).u32();
-        rule.last_layer = l.at(1).value().is_null() ? all_layers : l.at(1).u32();
+        if (l.size() != 2)
+          l.fail("expected [first, last): two entries, last null for every layer from first on, negative counting "
+                 "from the end (-1: the last layer)");
+        rule.first_layer = l.at(0).layer_bound();
+        rule.last_layer = l.at(1).value().is_null() ? all_layers : l.at(1).layer_bound();
         if (rule.first_layer >= rule.last_layer)
-          l.fail("the range [" + std::to_string(rule.first_layer) + ", " + std::to_string(rule.last_layer) +
+          l.fail("the range [" + l.at(0).value().dump() + ", " + l.at(1).value().dump() +
                  ") is empty: the last layer is excluded");
       }
       if (r.has("min_bytes")) rule.min_bytes = r.at("min_bytes").bytes();
@@ -596,29 +620,29 @@ inline cost_table read_calibration_file(std::string const& path) {
 //! plus `*_bytes` streamed through HBM), turned into time on a `hardware_spec` by
 //! `model_description::costs`.
 struct type_cost {
-  bool given = false;      //!< false: the file gives no cost (a calibration file must)
-  bool as_work = false;    //!< FLOPs and bytes (true) or microseconds (false)
-  double forward = 0;      //!< us, or FLOPs
-  double forward_bytes = 0;   //!< HBM bytes of the forward (work only)
-  double backward = 0;        //!< us, or FLOPs
-  double backward_bytes = 0;  //!< HBM bytes of the backward (work only)
-  double recompute = -1;      //!< us or FLOPs of a full recompute; below zero: the forward's
-  std::vector<double> slot_recompute;        //!< per slot: us or FLOPs to produce it again (empty: none)
-  std::vector<double> slot_recompute_bytes;  //!< per slot: HBM bytes of that (work only)
-  double gather_us = 0;    //!< the collective before the layer's forward
-  double reduce_us = 0;    //!< the collective after its backward
-  double regather_us = 0;  //!< the collective before its recompute and backward
+  bool given = false;                          //!< false: the file gives no cost (a calibration file must)
+  bool as_work = false;                        //!< FLOPs and bytes (true) or microseconds (false)
+  double forward = 0;                          //!< us, or FLOPs
+  double forward_bytes = 0;                    //!< HBM bytes of the forward (work only)
+  double backward = 0;                         //!< us, or FLOPs
+  double backward_bytes = 0;                   //!< HBM bytes of the backward (work only)
+  double recompute = -1;                       //!< us or FLOPs of a full recompute; below zero: the forward's
+  std::vector<double> slot_recompute{};        //!< per slot: us or FLOPs to produce it again (empty: none)
+  std::vector<double> slot_recompute_bytes{};  //!< per slot: HBM bytes of that (work only)
+  double gather_us = 0;                        //!< the collective before the layer's forward
+  double reduce_us = 0;                        //!< the collective after its backward
+  double regather_us = 0;                      //!< the collective before its recompute and backward
 };
 
 //! A stack and its costs, read from a model file. Slot and type names live in storage shared by
 //! copies, so the stack's views stay valid as long as any copy does.
 struct model_description {
-  std::string name;                //!< what the file calls the model
-  stack_spec stack;                //!< the layer types and the layer sequence
-  std::vector<type_cost> layer_costs;  //!< one per layer of `stack`: its own cost or its type's
-  std::size_t resident_bytes = 0;  //!< what the device holds besides activations
-  precision matmul = precision::bf16;  //!< the precision of the FLOPs in work costs
-  std::string document = "model file";  //!< what errors call the file ("model file m.json")
+  std::string name{};                                                                            //!< what the file calls the model
+  stack_spec stack{};                                                                            //!< the layer types and the layer sequence
+  std::vector<type_cost> layer_costs{};                                                          //!< one per layer of `stack`: its own cost or its type's
+  std::size_t resident_bytes = 0;                                                                //!< what the device holds besides activations
+  precision matmul = precision::bf16;                                                            //!< the precision of the FLOPs in work costs
+  std::string document = "model file";                                                           //!< what errors call the file ("model file m.json")
   std::shared_ptr<std::deque<std::string>> names = std::make_shared<std::deque<std::string>>();  //!< owns the names
 
   //! True when every layer has a cost.

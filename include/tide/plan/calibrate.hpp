@@ -35,7 +35,7 @@ struct calibration_options {
   //! Fills a stack's input carry (arena bytes, on the backend's device) before each measured
   //! schedule's steps, so the lambdas time real data (a router on zeros sends every token to the
   //! same experts). Empty: zeros where the device memory is host-accessible, else left as it is.
-  std::function<void(std::span<std::byte>)> input;
+  std::function<void(std::span<std::byte>)> input{};
 };
 
 namespace detail {

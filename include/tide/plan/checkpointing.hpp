@@ -790,10 +790,10 @@ struct two_tier_options {
 
 //! A two-tier schedule, its predicted time (`evaluate_chain` of its actions) and how it was found.
 struct two_tier_result {
-  std::vector<chain_action> actions;  //!< the schedule, e.g. as a `checkpoint_spec::reversal`
-  double predicted_us = 0;     //!< the model's time of `actions` (`evaluate_chain`)
-  double dp_estimate_us = -1;  //!< the DP's own value (method dp; equal to `predicted_us` in every test)
-  std::int64_t extra_forwards = 0;  //!< forward steps beyond the first sweep's n
+  std::vector<chain_action> actions{};           //!< the schedule, e.g. as a `checkpoint_spec::reversal`
+  double predicted_us = 0;                       //!< the model's time of `actions` (`evaluate_chain`)
+  double dp_estimate_us = -1;                    //!< the DP's own value (method dp; equal to `predicted_us` in every test)
+  std::int64_t extra_forwards = 0;               //!< forward steps beyond the first sweep's n
   two_tier_method method = two_tier_method::dp;  //!< which search produced `actions`
 };
 

@@ -34,7 +34,7 @@ struct strategy_options {
   //! The collective hooks every row's schedule has (`training_collectives`), costed by the table.
   collective_spec collectives = {};
   //! Slots the offload rows offload (empty: every slot not in `keep_slots`).
-  std::vector<std::string_view> offload_slots;
+  std::vector<std::string_view> offload_slots{};
   //! Slots the remat and offload rows keep: the layer input is what a recompute starts from.
   std::vector<std::string_view> keep_slots = {"layer_input"};
   //! The offload rows rematerialize the slots they neither keep nor offload (selective offload
@@ -47,14 +47,14 @@ struct strategy_options {
 
 //! One simulated strategy of the table.
 struct strategy_row {
-  std::string name;  //!< the label the text table shows
+  std::string name{};  //!< the label the text table shows
   //! A stable identifier: keep-all, full-remat, offload-naive, offload-lhs (latency hiding),
   //! offload-lhs-pipelined (chunked, deeper prefetch), planner.
-  std::string key;
-  tide::strategy strategy;         //!< what `build_schedule` built the row's schedule from
-  double step_us = 0;              //!< simulated step time
-  double exposed_transfer_us = 0;  //!< compute-stream time spent on copies or waiting for them
-  double recompute_us = 0;         //!< compute time spent recomputing
+  std::string key{};
+  tide::strategy strategy{};         //!< what `build_schedule` built the row's schedule from
+  double step_us = 0;                //!< simulated step time
+  double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
+  double recompute_us = 0;           //!< compute time spent recomputing
   std::size_t activation_bytes = 0;  //!< the schedule's device peak
   std::size_t device_bytes = 0;      //!< the whole device's: resident bytes plus activations
   std::size_t host_bytes = 0;        //!< the schedule's pinned host peak

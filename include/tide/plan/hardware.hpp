@@ -60,11 +60,11 @@ constexpr std::string_view to_string(precision p) noexcept { return p == precisi
 //! One GPU as the cost model sees it: compute, HBM, host link, host memory and fabric. The
 //! presets in `tide::hardware` fill it from datasheets.
 struct hardware_spec {
-  std::string_view name;  //!< what reports call this hardware
-  double dense_flops = 0;          //!< peak dense BF16 FLOP/s
-  double fp8_dense_flops = 0;      //!< peak dense FP8 FLOP/s (0: none; FP8 then runs at the BF16 rate)
-  std::size_t hbm_bytes = 0;       //!< device memory capacity
-  double hbm_bytes_per_second = 0; //!< device memory bandwidth (elementwise ops are bound by it)
+  std::string_view name{};           //!< what reports call this hardware
+  double dense_flops = 0;            //!< peak dense BF16 FLOP/s
+  double fp8_dense_flops = 0;        //!< peak dense FP8 FLOP/s (0: none; FP8 then runs at the BF16 rate)
+  std::size_t hbm_bytes = 0;         //!< device memory capacity
+  double hbm_bytes_per_second = 0;   //!< device memory bandwidth (elementwise ops are bound by it)
   double link_bytes_per_second = 0;  //!< nominal host link bandwidth, per direction, of the whole link
   double link_latency_s = 5e-6;      //!< per-copy latency (launch and DMA setup)
   bool link_full_duplex = true;      //!< both PCIe and NVLink-C2C are full duplex
@@ -89,7 +89,7 @@ struct hardware_spec {
   //! Share of the fabric's bandwidth a large collective reaches (NCCL bus bandwidth over link
   //! bandwidth). 0.8 is an assumption; measure it with nccl-tests.
   double collective_efficiency = 0.8;
-  std::string_view source;  //!< where the numbers come from
+  std::string_view source{};  //!< where the numbers come from
 
   //! The host link as the cost model uses it: achieved rates, this GPU's share.
   constexpr link_spec link() const noexcept {

@@ -38,7 +38,7 @@ struct bound_options {
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< for the schedule's pinned host bytes
   //! The buffers, pipelines and collectives schedules may use (e.g. the planner's candidates and
   //! seeds); empty: the default strategy. The keep-all step is the least over them.
-  std::vector<strategy> strategies;
+  std::vector<strategy> strategies{};
 };
 
 //! A lower bound on the step time and the terms it is the largest of.

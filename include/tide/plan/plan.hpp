@@ -81,27 +81,27 @@ struct plan_options {
   std::size_t max_decisions = 40000;
   //! The buffers, pipelines and collectives to try (their policies are ignored); empty:
   //! `default_candidates`.
-  std::vector<strategy> candidates;
+  std::vector<strategy> candidates{};
   //! What the device holds besides activations (`transformer_resident_memory`): reported in
   //! `plan::whole_device_bytes()`; the budget above is what is left for the schedule.
   std::size_t resident_bytes = 0;
   //! Strategies the heuristic also evaluates, with every candidate pipeline, and starts its local
   //! search from (e.g. the strategy table's rows): the plan is never slower than one that fits.
-  std::vector<strategy> seeds;
+  std::vector<strategy> seeds{};
 };
 
 //! A planner's answer.
 struct plan {
-  bool fits = false;                 //!< false: nothing found fits; see `smallest_device_bytes`
-  std::vector<placement> decisions;  //!< per (layer, slot), layers in order, slots in type order
-  tide::strategy strategy;           //!< the policy for `decisions`, with the candidate's other parts
-  double step_us = 0;                //!< simulated step time
-  std::size_t device_bytes = 0;      //!< the schedule's device peak (activations)
-  std::size_t resident_bytes = 0;    //!< `plan_options::resident_bytes`
-  std::size_t host_bytes = 0;        //!< the schedule's pinned host bytes
+  bool fits = false;                      //!< false: nothing found fits; see `smallest_device_bytes`
+  std::vector<placement> decisions{};     //!< per (layer, slot), layers in order, slots in type order
+  tide::strategy strategy{};              //!< the policy for `decisions`, with the candidate's other parts
+  double step_us = 0;                     //!< simulated step time
+  std::size_t device_bytes = 0;           //!< the schedule's device peak (activations)
+  std::size_t resident_bytes = 0;         //!< `plan_options::resident_bytes`
+  std::size_t host_bytes = 0;             //!< the schedule's pinned host bytes
   std::size_t smallest_device_bytes = 0;  //!< when it does not fit: the smallest peak reached
-  std::size_t evaluations = 0;       //!< schedules built
-  bool exact = false;                //!< found by the exact search
+  std::size_t evaluations = 0;            //!< schedules built
+  bool exact = false;                     //!< found by the exact search
   //! No schedule of the stack within the budgets steps faster than this (`step_lower_bound`, with
   //! the candidates and seeds as its strategies); microseconds.
   double lower_bound_us = 0;

@@ -118,9 +118,13 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
       for (std::size_t k = 0; k < rule.slots.size(); ++k) n += (k ? ", " : "") + cpp_string_literal(rule.slots[k]);
       sel.push_back(n + ">");
     }
-    if (rule.first_layer != 0 || rule.last_layer != all_layers)
-      sel.push_back("tide::layer_range<" + std::to_string(rule.first_layer) +
-                    (rule.last_layer == all_layers ? std::string() : ", " + std::to_string(rule.last_layer)) + ">");
+    if (rule.first_layer != 0 || rule.last_layer != all_layers) {
+      auto bound = [](std::uint32_t l) {
+        return counts_from_end(l) ? "tide::from_end(" + std::to_string(from_end_count(l)) + ")" : std::to_string(l);
+      };
+      sel.push_back("tide::layer_range<" + bound(rule.first_layer) +
+                    (rule.last_layer == all_layers ? std::string() : ", " + bound(rule.last_layer)) + ">");
+    }
     if (rule.min_bytes) sel.push_back("tide::min_bytes<" + std::to_string(rule.min_bytes) + ">");
     for (std::size_t k = 0; k < sel.size(); ++k) r += (k ? ", " : "") + sel[k];
     r += ">";

@@ -46,8 +46,8 @@ inline void simulated_step(executor<sim_backend>& ex, collective_spec const& c) 
 
 //! One simulated step: its timeline and its summary (step time, exposed transfer time, peaks).
 struct sim_result {
-  timeline trace;        //!< every op's interval and every blocking wait
-  step_summary summary;  //!< `summarize` of `trace`
+  timeline trace{};        //!< every op's interval and every blocking wait
+  step_summary summary{};  //!< `summarize` of `trace`
 };
 
 //! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a budget it exceeds.

@@ -57,11 +57,11 @@ struct parallel_layout {
 //! are assumptions stated here, for mixed-precision Adam with FP32 master weights (the common
 //! recipe); replace them with your framework's.
 struct training_spec {
-  parallel_layout layout;  //!< how the job is spread over GPUs
-  double master_weight_bytes = 4;  //!< per parameter, sharded (FP32)
-  double gradient_bytes = 4;       //!< per parameter, sharded (FP32 accumulation)
-  double optimizer_bytes = 8;      //!< per parameter, sharded (Adam's two FP32 moments)
-  double compute_weight_bytes = 2; //!< per parameter of a gathered layer (BF16 copies for the matrix products)
+  parallel_layout layout{};         //!< how the job is spread over GPUs
+  double master_weight_bytes = 4;   //!< per parameter, sharded (FP32)
+  double gradient_bytes = 4;        //!< per parameter, sharded (FP32 accumulation)
+  double optimizer_bytes = 8;       //!< per parameter, sharded (Adam's two FP32 moments)
+  double compute_weight_bytes = 2;  //!< per parameter of a gathered layer (BF16 copies for the matrix products)
   //! Gathered layers held at once: the gather ring of two (`build_schedule` runs gathers one
   //! layer ahead) or, without FSDP, none (the weights are resident).
   std::uint32_t gathered_layers = 2;

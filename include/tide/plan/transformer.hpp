@@ -43,7 +43,7 @@ namespace tide {
 //! A decoder-only transformer's dimensions and run shape, from which `transformer_stack`,
 //! `transformer_costs` and `transformer_resident_memory` derive slots, costs and memory.
 struct transformer_spec {
-  std::string_view name;           //!< what reports call the model
+  std::string_view name{};         //!< what reports call the model
   std::uint32_t layer_count = 0;   //!< layers in the stack (with pipeline parallelism: one stage's)
   std::uint32_t dense_layers = 0;  //!< the first layers use the dense MLP; the rest MoE when experts > 0
   std::uint64_t hidden = 0;        //!< width of the residual stream
@@ -136,7 +136,7 @@ namespace detail {
 
 //! One slot of a transformer layer and the op that produces it.
 struct transformer_slot {
-  std::string_view name;
+  std::string_view name{};  //!< the slot's name
   double bytes = 0;
   double flops = 0;         //!< matrix work of the producing op (0: elementwise)
   double attention_flops = 0;
@@ -145,8 +145,8 @@ struct transformer_slot {
 };
 
 struct transformer_layer {
-  std::vector<transformer_slot> slots;
-  double extra_flops = 0;  //!< matrix work that produces no saved slot (down projection)
+  std::vector<transformer_slot> slots{};  //!< the saved slots, in order
+  double extra_flops = 0;                 //!< matrix work that produces no saved slot (down projection)
   double extra_memory_bytes = 0;
   double params = 0;         //!< the layer's parameters but the routed experts' (whole, not split by TP)
   double expert_params = 0;  //!< the routed experts' parameters (all experts)

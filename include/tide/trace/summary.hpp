@@ -41,8 +41,8 @@ struct occupancy_point {
 
 //! Device and host bytes live over a step, as step curves in time order.
 struct occupancy {
-  //! Bytes live in the device arena over the step.
-  std::vector<occupancy_point> device, host;  //!< the same in the host arena
+  std::vector<occupancy_point> device{};  //!< bytes live in the device arena over the step
+  std::vector<occupancy_point> host{};    //!< the same in the host arena
 };
 
 namespace detail {

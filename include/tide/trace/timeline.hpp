@@ -29,8 +29,8 @@ struct wait_span {
 //! What a backend records during one step. Capacity is reserved at setup; recording allocates
 //! nothing in steady state.
 struct timeline {
-  std::vector<op_span> ops;      //!< one interval per op run
-  std::vector<wait_span> waits;  //!< the blocking waits
+  std::vector<op_span> ops{};      //!< one interval per op run
+  std::vector<wait_span> waits{};  //!< the blocking waits
   //! Empties it for the next step, keeping its capacity.
   void clear() noexcept {
     ops.clear();

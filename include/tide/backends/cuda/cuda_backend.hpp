@@ -61,9 +61,9 @@ struct cuda_backend_options {
   //! Communication stream at the greatest priority: NCCL's kernels then run ahead of a backward
   //! that fills the GPU instead of waiting behind it (false: the least, as other side streams).
   bool collective_priority = true;
-  bool nvtx = true;               //!< NVTX ranges around every op
-  std::optional<resource_ref> device_resource;  //!< device arena from here (default: cudaMalloc)
-  std::optional<resource_ref> host_resource;    //!< pinned arena from here (default: cudaHostAlloc)
+  bool nvtx = true;                               //!< NVTX ranges around every op
+  std::optional<resource_ref> device_resource{};  //!< device arena from here (default: cudaMalloc)
+  std::optional<resource_ref> host_resource{};    //!< pinned arena from here (default: cudaHostAlloc)
   //! How long a synchronization waits for the streams before the watchers are told it timed out
   //! and it throws: a peer that died leaves this rank's collective kernels spinning for good.
   //! `std::chrono::milliseconds::max()`: no timeout.
@@ -103,6 +103,8 @@ class cuda_backend {
     for (auto e : events_) static_cast<void>(cudaEventDestroy(e));
     for (auto e : timed_) static_cast<void>(cudaEventDestroy(e));
     for (auto e : fork_join_)
+      if (e) static_cast<void>(cudaEventDestroy(e));
+    for (auto e : after_all_)
       if (e) static_cast<void>(cudaEventDestroy(e));
     for (std::size_t r = 0; r < stream_count; ++r)
       if (owned_[r]) static_cast<void>(cudaStreamDestroy(streams_[r]));
@@ -236,6 +238,8 @@ class cuda_backend {
     }
     for (auto& e : fork_join_)
       if (!e) TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (auto& e : after_all_)
+      if (!e) TIDE_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     op_marks_.reserve(s.ops);
     wait_marks_.reserve(s.waits);
     // A traced step records two timed events per op and wait, plus its origin: created here, so
@@ -272,6 +276,18 @@ class cuda_backend {
     auto const begin = mark(r);
     t();
     op_marks_.push_back({i, r, begin, mark(r)});
+  }
+
+  //! Runs the task inline once the stream of `r` waits for everything enqueued so far on the
+  //! other streams (an event recorded on each): what the task enqueues on `stream(r)` runs after
+  //! all of the step's work. Captured like the rest of the step.
+  void run_after_all(stream_role r, task t) {
+    for (std::size_t k = 0; k < stream_count; ++k) {
+      if (k == static_cast<std::size_t>(r)) continue;
+      TIDE_CUDA_CHECK(cudaEventRecord(after_all_[k], streams_[k]));
+      TIDE_CUDA_CHECK(cudaStreamWaitEvent(stream(r), after_all_[k], 0));
+    }
+    t();
   }
 
   //! A `cudaMemcpyAsync` on the stream of `r`, in the direction of the op's kind.
@@ -508,6 +524,7 @@ class cuda_backend {
   std::array<bool, stream_count> owned_{};
   std::vector<cudaEvent_t> events_;
   std::array<cudaEvent_t, stream_count> fork_join_{};  // [0]: fork from compute; [r]: join of stream r
+  std::array<cudaEvent_t, stream_count> after_all_{};  // [k]: stream k's end, for run_after_all
   // The pools keep a reference to their resource: the defaults are declared first, so that
   // they outlive the pools (which free every block when they go).
   device_memory_resource default_device_;

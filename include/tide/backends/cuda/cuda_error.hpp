@@ -38,8 +38,8 @@ constexpr bool is_sticky(cudaError_t e) noexcept {
 //! A CUDA runtime call failed.
 struct cuda_error : error {
   cudaError_t code = cudaSuccess;  //!< what the call returned
-  std::string call;                //!< the call as written, e.g. `cudaMemcpyAsync(dst, src, n, kind, s)`
-  std::string where;               //!< file:line of the call
+  std::string call{};              //!< the call as written, e.g. `cudaMemcpyAsync(dst, src, n, kind, s)`
+  std::string where{};             //!< file:line of the call
   bool sticky = false;             //!< the context is unusable (see `is_sticky`)
 
   //! The failure of `call_text` at `location` with `e`; `sticky` is set from `is_sticky(e)`.

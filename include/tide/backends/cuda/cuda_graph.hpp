@@ -64,7 +64,7 @@ inline void CUDART_CB run_host_task(void* p) { (*static_cast<task const*>(p))();
 //! the graph.
 struct captured_step {
   cudaGraph_t graph = nullptr;  //!< owned; null when nothing was captured
-  detail::task_pool tasks;      //!< the host tasks the graph's host nodes point to: they live as long as it
+  detail::task_pool tasks{};    //!< the host tasks the graph's host nodes point to: they live as long as it
 
   captured_step() = default;
   //! Takes `o`'s graph and tasks; `o` is left empty.

@@ -39,8 +39,8 @@ namespace tide {
 struct host_backend_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget, bytes held at once
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
-  link_model d2h{};  //!< paces offloads; the default is unpaced (as fast as `memcpy`)
-  link_model h2d{};  //!< paces prefetches; the default is unpaced (as fast as `memcpy`)
+  link_model d2h{};                                                     //!< paces offloads; the default is unpaced (as fast as `memcpy`)
+  link_model h2d{};                                                     //!< paces prefetches; the default is unpaced (as fast as `memcpy`)
 };
 
 namespace detail {
@@ -143,6 +143,17 @@ class host_backend {
   }
   //! Enqueues `t` on `r`'s worker.
   void run(stream_role r, std::uint32_t i, op const&, task t) { push(r, {item::run, i, 0, t}); }
+  //! Enqueues `t` on `r`'s worker behind a wait for everything enqueued so far on the other
+  //! workers (a record of a backend-owned event on each).
+  void run_after_all(stream_role r, task t) {
+    for (std::size_t k = 0; k < stream_count; ++k) {
+      if (k == static_cast<std::size_t>(r)) continue;
+      auto const target = ++joins_[k].recorded;
+      push(static_cast<stream_role>(k), {item::record, static_cast<std::uint32_t>(k), target, {}, nullptr, nullptr, 0, nullptr, true});
+      push(r, {item::wait, static_cast<std::uint32_t>(k), target, {}, nullptr, nullptr, 0, nullptr, true});
+    }
+    push(r, {item::host, 0, 0, t});
+  }
   //! Enqueues a `memcpy` on `r`'s worker, paced by the link of the copy's direction.
   void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
     item it{item::copy, i};
@@ -200,6 +211,7 @@ class host_backend {
     void const* src = nullptr;
     std::size_t bytes = 0;
     link_model const* pace = nullptr;
+    bool join = false;  // record/wait: `index` is one of `joins_`, not a schedule event
   };
   struct queue {
     std::mutex mutex;
@@ -299,13 +311,13 @@ class host_backend {
           break;
         }
         case item::record: {
-          auto& e = events_[it.index].completed;
+          auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
           e.store(it.target, std::memory_order_release);
           e.notify_all();
           break;
         }
         case item::wait: {
-          auto& e = events_[it.index].completed;
+          auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
           auto v = e.load(std::memory_order_acquire);
           if (reached(v, it.target)) break;
           auto const b = now_us();
@@ -314,7 +326,7 @@ class host_backend {
             v = e.load(std::memory_order_acquire);
           }
           ready_at = std::max(ready_at, clock::now());
-          if (timeline_) wait_spans_[s].push_back({role, it.index, b, now_us()});
+          if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, now_us()});
           break;
         }
         case item::host:
@@ -332,6 +344,7 @@ class host_backend {
   std::array<std::atomic<clock::rep>, 2> link_free_{};  // d2h, h2d: when the paced link is next free
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded
+  std::array<event, stream_count> joins_;  // run_after_all: each stream's end so far
   std::array<queue, stream_count> queues_;
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;

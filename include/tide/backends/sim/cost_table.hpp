@@ -68,8 +68,8 @@ struct link_spec {
 
 //! Per-layer costs for a whole stack, plus the link. `layers.size()` is the stack's layer count.
 struct cost_table {
-  std::vector<layer_cost> layers;  //!< one per layer of the stack, in order
-  link_spec link{};                //!< what copies between host and device cost
+  std::vector<layer_cost> layers{};  //!< one per layer of the stack, in order
+  link_spec link{};                  //!< what copies between host and device cost
   //! Time from an event's record to the waiting stream resuming, when the wait blocks (thread
   //! wake-up on the host backend, a few microseconds on a GPU). `calibrate` measures it.
   double sync_latency_us = 0;

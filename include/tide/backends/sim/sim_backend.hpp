@@ -119,6 +119,13 @@ class sim_backend {
     }
     advance(r, i, ready_[index(r)] + costs_->op_overhead_us, d);
   }
+  //! Stream `r` resumes once every stream is free (plus `sync_latency_us` when it waited); the
+  //! task is not called.
+  void run_after_all(stream_role r, task) noexcept {
+    auto& t = ready_[index(r)];
+    auto const last = *std::max_element(ready_.begin(), ready_.end());
+    if (last > t) t = last + costs_->sync_latency_us;
+  }
   //! A copy waits for its stream and for its link direction (both directions on a shared link).
   void copy(stream_role r, std::uint32_t i, op const& o, void*, void const*, std::size_t n) {
     bool const d2h = o.kind == op_kind::offload;
