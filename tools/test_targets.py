@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""The build outputs the tests of a configured build need, leaving out the tests of the given
+suites: what `ninja` must build before `meson test --no-rebuild --no-suite ...` runs them, so that
+a build whose configuration skips suites (the sanitizer builds) does not compile their programs.
+
+usage: test_targets.py BUILD_DIR [SUITE...]   (prints one output path per line, relative to BUILD_DIR)
+
+A test needs the targets Meson lists as its dependencies and any built file named on its command
+line (a script's program argument)."""
+import json, pathlib, subprocess, sys
+
+build = pathlib.Path(sys.argv[1]).resolve()
+skipped = set(sys.argv[2:])
+
+
+def introspect(what):
+    return json.loads(subprocess.run(["meson", "introspect", what, str(build)], check=True,
+                                     capture_output=True, text=True).stdout)
+
+
+targets = introspect("--targets")
+by_id = {t["id"]: t for t in targets}
+by_file = {pathlib.Path(f).resolve(): t for t in targets for f in t["filename"]}
+need = {}
+for test in introspect("--tests"):
+    suites = {s.split(":", 1)[-1] for s in test["suite"]}
+    if suites & skipped:
+        continue
+    for dep in test.get("depends", []):
+        if dep in by_id:
+            need[dep] = by_id[dep]
+    for arg in test["cmd"] + test.get("env", {}).get("PATH", "").split(":"):
+        p = pathlib.Path(arg)
+        p = (p if p.is_absolute() else build / p).resolve()
+        if p in by_file:
+            need[by_file[p]["id"]] = by_file[p]
+for t in need.values():
+    for f in t["filename"]:
+        print(pathlib.Path(f).resolve().relative_to(build))
