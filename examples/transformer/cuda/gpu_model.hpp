@@ -144,6 +144,13 @@ class gpu_model {
   }
 
   layer_kind kind(std::size_t l) const { return l < c_.dense_layers ? layer_kind::dense : layer_kind::moe; }
+  //! The model's own scratch for every tensor of layer l: where a segment recomputation (an
+  //! advance), which keeps none of them, can write them.
+  saved scratch_tensors(std::size_t l) const {
+    saved sv{};
+    for (auto t : layer_tensors(kind(l))) sv[tensor_index(t)] = scratch_[tensor_index(t)].get();
+    return sv;
+  }
   config const& cfg() const noexcept { return c_; }
 
   // ---- the pieces outside the decoder layers (model.hpp's embed, embed_backward, head) ----

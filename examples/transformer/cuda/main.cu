@@ -33,13 +33,7 @@ using transformer::cuda::gpu_model;
 class gpu_trainer {
  public:
   gpu_trainer(config c, shape s, cublasHandle_t h)
-      : m_(c, s, 1, h), s_(s), tokens_(s.tokens()), targets_(s.tokens()), grad_(s.tokens() * c.width) {
-    // A segment recomputation's (advance's) tensors, allocated here so that no step allocates.
-    for (auto lk : {transformer::layer_kind::dense, transformer::layer_kind::moe})
-      for (auto t : transformer::layer_tensors(lk))
-        if (auto& b = scratch_[transformer::tensor_index(t)]; b.size() == 0)
-          b = transformer::cuda::device_array<float>(transformer::tensor_elements(c, t, s));
-  }
+      : m_(c, s, 1, h), tokens_(s.tokens()), targets_(s.tokens()), grad_(s.tokens() * c.width) {}
 
   gpu_model& net() { return m_; }
 
@@ -86,7 +80,7 @@ class gpu_trainer {
   void forward(Ctx const& ctx) {
     auto const l = ctx.layer;
     if (ctx.advance) {
-      auto sv = scratch(l);  // a segment recomputation produces the carry alone
+      auto const sv = m_.scratch_tensors(l);  // a segment recomputation produces the carry alone
       m_.layer_forward(l, floats(ctx.carry_in()), sv, floats(ctx.carry_out()), ctx.stream);
     } else if (ctx.recompute) {
       transformer::tensor_set which, available;
@@ -103,17 +97,10 @@ class gpu_trainer {
     if (l + 1 == m_.cfg().layers) m_.head(floats(ctx.output()), targets_.get(), grad_.get(), ctx.stream);
     m_.layer_backward(l, bind(ctx), grad_.get(), grad_.get(), ctx.stream);
   }
-  gpu_model::saved scratch(std::size_t l) const {
-    gpu_model::saved sv{};
-    for (auto t : transformer::layer_tensors(m_.kind(l))) sv[transformer::tensor_index(t)] = scratch_[transformer::tensor_index(t)].get();
-    return sv;
-  }
 
   gpu_model m_;
-  shape s_;
   transformer::cuda::device_array<std::int32_t> tokens_, targets_;
   transformer::cuda::device_array<float> grad_;
-  std::array<transformer::cuda::device_array<float>, transformer::tensor_count> scratch_;
 };
 
 }  // namespace

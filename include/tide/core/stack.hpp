@@ -120,10 +120,7 @@ struct stack_spec {
   std::uint32_t type_index(std::string_view name) const {
     for (std::uint32_t t = 0; t < types.size(); ++t)
       if (types[t].name == name) return t;
-    std::string names;
-    for (auto const& t : types) names += (names.empty() ? "'" : ", '") + std::string(t.name) + "'";
-    throw slot_error("tide: the stack has no layer type '" + std::string(name) + "'; its types are: " +
-                     (names.empty() ? std::string("none") : names));
+    throw slot_error("tide: the stack has no layer type '" + std::string(name) + "'; its types are: " + quoted_names(types));
   }
   //! The handle of slot `slot` of layer type `type`, viewed as elements of `T`, for lambdas that
   //! name slots of a stack built at run time: resolved once here, O(1) in `ctx.slot(h)`. Throws
@@ -134,10 +131,8 @@ struct stack_spec {
     auto const& t = types[type_index(type)];
     for (std::size_t k = 0; k < t.slots.size(); ++k)
       if (t.slots[k].name == slot) return {t.name, t.slots[k].name, static_cast<std::uint16_t>(k)};
-    std::string names;
-    for (auto const& s : t.slots) names += (names.empty() ? "'" : ", '") + std::string(s.name) + "'";
     throw slot_error("tide: layer type '" + std::string(type) + "' has no slot '" + std::string(slot) +
-                     "'; its slots are: " + (names.empty() ? std::string("none") : names));
+                     "'; its slots are: " + quoted_names(t.slots));
   }
   //! True when some layer type has a slot of this name.
   constexpr bool has_slot(std::string_view name) const noexcept {
@@ -148,6 +143,13 @@ struct stack_spec {
   }
 
  private:
+  //! The `name`s of `items`, quoted and comma-separated ("none" when empty), for messages.
+  template <class Items>
+  static std::string quoted_names(Items const& items) {
+    std::string r;
+    for (auto const& i : items) r += (r.empty() ? "'" : ", '") + std::string(i.name) + "'";
+    return r.empty() ? std::string("none") : r;
+  }
   static std::string describe_slot(layer_spec const& t, std::size_t k) {
     if (k >= t.slots.size()) return "no slot";
     auto const& s = t.slots[k];
