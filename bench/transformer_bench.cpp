@@ -35,7 +35,7 @@ tide::stack_spec const& stack() {
   return s;
 }
 std::vector<transformer::named_strategy> const& policies() {
-  static auto const p = transformer::published_strategies(net.layers);
+  static auto const p = transformer::published_strategies();
   return p;
 }
 tide::schedule const& schedule_of(std::size_t i) {
@@ -86,8 +86,8 @@ void step_time(benchmark::State& state, std::size_t policy) {
   double const bytes = static_cast<double>(schedule_of(index_of("deepseek-lhs")).peak_host_bytes());
   auto const [fwd_s, bwd_s] = compute_seconds();
   tide::host_backend_options o;
-  o.d2h = {bytes / (ratio * fwd_s), 20e-6};
-  o.h2d = {bytes / (ratio * bwd_s), 20e-6};
+  o.d2h = {.bytes_per_second = bytes / (ratio * fwd_s), .latency_us = 20};
+  o.h2d = {.bytes_per_second = bytes / (ratio * bwd_s), .latency_us = 20};
   tide::host_backend b(o);
   tide::timeline t;
   auto const& s = schedule_of(policy);

@@ -248,7 +248,7 @@ constexpr double prefetch_s = 0.05;  // each paced prefetch takes 50 ms (latency
 
 host_backend_options paced() {
   host_backend_options o;
-  o.h2d = {1e9, prefetch_s};
+  o.h2d = {.bytes_per_second = 1e9, .latency_us = prefetch_s * 1e6};
   return o;
 }
 

@@ -111,7 +111,7 @@ TEST(Carry, SnapshotsCostDeviceMemoryInThePrediction) {
 TEST(Carry, TwoTierReversalBitwiseEqualStoreAll) {
   host_backend fast;
   host_backend_options po;
-  po.d2h = po.h2d = {4e9, 20e-6};
+  po.d2h = po.h2d = {.bytes_per_second = 4e9, .latency_us = 20};
   host_backend paced(po);
   for (std::uint32_t L : {3u, 8u, 17u, 24u})
     for (std::int64_t sd : {1, 2, 3})
@@ -140,7 +140,7 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
   auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
   host_backend fast;
   host_backend_options po;
-  po.d2h = po.h2d = {4e9, 20e-6};
+  po.d2h = po.h2d = {.bytes_per_second = 4e9, .latency_us = 20};
   host_backend paced(po);
   std::vector<std::string_view> const names = {"d0", "d1", "d2", "d3"};
   int const cases = std::max(20, stress_cases() / 5);
@@ -327,7 +327,7 @@ TEST(Carry, UnwrittenCarryOutIsADebugFailureNamingTheLayer) {
   w.write_input(ex.carry_input());
   std::int64_t skipped = -1;
   auto lazy = [&](auto const& c) {
-    if (c.advance && skipped < 0) {  // forgets its carry out when it first recomputes a segment
+    if (c.mode == tide::forward_mode::advance && skipped < 0) {  // forgets its carry out when it first recomputes a segment
       skipped = c.layer;
       return;
     }
@@ -430,7 +430,7 @@ TEST(Carry, EveryPlanRunsBitwiseEqualKeepAll) {
       for (std::size_t k = 0; k < st.layer(l).slots.size(); ++k) c.slot_recompute_us.push_back(real(0.1, 0.6) * c.forward_us);
       costs.layers.push_back(c);
     }
-    costs.link = link_spec::symmetric(real(0.2e9, 20e9), 5e-6);
+    costs.link = host_link::symmetric(real(0.2e9, 20e9), 5);
     auto const keep = build_schedule(st, strategy{});
     auto const budget = static_cast<std::size_t>(static_cast<double>(keep.peak_device_bytes()) * real(0.15, 1.0));
     plan_options po{.device_budget = budget};

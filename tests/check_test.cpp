@@ -108,7 +108,7 @@ TEST(CheckComplete, RealSchedulesOfSeveralPoliciesPass) {
       for (std::size_t chunk : {std::size_t{0}, std::size_t{1000}, std::size_t{4096}})
         for (bool share : {true, false})
           for (collective_spec c : {collective_spec{}, collective_spec{.before_forward = true, .after_backward = true},
-                                    collective_spec{.before_forward = true, .after_backward = true, .before_backward = true},
+                                    collective_spec{.before_forward = true, .before_backward = true, .after_backward = true},
                                     collective_spec{.before_backward = true}}) {
             auto const s = build_schedule(
                 dense4(), {.policy = p,
@@ -265,7 +265,7 @@ TEST(CheckComplete, CollectivesAreRequiredWhereTheScheduleAsksForThem) {
 
   auto r = build_schedule(dense4(), {.policy = remat_b_offload_a(),
                                      .pipeline = chunked,
-                                     .collectives = {.before_forward = true, .after_backward = true, .before_backward = true}});
+                                     .collectives = {.before_forward = true, .before_backward = true, .after_backward = true}});
   ASSERT_EQ(check_error(r), "no error");
   auto no_regather = r;
   erase_op(no_regather, find_op(no_regather, op_kind::regather, 1));
@@ -689,7 +689,7 @@ struct composer {
     bool const gather = pick(4) == 0;
     bool const reduce = pick(4) == 0;
     // Regathers with both (no draw of their own: the seed's programs stay what they were).
-    collective_spec c{.before_forward = gather, .after_backward = reduce, .before_backward = gather && reduce};
+    collective_spec c{.before_forward = gather, .before_backward = gather && reduce, .after_backward = reduce};
     try {
       out = build_schedule(st, {.policy = p, .buffers = b, .pipeline = pl, .collectives = c});
     } catch (schedule_error const&) {

@@ -10,6 +10,7 @@
 #include "workload.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -180,7 +181,7 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
   auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
   host_backend fast;
   host_backend_options po;
-  po.d2h = po.h2d = {4e9, 20e-6};  // a paced link: copies take long enough to race with compute
+  po.d2h = po.h2d = {.bytes_per_second = 4e9, .latency_us = 20};  // a paced link: copies take long enough to race with compute
   host_backend paced(po);
   char const* type_names[] = {"t0", "t1", "t2", "t3"};
   std::vector<std::string_view> const derived_names = {"d0", "d1", "d2", "d3", "d4"};
@@ -330,7 +331,7 @@ TEST(Failures, ThrowingLambdaDrainsAndNextStepSucceeds) {
   workload::synthetic w(st.layer_count());
   int throw_at = 3;
   auto fwd = [&](auto const& c) {
-    if (static_cast<int>(c.layer) == throw_at && !c.recompute) throw std::runtime_error("user failure in layer 3");
+    if (static_cast<int>(c.layer) == throw_at && c.mode == tide::forward_mode::forward) throw std::runtime_error("user failure in layer 3");
     w.forward(c);
   };
   auto bwd = [&](auto const& c) { w.backward(c); };
@@ -426,7 +427,7 @@ TEST(DebugChecks, UseBeforePrefetchIsCaught) {
     }
   EXPECT_THROW(check_schedule(s), schedule_error);  // the checker rejects it statically
   host_backend_options slow;
-  slow.h2d = {1e6, 0.25};  // 250 ms per prefetch: the backward surely runs first
+  slow.h2d = {.bytes_per_second = 1e6, .latency_us = 0.25e6};  // 250 ms per prefetch: the backward surely runs first
   host_backend b(slow);
   executor exec(b, s, {.debug_checks = true, .check_schedule = false});
   try {
@@ -446,12 +447,12 @@ TEST(DebugChecks, PoisonExposesAMissingRecompute) {
   // A forward that forgets to produce y in recompute mode: backward sees the poison pattern.
   exec.step(
       [](auto const& c) {
-        if (!c.recompute) std::memset(c.template slot<"y">().data(), 7, c.template slot<"y">().size());
+        if (c.mode == tide::forward_mode::forward) std::memset(c.template slot<"y">().data(), 7, c.template slot<"y">().size());
       },
       [&](auto const& c) { seen.push_back(static_cast<unsigned char>(c.template slot<"y">()[0])); });
   exec.step(
       [](auto const& c) {
-        if (!c.recompute) std::memset(c.template slot<"y">().data(), 7, c.template slot<"y">().size());
+        if (c.mode == tide::forward_mode::forward) std::memset(c.template slot<"y">().data(), 7, c.template slot<"y">().size());
       },
       [&](auto const& c) { seen.push_back(static_cast<unsigned char>(c.template slot<"y">()[0])); });
   EXPECT_EQ(seen.back(), 0xDB);
@@ -528,7 +529,7 @@ TEST(Trace, SummaryAndChromeJson) {
       st, {.policy = rules({r_offload({"x"})}),
            .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}});
   host_backend_options o;
-  o.d2h = o.h2d = {4096.0 / 0.002, 0};  // 2 ms per 4 KiB copy, on the compute stream
+  o.d2h = o.h2d = {.bytes_per_second = 4096.0 / 0.002, .latency_us = 0};  // 2 ms per 4 KiB copy, on the compute stream
   host_backend b(o);
   timeline t;
   workload::run(b, s, 1, {.timeline = &t});
@@ -881,7 +882,7 @@ schedule chain_schedule() {
                                         .collectives = {.before_forward = true, .after_backward = true}});
 }
 //! Hooks for chain_schedule()'s room (a gather and a reduce) that move no data.
-constexpr hooks<workload::empty_hook, workload::empty_hook> chain_hooks{};
+constexpr hooks<workload::empty_hook, no_hook, workload::empty_hook> chain_hooks{};
 constexpr std::size_t kinds = static_cast<std::size_t>(op_kind::reduce) + 1;
 //! How many times each kind of op runs per layer in one step of `s`.
 std::vector<std::vector<int>> ops_per_layer(schedule_view s) {
@@ -904,7 +905,7 @@ TEST(Enqueue, EnqueueThenWaitIsBitwiseEqualToStepAndRunsEachLambdaOncePerOp) {
   // hooks; wait() orders both before the reads below.
   std::vector<std::vector<int>> calls(kinds, std::vector<int>(s.layer_count(), 0));
   auto fwd = [&](auto const& c) {
-    ++calls[static_cast<std::size_t>(c.recompute ? op_kind::recompute : op_kind::forward)][c.layer];
+    ++calls[static_cast<std::size_t>(c.mode != tide::forward_mode::forward ? op_kind::recompute : op_kind::forward)][c.layer];
     w.forward(c);
   };
   auto bwd = [&](auto const& c) {
@@ -939,7 +940,7 @@ TEST(Enqueue, WaitRethrowsAnEnqueuedStepsErrorAndTheNextStepWorks) {
   std::optional<workload::chain> w(std::in_place, s);
   int throw_at = 2;
   auto fwd = [&](auto const& c) {
-    if (static_cast<int>(c.layer) == throw_at && !c.recompute) throw std::runtime_error("forward of layer 2 failed");
+    if (static_cast<int>(c.layer) == throw_at && c.mode == tide::forward_mode::forward) throw std::runtime_error("forward of layer 2 failed");
     w->forward(c);
   };
   auto bwd = [&](auto const& c) { w->backward(c); };
@@ -1070,7 +1071,7 @@ TEST(Hooks, AHookMissingOrWithoutRoomIsRefusedByName) {
   auto const reduce_only = build_schedule(small_stack(), {.collectives = {.after_backward = true}});
   auto const none_room = build_schedule(small_stack(), strategy{});
   auto const all_room = build_schedule(small_stack(), {.policy = rules({r_remat({"y"})}),
-                                                       .collectives = {.before_forward = true, .after_backward = true, .before_backward = true}});
+                                                       .collectives = {.before_forward = true, .before_backward = true, .after_backward = true}});
   host_backend b;
   auto noop = [](auto const&) {};
   recording_hook h;
@@ -1103,10 +1104,10 @@ TEST(Hooks, AHookMissingOrWithoutRoomIsRefusedByName) {
     executor exec(b, all_room);
     refused(exec, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h)},
             "makes room for a regather hook (collective_spec::before_backward)");
-    refused(exec, hooks{.after_backward = std::ref(h), .before_backward = std::ref(h)},
+    refused(exec, hooks{.before_backward = std::ref(h), .after_backward = std::ref(h)},
             "makes room for a gather hook (collective_spec::before_forward)");
     h.calls.clear();
-    exec.step(noop, noop, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)});
+    exec.step(noop, noop, hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)});
     EXPECT_EQ(h.calls.size(), 18u);
   }
 }
@@ -1167,7 +1168,7 @@ TEST(Hooks, ReentryFromALambdaOrAHookFailsTheOuterStep) {
 TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"}), r_remat({"y"})}),
                                                 .pipeline = {.prefetch_distance = 1},
-                                                .collectives = {.before_forward = true, .after_backward = true, .before_backward = true}});
+                                                .collectives = {.before_forward = true, .before_backward = true, .after_backward = true}});
   host_backend b;
   executor exec(b, s);
   std::mutex m;
@@ -1176,7 +1177,7 @@ TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
     std::lock_guard lock(m);
     order.push_back(std::move(what));
   };
-  auto fwd = [&](forward_context<stream_role> const& c) { note((c.recompute ? "recompute " : "forward ") + std::to_string(c.layer)); };
+  auto fwd = [&](forward_context<stream_role> const& c) { note((c.mode != tide::forward_mode::forward ? "recompute " : "forward ") + std::to_string(c.layer)); };
   auto bwd = [&](backward_context<stream_role> const& c) { note("backward " + std::to_string(c.layer)); };
   struct all_kinds {
     std::function<void(std::string)> note;
@@ -1184,7 +1185,7 @@ TEST(Hooks, RegatherRunsBeforeEachLayersRecomputeAndBackward) {
     void operator()(collective_context<stream_role> const& c) { note(std::string(to_string(c.kind)) + " " + std::to_string(c.layer)); }
     void finish_step() { ++finished; }
   } h{note};
-  exec.step(fwd, bwd, hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)});
+  exec.step(fwd, bwd, hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)});
   EXPECT_EQ(h.finished, 1);
   auto at = [&](std::string const& what) {
     auto const i = std::find(order.begin(), order.end(), what);
@@ -1260,14 +1261,14 @@ TEST(SlotHandles, HandleNameAndIndexFormsAgreeAndMisuseIsASlotError) {
   using bwd_ctx = executor<host_backend>::backward_context_type;
   std::vector<seen_slots> fwd_seen(3), rec_seen(3), bwd_seen(3);
   auto fwd = [&](fwd_ctx const& c) {
-    auto& r = (c.recompute ? rec_seen : fwd_seen)[c.layer];
+    auto& r = (c.mode != tide::forward_mode::forward ? rec_seen : fwd_seen)[c.layer];
     auto const x = c.slot(typed_x);
     auto const y = c.slot(typed_y);
     static_assert(std::is_same_v<decltype(x), std::span<float> const>);
     r.same_span = same(x, c.slot(0)) && same(y, c.slot(1)) && same(c.slot<"x", float>(), c.slot(0)) &&
                   same(c.slot<"y", std::uint32_t>(), c.slot(1)) && same(c.slot<"y">(), c.slot(1)) && x.size() == 16 &&
                   y.size() == 8;
-    r.produces = c.produces(typed_y) && c.produces<"y">() && c.produces(typed_x) == !c.recompute &&
+    r.produces = c.produces(typed_y) && c.produces<"y">() && c.produces(typed_x) == (c.mode == tide::forward_mode::forward) &&
                  c.produces<"x">() == c.produces(0);
     try {
       (void)c.slot(other_x);
@@ -1394,7 +1395,7 @@ TEST(Timeline, ExecutorOptionsTimelineIsFilledOnTheHostBackend) {
 TEST(Timeline, ExecutorOptionsTimelineIsFilledOnTheSimBackend) {
   auto const s = chain_schedule();
   auto const costs = uniform_costs(s.layer_count(), layer_cost{.forward_us = 100, .backward_us = 200, .gather_us = 10, .reduce_us = 30},
-                                   link_spec::symmetric(100e6, 5e-6));
+                                   host_link::symmetric(100e6, 5));
   sim_backend b(costs);
   timeline t;
   auto o = sim_executor_options();
@@ -1520,7 +1521,7 @@ TEST(SimBackend, ExecutorsSharingOneBackendEachGetTheirOwnSchedulesCosts) {
                                      .pipeline = {.chunk_bytes = 1024}});
   ASSERT_NE(a.event_count, c.event_count);
   auto costs = uniform_costs(5, layer_cost{.forward_us = 100, .backward_us = 200, .slot_recompute_us = {0, 30, 10}},
-                             link_spec::symmetric(100e6, 5e-6));
+                             host_link::symmetric(100e6, 5));
   double const alone_a = simulate_step_us(a, costs), alone_c = simulate_step_us(c, costs);
   ASSERT_NE(alone_a, alone_c);
   sim_backend b(costs);
@@ -1610,8 +1611,11 @@ TEST(RunTimeStack, HandlesResolveOnceAndMisuseNamesWhatExists) {
     ++calls;
     modes.insert({c.layer, c.mode});
     EXPECT_EQ(c.type_index, st.layer_types[c.layer]);
-    EXPECT_EQ(c.recompute, c.mode != forward_mode::forward);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    EXPECT_EQ(c.recompute, c.mode != forward_mode::forward);  // the deprecated 0.2 spellings still work
     EXPECT_EQ(c.advance, c.mode == forward_mode::advance);
+#pragma GCC diagnostic pop
     auto const q = c.slot(q_of_type[c.type_index]);
     same += q.data() == reinterpret_cast<float*>(c.slot(q_of_type[c.type_index].index).data()) && q.size() == 64;
     typed += c.template slot_as<float>(q_of_type[c.type_index].index).data() == q.data();
@@ -1674,3 +1678,121 @@ using last_two_type = strategy_of<policy<offload<slot_names<"x">, layer_range<fr
 using six = stack<independent_layers, repeat<layer<"l", slot<"x", 4096>, slot<"y", 64>>, 6>>;
 constexpr auto last_two_static = make_schedule<six, last_two_type>();
 static_assert(last_two_static.slots[2 * 4].where == placement::offload && last_two_static.slots[2 * 3].where == placement::keep);
+
+// A slot map: every slot of the context's layer by the user's own index, in every mode; the
+// produced set is ctx.produces; misuse (a slot no index names, two indices of one name, a map of
+// another stack) is a slot_error naming it, and the executor goes on.
+TEST(RunTimeStack, ASlotMapGivesTheSlotsByTheUsersIndex) {
+  std::vector<std::string> const names{"dense", "moe", "q", "act", "router"};
+  auto const st = two_type_stack(names, 2, 2);
+  enum idx : std::size_t { q, act, router, unused, count };
+  static constexpr std::array<char const*, count> by_index{"q", "act", "router", "unused"};
+  slot_map<float, count> const map(st, [](std::size_t i) { return by_index[i]; });
+  EXPECT_EQ(map.handle(1, router).index, 1);
+  EXPECT_THROW((void)map.handle(0, router), slot_error);  // dense has no router
+
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .slots = {"router"}}},
+                                     .checkpoints = {.device_snapshots = 2}});
+  host_backend b;
+  executor exec(b, s);
+  std::mutex m;
+  int checked = 0, calls = 0;
+  auto fwd = [&](executor<host_backend>::forward_context_type const& c) {
+    std::lock_guard lock(m);
+    ++calls;
+    auto const sv = map.spans(c);
+    auto const produced = map.produced(c);
+    for (std::size_t i = 0; i < count; ++i) {
+      auto const bound = map.bound(c).test(i);
+      EXPECT_EQ(bound, i != unused && (i != router || c.type_index == 1)) << i;
+      if (!bound) {
+        EXPECT_TRUE(sv[i].empty());
+        EXPECT_FALSE(produced.test(i));
+        continue;
+      }
+      auto const k = c.slot_index(by_index[i]);
+      checked += sv[i].data() == c.template slot_as<float>(k).data() && sv[i].size() == c.template slot_as<float>(k).size() &&
+                 produced.test(i) == c.produces(k);
+    }
+    if (c.produces_carry()) std::fill(c.carry_out().begin(), c.carry_out().end(), std::byte{1});
+  };
+  auto bwd = [&](executor<host_backend>::backward_context_type const& c) {
+    std::lock_guard lock(m);
+    auto const sv = map.spans(c);
+    static_assert(std::is_same_v<decltype(sv)::value_type, std::span<float const>>);
+    checked += sv[q].data() == c.template slot_as<float>(c.slot_index("q")).data();
+  };
+  exec.step(fwd, bwd);
+  EXPECT_GT(calls, 4);  // advances and recomputes too
+  int expected = 0;  // each forward, recompute and advance checks its type's slots (dense 2, moe 3), each backward q
+  for (auto const& o : s.ops)
+    if (o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::advance)
+      expected += st.layer_types[o.layer] == 0 ? 2 : 3;
+    else if (o.kind == op_kind::backward)
+      ++expected;
+  EXPECT_EQ(checked, expected);
+
+  // Misuse.
+  auto error_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (slot_error const& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_TRUE(mentions(error_of([&] { slot_map<float, 2>(st, [](std::size_t i) { return i == 0 ? "q" : "act"; }); }),
+                       "slot 'router' of layer type 'moe' has no index"));
+  EXPECT_TRUE(mentions(error_of([&] { slot_map<float, 3>(st, [](std::size_t i) { return i == 2 ? "q" : by_index[i]; }); }),
+                       "indices 0 and 2 are both named 'q'"));
+  stack_spec one;
+  one.carry = {"h", 64};
+  one.append({"solo", {{"q", 256}}}, 1);
+  slot_map<float, count> const other(one, [](std::size_t i) { return by_index[i]; });
+  std::string failed;
+  try {
+    exec.step([&](auto const& c) { (void)other.spans(c); }, [](auto const&) {});
+  } catch (slot_error const& e) {
+    failed = e.what();
+  }
+  EXPECT_TRUE(mentions(failed, "the map was made from a stack of 1 type(s)") || mentions(failed, "a slot handle of layer type"))
+      << failed;
+  exec.step(fwd, bwd);  // the executor goes on
+}
+
+// An advance (a segment recomputation) gets every slot of its layer as scratch from tide's arena:
+// sized for the largest layer advanced, inside the predicted peak, apart from everything live.
+// The carry chain's advances write junk there, and the gradients still equal storing every carry.
+TEST(RunTimeStack, AnAdvanceWritesItsSlotsIntoScratchInsideThePeak) {
+  stack_spec st;
+  st.independent_layers = true;
+  st.append({"small", {{"a", 1000}, {"b", 300}}}, 2);
+  st.append({"big", {{"a", 1000}, {"c", 5000}}}, 4);
+  st.carry = {"x", 512};
+  auto const all = build_schedule(st, strategy{});
+  EXPECT_EQ(all.arena.advance_scratch_bytes, 0u);  // nothing advanced
+  host_backend b;
+  auto const want = workload::run_carry_chain(b, all, 2);
+  for (bool share : {false, true})
+    for (bool offload : {false, true}) {
+      strategy how{.checkpoints = {.device_snapshots = 2}};
+      how.buffers.share_phase_regions = share;
+      if (offload) how.policy.rules.push_back({.where = placement::offload, .slots = {"c"}});
+      auto const s = build_schedule(st, how);
+      ASSERT_GT(s.carry.advances, 0u);
+      auto const align = [&](std::size_t n) { return (n + how.buffers.device_alignment - 1) / how.buffers.device_alignment * how.buffers.device_alignment; };
+      EXPECT_EQ(s.arena.advance_scratch_bytes, align(1000) + align(5000));  // a "big" layer's slots
+      for (std::uint32_t l = 0; l < s.layer_count(); ++l) {
+        bool advanced = false;
+        for (auto const& o : s.ops) advanced |= o.kind == op_kind::advance && o.layer == l;
+        if (!advanced) continue;
+        for (auto const& sl : s.view().slots_of(l)) {
+          EXPECT_GE(sl.advance_offset, s.arena.backward_area + s.arena.staging_ring_bytes);
+          EXPECT_LE(sl.advance_offset + sl.bytes, s.arena.backward_area + s.arena.staging_ring_bytes + s.arena.advance_scratch_bytes);
+          EXPECT_LE(sl.advance_offset + sl.bytes, s.peak_device_bytes());
+        }
+      }
+      EXPECT_EQ(workload::run_carry_chain(b, s, 2, {.debug_checks = true, .check_schedule = true}), want)
+          << "share " << share << " offload " << offload;
+    }
+}

@@ -147,7 +147,7 @@ struct chain : chain_params {
     auto const l = c.layer;
     auto const ki = c.slot_index(input);
     auto x = c.slot(ki);
-    if (!c.recompute) {  // the input slot is saved data: recompute mode must not rebuild it
+    if (c.mode == tide::forward_mode::forward) {  // the input slot is saved data: recompute mode must not rebuild it
       if (l == 0) {  // a fresh batch each step
         work_bytes = in_bytes[0];
         for (std::size_t i = 0, n = words(work_bytes); i < n; ++i)
@@ -159,7 +159,7 @@ struct chain : chain_params {
     auto const hx = fold(param[l], x);
     for (std::uint16_t k = 0; k < c.slot_count(); ++k)
       if (k != ki && c.produces(k)) derive(c.slot(k), hx + 0x9E3779B97F4A7C15ull * (k + 1), x);
-    if (!c.recompute) {
+    if (c.mode == tide::forward_mode::forward) {
       work_bytes = out_bytes[l];
       derive(std::span(work.data(), work_bytes), hx, x);
     }
@@ -212,12 +212,15 @@ struct carry_chain : chain_params {
     for (std::size_t i = 0, n = words(in.size()); i < n; ++i) store_word(in, i, mix((step << 32) + i));
   }
 
+  // An advance may write its slots (a forward run unchanged would); it writes junk, so that
+  // scratch overlapping anything live would change the gradients.
   template <class Ctx>
   void forward(Ctx const& c) {
     auto const x = c.carry_in();
     auto const hx = fold(param[c.layer], x);
     for (std::uint16_t k = 0; k < c.slot_count(); ++k)
       if (c.produces(k)) derive(c.slot(k), hx + 0x9E3779B97F4A7C15ull * (k + 1), x);
+      else if (c.mode == tide::forward_mode::advance) derive(c.slot(k), ~hx, x);  // junk: see below
     if (c.produces_carry()) {
       derive(c.carry_out(), hx, x);
       ++forwards;

@@ -136,7 +136,7 @@ void plan_1000_layers_10_slots(benchmark::State& state) {
   }
   tide::stack_spec st;
   st.append(block, 1000);
-  auto const costs = tide::uniform_costs(1000, c, tide::link_spec::symmetric(50e9, 5e-6));
+  auto const costs = tide::uniform_costs(1000, c, tide::host_link::symmetric(50e9, 5));
   tide::strategy_options o;
   o.device_budget = tide::build_schedule(st, tide::strategy{}).peak_device_bytes() / 3;
   o.host_budget = tide::build_schedule(st, {.policy = {tide::rule_spec{.where = tide::placement::offload}}}).peak_host_bytes() / 3;

@@ -94,20 +94,20 @@ class model {
 
   //! The forward lambda's body: y = rmsnorm(relu(x W)), saving input, pre and act.
   void forward(tide::forward_context<cudaStream_t> const& c) const {
-    if (c.recompute && c.produces(input))
+    if (c.mode != tide::forward_mode::forward && c.produces(input))
       throw tide::slot_error("cuda_stack: the layer input cannot be rematerialized (nothing before it is saved)");
     auto const s = c.stream;
     auto const n = d_.elements();
     auto* in = c.slot(input).data();
     auto* pre_act = c.slot(pre).data();
     auto* activ = c.slot(act).data();
-    if (!c.recompute)
+    if (c.mode == tide::forward_mode::forward)
       TIDE_CUDA_CHECK(cudaMemcpyAsync(in, c.layer == 0 ? x0_.get() : running_.get(), d_.slot_bytes(),
                                       cudaMemcpyDeviceToDevice, s));
     int const b = static_cast<int>(d_.batch), w = static_cast<int>(d_.width);
     if (c.produces(pre)) gemm(b, w, w, in, w, 1, weight(c.layer), w, 1, pre_act, s);
     if (c.produces(act)) relu_forward(pre_act, activ, n, s);
-    if (!c.recompute) rmsnorm_forward(activ, running_.get(), b, w, s);
+    if (c.mode == tide::forward_mode::forward) rmsnorm_forward(activ, running_.get(), b, w, s);
   }
 
   //! The backward lambda's body; the loss is |y|^2 / 2 of the last layer's output y.

@@ -90,7 +90,7 @@ class network {
     auto z = ctx.slot(pre_act_slot);
     auto a = ctx.slot(act_slot);
     auto r = ctx.slot(inv_rms_slot);
-    if (!ctx.recompute) std::memcpy(x.data(), l == 0 ? input_.data() : h_.data(), x.size_bytes());
+    if (ctx.mode == tide::forward_mode::forward) std::memcpy(x.data(), l == 0 ? input_.data() : h_.data(), x.size_bytes());
     bool const want_z = ctx.produces(pre_act_slot), want_a = ctx.produces(act_slot), want_r = ctx.produces(inv_rms_slot);
     if (!(want_z || want_a || want_r)) return;
     auto const B = c_.batch, H = c_.width;
@@ -112,7 +112,7 @@ class network {
       }
       float const inv = 1.0f / std::sqrt(ss / static_cast<float>(H) + 1e-5f);
       if (want_r) r[i] = inv;
-      if (!ctx.recompute)
+      if (ctx.mode == tide::forward_mode::forward)
         for (std::uint32_t j = 0; j < H; ++j) h_[std::size_t{i} * H + j] = silu(zr[j]) * inv;
     }
     if (want_z) std::memcpy(z.data(), zs.data(), z.size_bytes());

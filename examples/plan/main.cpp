@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
                       off, rem, p.decisions.size(), p.evaluations, ms, to_cpp_types(p.strategy).c_str());
         } else {
           std::printf("  plan: cannot fit; smallest device peak reached %s\n",
-                      format_bytes(static_cast<double>(p.smallest_device_bytes)).c_str());
+                      format_bytes(static_cast<double>(p.smallest_activation_bytes)).c_str());
         }
       }
       for (auto const& r : rows)
@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
             .field("strategy", r.name)
             .field("step_us", r.step_us)
             .field("exposed_transfer_us", r.exposed_transfer_us)
-            .field("device_bytes", r.device_bytes)
+            .field("whole_device_bytes", r.whole_device_bytes)
             .field("host_bytes", r.host_bytes)
             .field("fits", r.fits);
       if (p.fits) {
@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   stack_spec cal;
   cal.append({"blk", {{"x", 256 << 10, /*input=*/true}, {"qkv", 768 << 10}, {"mlp_up", 1 << 20}}}, a.small ? 6 : 12);
   host_backend_options ho;
-  ho.d2h = ho.h2d = {.bytes_per_second = 1e9, .latency_s = 10e-6};
+  ho.d2h = ho.h2d = {.bytes_per_second = 1e9, .latency_us = 10};
   host_backend backend(ho);
   // The stack is built at run time with no layer type: its slots are reached by index.
   auto fwd = [](forward_context<stream_role> const& c) {
@@ -272,8 +272,8 @@ int main(int argc, char** argv) {
                 "%.0f us, sync %.0f us\n",
                 measured_costs.layers[0].forward_us, measured_costs.layers[0].backward_us,
                 measured_costs.layers[0].full_recompute_us(), measured_costs.link.d2h.bytes_per_second / 1e9,
-                measured_costs.link.d2h.latency_s * 1e6, measured_costs.link.h2d.bytes_per_second / 1e9,
-                measured_costs.link.h2d.latency_s * 1e6, measured_costs.sync_latency_us);
+                measured_costs.link.d2h.latency_us, measured_costs.link.h2d.bytes_per_second / 1e9,
+                measured_costs.link.h2d.latency_us, measured_costs.sync_latency_us);
     t.print();
     std::printf("  worst |predicted - measured| / measured: %.1f%% (goal: 10%%)\n", 100 * worst);
   }

@@ -88,10 +88,10 @@ inline std::vector<row> run(setup const& s, tide::hardware_spec const& hw, std::
     row x{std::string(s.model.name), std::string(hw.name), r.key, s.model.micro_batch};
     x.step_ms = r.step_us / 1e3;
     x.tflops_per_device = flops / (r.step_us * 1e-6) / 1e12;
-    x.device_peak_gib = gib(r.device_bytes);
+    x.device_peak_gib = gib(r.whole_device_bytes);
     x.activation_peak_gib = gib(r.activation_bytes);
     x.host_gib = gib(r.host_bytes);
-    x.resident_gib = gib(r.device_bytes - r.activation_bytes);
+    x.resident_gib = gib(r.whole_device_bytes - r.activation_bytes);
     x.fits = r.fits;
     out.push_back(x);
   }

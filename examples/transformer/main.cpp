@@ -194,7 +194,7 @@ int run(options const& o) {
   shape const sh{o.micro_batch, 2 * o.length};
   auto const stack = transformer::make_stack(o.net, sh);
   auto const d = make_data(o, o.micro_batch, o.steps);
-  auto strategies = transformer::published_strategies(o.net.layers);
+  auto strategies = transformer::published_strategies();
   auto const index_of = [&](std::string_view name) {
     for (std::size_t i = 0; i < strategies.size(); ++i)
       if (strategies[i].name == name) return i;
@@ -259,7 +259,7 @@ int run(options const& o) {
     schedules.push_back(plan.build(stack));
   } else if (!o.json) {
     std::printf("planner: nothing fits the budget at micro-batch %zu (smallest peak %zu bytes)\n", o.micro_batch,
-                plan.smallest_device_bytes);
+                plan.smallest_activation_bytes);
   }
 
   tide::timeline trace;

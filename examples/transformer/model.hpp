@@ -71,6 +71,8 @@ class basic_model {
   using real = Real;
   //! A layer's saved tensors, indexed by `tensor_index(tensor)`; those its kind does not save are empty.
   using saved_spans = std::array<std::span<Real>, tensor_count>;
+  //! The same, read-only: what a backward reads.
+  using saved_views = std::array<std::span<Real const>, tensor_count>;
 
   //! Draws the weights from `seed`: uniform with standard deviation 1/sqrt(fan-in), the
   //! residual branches' last projections further scaled by 1/sqrt(2 L); norm gains start at 1
@@ -226,17 +228,20 @@ class basic_model {
 
   // ---- one decoder layer ---------------------------------------------------------------------
 
-  //! Forward of layer l: copies `input` into saved[decoder_layer_input], writes every tensor the
-  //! layer saves, and the layer's output (which may alias the input; the saved spans must not
-  //! overlap each other or the output).
+  //! Forward of layer l: copies `input` into saved[decoder_layer_input] (unless that span is
+  //! empty: a caller that keeps the input elsewhere), writes every other tensor the layer saves,
+  //! and the layer's output (which may alias the input; the saved spans must not overlap each
+  //! other or the output).
   void layer_forward(std::size_t l, shape s, std::span<Real const> input, saved_spans const& saved,
                      std::span<Real> output) {
-    check_layer(l, s, saved);
+    check_spans(s, saved, layer_tensor_set(kind(l)) & ~input_set());
+    check_layer_index(l, s);
     check_size(input.size(), s.tokens() * c_.width, "input");
     check_size(output.size(), s.tokens() * c_.width, "output");
     auto x = saved[tensor_index(tensor::decoder_layer_input)];
-    if (x.data() != input.data()) std::memmove(x.data(), input.data(), x.size_bytes());
-    run_forward(l, s, saved, layer_tensor_set(kind(l)), output.data());
+    if (!x.empty()) check_size(x.size(), input.size(), "saved decoder_layer_input");
+    if (!x.empty() && x.data() != input.data()) std::memmove(x.data(), input.data(), x.size_bytes());
+    run_forward(l, s, input.data(), saved, layer_tensor_set(kind(l)) & ~input_set(), output.data());
   }
 
   //! Recompute mode: rebuilds the tensors in `which` from saved[decoder_layer_input] and the
@@ -245,8 +250,14 @@ class basic_model {
   //! never recomputed, and neither is what only it needs. Only the spans of `which`, `available`
   //! and the layer input need to be provided.
   void layer_recompute(std::size_t l, shape s, saved_spans const& saved, tensor_set which, tensor_set available = {}) {
-    check_shape(s);
-    check_index(l);
+    check_spans(s, saved, input_set());
+    layer_recompute(l, s, saved[tensor_index(tensor::decoder_layer_input)], saved, which, available);
+  }
+  //! The same with the layer's input given apart (saved[decoder_layer_input] is not read).
+  void layer_recompute(std::size_t l, shape s, std::span<Real const> input, saved_spans const& saved, tensor_set which,
+                       tensor_set available = {}) {
+    check_layer_index(l, s);
+    check_size(input.size(), s.tokens() * c_.width, "input");
     if (which.test(tensor_index(tensor::decoder_layer_input)))
       throw std::invalid_argument("transformer: decoder_layer_input is what recompute starts from, not a result");
     tensor_set const foreign = which & ~layer_tensor_set(kind(l));
@@ -254,19 +265,29 @@ class basic_model {
       if (foreign.test(i))
         throw std::invalid_argument("transformer: layer " + std::to_string(l) + " saves no " +
                                     std::string(name(static_cast<tensor>(i))));
-    available &= layer_tensor_set(kind(l)) & ~which;
-    check_spans(s, saved, which | available | tensor_set{}.set(tensor_index(tensor::decoder_layer_input)));
-    run_forward(l, s, saved, which, nullptr, available);
+    available &= layer_tensor_set(kind(l)) & ~which & ~input_set();
+    check_spans(s, saved, which | available);
+    run_forward(l, s, input.data(), saved, which, nullptr, available);
   }
 
   //! Backward of layer l: reads the saved tensors, the parameters and grad_output; writes
   //! grad_input (which may alias grad_output) and accumulates the parameter gradients.
   void layer_backward(std::size_t l, shape s, saved_spans const& saved, std::span<Real const> grad_output,
                       std::span<Real> grad_input) {
-    check_layer(l, s, saved);
+    saved_views v{};
+    std::copy(saved.begin(), saved.end(), v.begin());
+    check_spans(s, v, input_set());
+    layer_backward(l, s, v[tensor_index(tensor::decoder_layer_input)], v, grad_output, grad_input);
+  }
+  //! The same with the layer's input given apart, from read-only views.
+  void layer_backward(std::size_t l, shape s, std::span<Real const> input, saved_views const& saved,
+                      std::span<Real const> grad_output, std::span<Real> grad_input) {
+    check_layer_index(l, s);
+    check_spans(s, saved, layer_tensor_set(kind(l)) & ~input_set());
+    check_size(input.size(), s.tokens() * c_.width, "input");
     check_size(grad_output.size(), s.tokens() * c_.width, "grad_output");
     check_size(grad_input.size(), s.tokens() * c_.width, "grad_input");
-    run_backward(l, s, saved, grad_output.data(), grad_input.data());
+    run_backward(l, s, input.data(), saved, grad_output.data(), grad_input.data());
   }
 
   // ---- the whole model, with the saved tensors in the model's own store ----------------------
@@ -353,7 +374,9 @@ class basic_model {
     if (l >= c_.layers)
       throw std::out_of_range("transformer: layer " + std::to_string(l) + " of " + std::to_string(c_.layers));
   }
-  void check_spans(shape s, saved_spans const& saved, tensor_set which) const {
+  static tensor_set input_set() { return tensor_set{}.set(tensor_index(tensor::decoder_layer_input)); }
+  template <class Spans>
+  void check_spans(shape s, Spans const& saved, tensor_set which) const {
     for (std::size_t i = 0; i < tensor_count; ++i)
       if (which.test(i)) {
         auto const t = static_cast<tensor>(i);
@@ -363,10 +386,9 @@ class basic_model {
                                       std::to_string(tensor_elements(c_, t, s)));
       }
   }
-  void check_layer(std::size_t l, shape s, saved_spans const& saved) const {
+  void check_layer_index(std::size_t l, shape s) const {
     check_shape(s);
     check_index(l);
-    check_spans(s, saved, layer_tensor_set(kind(l)));
   }
 
   //! Grows a work buffer to n elements (never read before it is written).
@@ -378,7 +400,7 @@ class basic_model {
   Real const* w(std::size_t offset) const { return w_.data() + offset; }
   Real* dw(std::size_t offset) { return g_.data() + offset; }
 
-  void run_forward(std::size_t l, shape s, saved_spans const& saved, tensor_set want, Real* output,
+  void run_forward(std::size_t l, shape s, Real const* x, saved_spans const& saved, tensor_set want, Real* output,
                    tensor_set available = {}) {
     using enum tensor;
     layer_kind const lk = kind(l);
@@ -395,7 +417,6 @@ class basic_model {
     auto const& p = layers_[l];
     std::size_t const n = s.tokens(), d = c_.width, hd = c_.head_dim(), qw = c_.heads * hd,
                       kvw = c_.kv_heads * hd;
-    Real const* x = saved[tensor_index(decoder_layer_input)].data();
 
     // Attention block.
     Real* r1 = is(attention_norm_inv_rms) ? dst(attention_norm_inv_rms)
@@ -502,14 +523,13 @@ class basic_model {
       }
   }
 
-  void run_backward(std::size_t l, shape s, saved_spans const& saved, Real const* grad_output,
+  void run_backward(std::size_t l, shape s, Real const* x, saved_views const& saved, Real const* grad_output,
                     Real* grad_input) {
     using enum tensor;
     auto const& p = layers_[l];
     auto in = [&](tensor t) -> Real const* { return saved[tensor_index(t)].data(); };
     std::size_t const n = s.tokens(), d = c_.width, hd = c_.head_dim(), qw = c_.heads * hd,
                       kvw = c_.kv_heads * hd;
-    Real const* x = in(decoder_layer_input);
     Real* gy = work(w_gy_, n * d);  // grad_input may alias grad_output
     std::copy(grad_output, grad_output + n * d, gy);
 

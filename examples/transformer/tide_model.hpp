@@ -36,19 +36,21 @@ inline tide::stack_spec make_stack(config const& c, shape s) {
 }
 
 // ---- the published experiment's policies (MaxText's remat names), as tide types -------------
-// Offload rows rematerialize what they do not offload, as MaxText's custom remat policies do.
+// Offload rows rematerialize what they do not offload, as MaxText's custom remat policies do, and
+// keep in the last layer what they offload elsewhere: its backward follows its forward at once,
+// so those copies could hide behind nothing.
 
+//! Offload `Names` but in the last layer (where they are kept), rematerialize the rest.
+template <class Names>
+using offload_but_last = tide::policy<tide::keep<Names, tide::layer_range<tide::from_end(1)>>, tide::offload<Names>, tide::remat<>>;
 //! Everything a layer saves is rebuilt from its input (the carry) in backward.
 using full_remat_policy = tide::policy<tide::remat<>>;
 //! Llama 3.1 405B in the study: the query, key and value projections offloaded.
-using llama_qkv_policy =
-    tide::policy<tide::offload<tide::slot_names<"query_proj", "key_proj", "value_proj">>, tide::remat<>>;
+using llama_qkv_policy = offload_but_last<tide::slot_names<"query_proj", "key_proj", "value_proj">>;
 //! DeepSeek-V3 in the study: the attention projections and the MLP up-projections offloaded, in
 //! the MoE layers (routed and shared experts) and the same targets in the dense ones.
-using deepseek_policy = tide::policy<tide::offload<tide::slot_names<"query_proj", "key_proj", "value_proj", "mlpwi_0", "mlpwi_1",
-                                                                    "moe_mlpwi_0", "moe_mlpwi_1", "shared_mlpwi_0",
-                                                                    "shared_mlpwi_1">>,
-                                     tide::remat<>>;
+using deepseek_policy = offload_but_last<tide::slot_names<"query_proj", "key_proj", "value_proj", "mlpwi_0", "mlpwi_1",
+                                                          "moe_mlpwi_0", "moe_mlpwi_1", "shared_mlpwi_0", "shared_mlpwi_1">>;
 //! Copies on the compute stream, one staging buffer.
 using naive = tide::pipeline<tide::latency_hiding<false>, tide::prefetch_distance<0>, tide::max_offloads_in_flight<1>>;
 using naive_buffers = tide::buffers<tide::staging_buffers<1>>;
@@ -64,26 +66,23 @@ struct named_strategy {
   std::string_view name;
   tide::strategy strategy;
 };
-//! The published policies for a stack of `layers` layers. In the last layer the offloading ones
-//! keep what they offload elsewhere (a run-time rule before the type's: the layer count is the
-//! model's): its backward follows its forward at once, so those copies could hide behind nothing.
-inline std::vector<named_strategy> published_strategies(std::size_t layers) {
-  auto keep_last = [layers](tide::strategy s) {
-    auto keep = s.policy.rules.front();  // the offload rule: its slots
-    keep.where = tide::placement::keep;
-    keep.first_layer = static_cast<std::uint32_t>(layers - 1);
-    s.policy.rules.insert(s.policy.rules.begin(), keep);
-    return s;
-  };
+//! The published policies (they fit stacks of any depth).
+inline std::vector<named_strategy> published_strategies() {
   return {
       {"keep-all", tide::strategy_of<>::spec()},
       {"full-remat", tide::strategy_of<full_remat_policy>::spec()},
-      {"llama-qkv-naive", keep_last(tide::strategy_of<llama_qkv_policy, naive, naive_buffers>::spec())},
-      {"llama-qkv-lhs", keep_last(tide::strategy_of<llama_qkv_policy, hiding, hiding_buffers>::spec())},
-      {"deepseek-naive", keep_last(tide::strategy_of<deepseek_policy, naive, naive_buffers>::spec())},
-      {"deepseek-lhs", keep_last(tide::strategy_of<deepseek_policy, hiding, hiding_buffers>::spec())},
-      {"deepseek-lhs-pipelined", keep_last(tide::strategy_of<deepseek_policy, pipelined, pipelined_buffers>::spec())},
+      {"llama-qkv-naive", tide::strategy_of<llama_qkv_policy, naive, naive_buffers>::spec()},
+      {"llama-qkv-lhs", tide::strategy_of<llama_qkv_policy, hiding, hiding_buffers>::spec()},
+      {"deepseek-naive", tide::strategy_of<deepseek_policy, naive, naive_buffers>::spec()},
+      {"deepseek-lhs", tide::strategy_of<deepseek_policy, hiding, hiding_buffers>::spec()},
+      {"deepseek-lhs-pipelined", tide::strategy_of<deepseek_policy, pipelined, pipelined_buffers>::spec()},
   };
+}
+
+//! The stack's slots by `tensor_index`, resolved once (a slot no tensor names would be an error).
+using slot_map = tide::slot_map<float, tensor_count>;
+inline slot_map make_slot_map(tide::stack_spec const& st) {
+  return slot_map(st, [](std::size_t i) { return name(static_cast<tensor>(i)); });
 }
 
 //! Trains a `model` (float) one step at a time through a tide executor: the embedding writes the
@@ -92,9 +91,7 @@ inline std::vector<named_strategy> published_strategies(std::size_t layers) {
 class trainer {
  public:
   trainer(config c, shape s, std::uint64_t seed = 1)
-      : model_(c, seed), shape_(s), grad_(s.tokens() * c.width), scratch_(tensor_count) {
-    validate(s);
-  }
+      : model_(c, seed), shape_(s), grad_(s.tokens() * c.width), slots_(make_slot_map(make_stack(c, s))) {}
 
   model& net() noexcept { return model_; }
   shape batch_shape() const noexcept { return shape_; }
@@ -105,11 +102,9 @@ class trainer {
   double step(Executor& ex, std::span<std::int32_t const> tokens, std::span<std::int32_t const> targets) {
     model_.zero_gradients();
     prepare(tokens, targets);
-    model_.embed(tokens, shape_, floats(ex.carry_input()));
+    model_.embed(tokens, shape_, ex.template carry_input<float>());
     loss_ = 0;
-    auto fwd = [this](auto const& ctx) { forward(ctx); };
-    auto bwd = [this](auto const& ctx) { backward(ctx); };
-    ex.step(fwd, bwd);
+    ex.step([this](auto const& ctx) { forward(ctx); }, [this](auto const& ctx) { backward(ctx); });
     model_.embed_backward(tokens, shape_, grad_);
     return loss_;
   }
@@ -123,71 +118,28 @@ class trainer {
     tokens_ = tokens;
     targets_ = targets;
   }
-  //! The forward lambda's body: a layer's forward, recompute or segment recomputation.
+  //! The forward lambda's body: a layer's forward, its recompute, or an advance (a forward whose
+  //! slots tide lends as scratch).
   template <class Ctx>
   void forward(Ctx const& ctx) {
-    auto const l = ctx.layer;
-    if (ctx.advance) {
-      auto const in = floats(ctx.carry_in());
-      model_.layer_forward(l, shape_, in, scratch(l, in), floats(ctx.carry_out()));
-    } else if (ctx.recompute) {
-      // Rebuild the remat slots; the others hold their data (kept, or prefetched back) and are
-      // read, not recomputed.
-      tensor_set which, available;
-      for (std::uint16_t k = 0; k < ctx.slot_count(); ++k)
-        (ctx.produces(k) ? which : available).set(tensor_index(tensor_of(ctx.slot_name(k))));
-      model_.layer_recompute(l, shape_, bind(ctx), which, available);
-    } else {
-      model_.layer_forward(l, shape_, floats(ctx.carry_in()), bind(ctx), floats(ctx.carry_out()));
-    }
+    auto const in = ctx.template carry_in<float>();
+    if (ctx.mode == tide::forward_mode::recompute)
+      model_.layer_recompute(ctx.layer, shape_, in, slots_.spans(ctx), slots_.produced(ctx), slots_.bound(ctx));
+    else
+      model_.layer_forward(ctx.layer, shape_, in, slots_.spans(ctx), ctx.template carry_out<float>());
   }
   //! The backward lambda's body: the head in the last layer's, then the layer's backward.
   template <class Ctx>
   void backward(Ctx const& ctx) {
-    auto const l = ctx.layer;
-    if (l + 1 == model_.cfg().layers) loss_ = model_.head(floats(ctx.output()), targets_, shape_, grad_);
-    model_.layer_backward(l, shape_, bind(ctx), grad_, grad_);
+    if (ctx.layer + 1 == model_.cfg().layers) loss_ = model_.head(ctx.template output<float>(), targets_, shape_, grad_);
+    model_.layer_backward(ctx.layer, shape_, ctx.template carry_in<float>(), slots_.spans(ctx), grad_, grad_);
   }
 
  private:
-  using saved_spans = model::saved_spans;
-
-  static std::span<float> floats(std::span<std::byte> b) {
-    return {reinterpret_cast<float*>(b.data()), b.size() / sizeof(float)};
-  }
-  static std::span<float> floats(std::span<std::byte const> b) {  // the model reads these only
-    return {reinterpret_cast<float*>(const_cast<std::byte*>(b.data())), b.size() / sizeof(float)};
-  }
-  //! The tensor of a slot name (the stack's slots are named by `name(tensor)`).
-  static tensor tensor_of(std::string_view slot) {
-    for (std::size_t i = 0; i < tensor_count; ++i)
-      if (name(static_cast<tensor>(i)) == slot) return static_cast<tensor>(i);
-    throw std::invalid_argument("transformer: no tensor is named '" + std::string(slot) + "'");
-  }
-  template <class Ctx>
-  saved_spans bind(Ctx const& ctx) const {
-    saved_spans sv{};
-    for (std::uint16_t k = 0; k < ctx.slot_count(); ++k) sv[tensor_index(tensor_of(ctx.slot_name(k)))] = floats(ctx.slot(k));
-    sv[tensor_index(tensor::decoder_layer_input)] = floats(ctx.carry_in());
-    return sv;
-  }
-  //! Somewhere for a segment recomputation (which produces the carry alone) to put the tensors
-  //! the layer's forward writes.
-  saved_spans scratch(std::size_t l, std::span<float> input) {
-    saved_spans sv{};
-    for (tensor x : layer_tensors(model_.kind(l))) {
-      auto& v = scratch_[tensor_index(x)];
-      v.resize(tensor_elements(model_.cfg(), x, shape_));
-      sv[tensor_index(x)] = v;
-    }
-    sv[tensor_index(tensor::decoder_layer_input)] = input;
-    return sv;
-  }
-
   model model_;
   shape shape_;
   std::vector<float> grad_;  // the gradient of the residual stream, from the head down to the embedding
-  std::vector<std::vector<float>> scratch_;
+  slot_map slots_;
   std::span<std::int32_t const> tokens_, targets_;
   double loss_ = 0;
 };

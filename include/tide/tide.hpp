@@ -6,7 +6,9 @@
 #include <tide/core/buffers.hpp>
 #include <tide/core/build.hpp>
 #include <tide/core/check.hpp>
+#include <tide/core/check_report.hpp>
 #include <tide/core/checkpoints.hpp>
+#include <tide/core/collectives.hpp>
 #include <tide/core/describe.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/link_model.hpp>
@@ -25,6 +27,7 @@
 #include <tide/executor/backend.hpp>
 #include <tide/executor/context.hpp>
 #include <tide/executor/executor.hpp>
+#include <tide/executor/slot_map.hpp>
 
 #include <tide/backends/host/host_backend.hpp>
 #include <tide/backends/sim/cost_table.hpp>

@@ -81,7 +81,7 @@ void calibration(std::string_view text) {
     for (std::size_t k = 0; k < a.slot_recompute_us.size(); ++k)
       if (!same_bits(a.slot_recompute_us[k], b.slot_recompute_us[k])) finding("a slot recompute time read back differs");
   }
-  if (!same_bits(t.link.d2h.bytes_per_second, back.link.d2h.bytes_per_second) || !same_bits(t.link.h2d.latency_s, back.link.h2d.latency_s) ||
+  if (!same_bits(t.link.d2h.bytes_per_second, back.link.d2h.bytes_per_second) || !same_bits(t.link.h2d.latency_us, back.link.h2d.latency_us) ||
       !same_bits(t.sync_latency_us, back.sync_latency_us) || !same_bits(t.op_overhead_us, back.op_overhead_us))
     finding("a calibration's link or overheads read back differ");
 }

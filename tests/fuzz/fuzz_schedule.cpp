@@ -282,7 +282,7 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
 
   // The sim backend: one step in virtual time, peaks as predicted.
   auto const costs = tide::uniform_costs(s.layer_count(), tide::layer_cost{.forward_us = 10, .backward_us = 20},
-                                         tide::link_spec::symmetric(1e9, 1e-6, (size & 1) != 0));
+                                         tide::host_link::symmetric(1e9, 1, (size & 1) != 0));
   auto const sim = tide::simulate(s, costs);
   if (sim.summary.predicted_device_bytes != s.peak_device_bytes()) finding("sim summary peak differs", s);
 

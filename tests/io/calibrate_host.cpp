@@ -30,7 +30,7 @@ int main(int argc, char** argv) {
   st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"x", 256 << 10, true}, {"qkv", 768 << 10}, {"mlp_up", 1 << 20}}}, 8);
   host_backend_options o;
-  o.d2h = o.h2d = {.bytes_per_second = 1e9, .latency_s = 10e-6};
+  o.d2h = o.h2d = {.bytes_per_second = 1e9, .latency_us = 10};
   host_backend backend(o);
   auto fwd = [](forward_context<stream_role> const& c) {
     spin_us(300);
@@ -56,6 +56,6 @@ int main(int argc, char** argv) {
   io::write_json_file(out + "/model.json", model);
   std::printf("calibrated %u layers: forward %.0f us, backward %.0f us, d2h %.2f GB/s + %.1f us\n", measured.layer_count(),
               measured.layers[0].forward_us, measured.layers[0].backward_us, measured.link.d2h.bytes_per_second / 1e9,
-              measured.link.d2h.latency_s * 1e6);
+              measured.link.d2h.latency_us);
   return 0;
 }

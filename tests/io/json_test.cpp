@@ -85,7 +85,7 @@ TEST(PolicyFile, RulesCountingFromTheEndRoundTrip) {
   strategy const last_two{.policy = {rule_spec{.where = placement::offload, .slots = {"x"}, .first_layer = from_end(2)}}};
   EXPECT_TRUE(has(describe(last_two), "of layers [end - 2, end)")) << describe(last_two);
   auto const text = io::to_json(last_two).dump();
-  EXPECT_TRUE(has(text, "\"layers\":[-2,null]")) << text;
+  EXPECT_TRUE(has(text, "\"first_layer\":-2}")) << text;
   stack_spec one;
   one.independent_layers = true;
   one.append({"l", {{"x", 4096}}}, 4);
@@ -135,22 +135,48 @@ TEST(PolicyFile, TypeLevelStrategyWritesTheDocumentedFormat) {
                               collectives<before_forward>>;
   auto const j = io::to_json(planned::spec());
   EXPECT_EQ(j.dump(),
-            R"({"rules":[{"action":"offload","slots":["qkv","mlp_up"],"layers":[0,4],"min_bytes":1024},)"
-            R"({"action":"remat","slots":["qkv"]}],)"
+            R"({"rules":[{"where":"offload","slots":["qkv","mlp_up"],"last_layer":4,"min_bytes":1024},)"
+            R"({"where":"remat","slots":["qkv"]}],)"
             R"("buffers":{"staging_buffers":3,"device_alignment":256,"host_alignment":64,"guard_bytes":0,"share_phase_regions":true},)"
             R"("pipeline":{"latency_hiding":true,"prefetch_distance":2,"chunk_bytes":1048576,"max_offloads_in_flight":2},)"
-            R"("collectives":{"before_forward":true,"after_backward":false,"before_backward":false}})");
+            R"("collectives":{"before_forward":true,"before_backward":false,"after_backward":false}})");
   auto const st = chain_stack();
   auto const back = io::strategy_from_json(j, st);
   EXPECT_EQ(io::to_json(back), j);
-  // Absent parts keep their defaults; a range open at the end is written as null.
+  // Absent parts keep their defaults (a range's end: the stack's).
   auto const partial = io::strategy_from_json(
-      io::parse_json(R"({"rules": [{"action": "remat", "layers": [2, null]}], "pipeline": {"latency_hiding": false}})", "t"), st);
+      io::parse_json(R"({"rules": [{"where": "remat", "first_layer": 2}], "pipeline": {"latency_hiding": false}})", "t"), st);
   EXPECT_EQ(partial.policy.rules.at(0).first_layer, 2u);
   EXPECT_EQ(partial.policy.rules.at(0).last_layer, all_layers);
   EXPECT_FALSE(partial.pipeline.latency_hiding);
   EXPECT_EQ(partial.pipeline.prefetch_distance, pipeline_spec{}.prefetch_distance);
   EXPECT_EQ(partial.buffers, buffer_spec{});
+  // 0.2's keys ("action", "layers"; a reversal's "state", "slot", "host") still read, as the
+  // same strategy; a key given in both spellings is refused, naming the old one.
+  auto const old = io::strategy_from_json(
+      io::parse_json(R"({"rules": [{"action": "remat", "layers": [2, null]}], "pipeline": {"latency_hiding": false}})", "t"), st);
+  EXPECT_EQ(io::to_json(old), io::to_json(partial));
+  auto const carry = chain_stack();
+  auto const reversal = io::strategy_from_json(
+      io::parse_json(R"({"checkpoints": {"device_snapshots": 2, "reversal": [{"op": "store", "state": 0, "slot": 0}]}})", "t"), carry);
+  EXPECT_EQ(reversal.checkpoints.reversal.at(0), chain_action::store(0, 0));
+  EXPECT_EQ(io::to_json(reversal)["checkpoints"]["reversal"][0].dump(), R"({"op":"store","carry":0,"snapshot":0})");
+  auto refused = [&](char const* text, stack_spec const& s) {
+    try {
+      (void)io::strategy_from_json(io::parse_json(text, "t"), s);
+    } catch (io::json_error const& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(refused(R"({"rules": [{"where": "remat", "action": "remat"}]})", st).find("/rules/0/action: give \"where\" alone"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"rules": [{"where": "remat", "first_layer": 1, "layers": [1, 2]}]})", st).find("/rules/0/layers: give"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"checkpoints": {"reversal": [{"op": "free", "snapshot": 0, "slot": 0}]}})", carry).find("/slot: give \"snapshot\" alone"),
+            std::string::npos);
+  EXPECT_NE(refused(R"({"rules": [{"where": "remat", "first_layer": 3, "last_layer": 3}]})", st).find("is empty"), std::string::npos);
+  EXPECT_NE(refused(R"({"rules": [{"slots": ["qkv"]}]})", st).find("where"), std::string::npos);
 }
 
 TEST(PolicyFile, BadDocumentsNameTheirJsonPath) {
@@ -165,7 +191,7 @@ TEST(PolicyFile, BadDocumentsNameTheirJsonPath) {
                "unknown slot 'qery' (the stack's slots: x, qkv, mlp_up)"},
            bad{R"({"pipeline": {"prefetch_distanc": 2}})", "/pipeline/prefetch_distanc", "unknown key 'prefetch_distanc'"},
            bad{R"({"rules": [{"action": "offlaod"}]})", "/rules/0/action", "unknown value 'offlaod'"},
-           bad{R"({"rules": [{"slots": ["qkv"]}]})", "/rules/0", "missing key 'action'"},
+           bad{R"({"rules": [{"slots": ["qkv"]}]})", "/rules/0", "missing key 'where'"},
            bad{R"({"rules": [{"action": "remat", "layers": [4, 2]}]})", "/rules/0/layers", "is empty"},
            bad{R"({"rules": [{"action": "remat", "layers": [4]}]})", "/rules/0/layers", "two entries"},
            bad{R"({"rules": [{"action": "remat", "slots": []}]})", "/rules/0/slots", "selects nothing"},
@@ -217,7 +243,7 @@ TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
   st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"x", 4096, true}, {"h", 16384}}}, 3);
   host_backend_options o;
-  o.d2h = o.h2d = {1e9, 10e-6};
+  o.d2h = o.h2d = {.bytes_per_second = 1e9, .latency_us = 10};
   host_backend backend(o);
   auto work = [](auto const& c) {
     auto const until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
@@ -240,7 +266,7 @@ TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
     EXPECT_EQ(back.layers[l].slot_recompute_us, measured.layers[l].slot_recompute_us);
   }
   EXPECT_EQ(back.link.d2h.bytes_per_second, measured.link.d2h.bytes_per_second);
-  EXPECT_EQ(back.link.h2d.latency_s, measured.link.h2d.latency_s);
+  EXPECT_EQ(back.link.h2d.latency_us, measured.link.h2d.latency_us);
   EXPECT_EQ(back.link.full_duplex, measured.link.full_duplex);
   EXPECT_EQ(back.sync_latency_us, measured.sync_latency_us);
   EXPECT_EQ(back.op_overhead_us, measured.op_overhead_us);
@@ -273,6 +299,14 @@ TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
   EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": -2}], "link": {}})").find("/layers/0/backward_us"), std::string::npos);
   EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": -1}}})")
                 .find("/link/d2h/bytes_per_second: expected a finite number of at least 0"),
+            std::string::npos);
+  // 0.2's latency in seconds is still read (deprecated), as microseconds; both spellings at once
+  // are refused by name.
+  auto const old = io::cost_table_from_json(io::parse_json(
+      R"({"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": 1e9, "latency_s": 1.5e-5}, "h2d": {"bytes_per_second": 1e9}}})", "c"));
+  EXPECT_DOUBLE_EQ(old.link.d2h.latency_us, 15);
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": 1, "latency_us": 1, "latency_s": 1}}})")
+                .find("/link/d2h/latency_s: give \"latency_us\" alone"),
             std::string::npos);
 }
 
@@ -452,11 +486,11 @@ TEST(Hardening, NegativeZeroRoundTripsBitForBit) {
                       .gather_us = -0.0, .reduce_us = -0.0, .regather_us = -0.0});
   t.sync_latency_us = -0.0;
   t.op_overhead_us = -0.0;
-  t.link.d2h.latency_s = -0.0;
+  t.link.d2h.latency_us = -0.0;
   auto const back = io::cost_table_from_json(io::parse_json(io::to_json(t).dump(), "c"));
   auto const& l = back.layers.at(0);
   for (double v : {l.forward_us, l.recompute_us, l.slot_recompute_us.at(0), l.gather_us, l.reduce_us, l.regather_us,
-                   back.sync_latency_us, back.op_overhead_us, back.link.d2h.latency_s})
+                   back.sync_latency_us, back.op_overhead_us, back.link.d2h.latency_us})
     EXPECT_TRUE(v == 0 && std::signbit(v));
   EXPECT_EQ(io::to_json(back), io::to_json(t));
 }

@@ -64,7 +64,7 @@ doc = json.loads(r.stdout or "{}")
 check([row["key"] for row in doc.get("rows", [])] == KEYS, f"deepseek rows: {[row.get('key') for row in doc.get('rows', [])]}")
 rows = {row["key"]: row for row in doc.get("rows", [])}
 if rows:
-    check(rows["planner"]["fits"] and rows["planner"]["device_bytes"] <= doc["resident_bytes"] + doc["device_budget_bytes"],
+    check(rows["planner"]["fits"] and rows["planner"]["whole_device_bytes"] <= doc["resident_bytes"] + doc["device_budget_bytes"],
           "the planner's row does not fit its budget")
     check(not rows["keep-all"]["fits"], "keep-all should not fit DeepSeek-V3 at micro-batch 8")
     fitting = [row["step_us"] for row in doc["rows"] if row["fits"] and row["key"] != "planner"]
@@ -100,7 +100,7 @@ if os.environ.get("TIDE_SANITIZE") == "thread":
 r = run(*preset, "--json", "--quiet", "--policy", work / "ds.json")
 back = {row["key"]: row for row in json.loads(r.stdout or "{}").get("rows", [])}
 if "policy-file" in back and rows:
-    for k in ("step_us", "activation_bytes", "host_bytes", "device_bytes"):
+    for k in ("step_us", "activation_bytes", "host_bytes", "whole_device_bytes"):
         check(back["policy-file"][k] == rows["planner"][k], f"policy file read back: {k} {back['policy-file'][k]} != {rows['planner'][k]}")
 else:
     failures.append("--policy gave no policy-file row")

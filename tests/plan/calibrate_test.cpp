@@ -53,8 +53,8 @@ stack_spec small_stack() {
 
 host_backend_options paced() {
   host_backend_options o;
-  o.d2h = {200e6, 20e-6};
-  o.h2d = {200e6, 20e-6};
+  o.d2h = {.bytes_per_second = 200e6, .latency_us = 20};
+  o.h2d = {.bytes_per_second = 200e6, .latency_us = 20};
   return o;
 }
 
@@ -108,7 +108,7 @@ TEST(Calibrate, RecoversKnownCostsOfASyntheticWorkload) {
     std::printf("attempt %d: fwd L0 %.0f us (300), L1 %.0f us (450), d2h %.1f MB/s + %.0f us, h2d %.1f MB/s + %.0f us "
                 "(200 MB/s + 20 us), sync %.0f us; offload b hidden: predicted %.0f us, measured %.0f us (%+.1f%%)\n",
                 attempt, c.layers[0].forward_us, c.layers[1].forward_us, c.link.d2h.bytes_per_second / 1e6,
-                c.link.d2h.latency_s * 1e6, c.link.h2d.bytes_per_second / 1e6, c.link.h2d.latency_s * 1e6,
+                c.link.d2h.latency_us, c.link.h2d.bytes_per_second / 1e6, c.link.h2d.latency_us,
                 c.sync_latency_us, predicted, m, 100 * (predicted - m) / m);
     if (why.empty()) break;
   }
@@ -130,13 +130,13 @@ TEST(Calibrate, StackWithInputSlots) {
 
 TEST(Calibrate, FitLineRecoversLatencyAndBandwidth) {
   std::vector<std::pair<double, double>> xy;
-  for (double b : {1e3, 5e3, 2e4, 1e5}) xy.push_back({b, 10e-6 + b / 1e9});
+  for (double b : {1e3, 5e3, 2e4, 1e5}) xy.push_back({b, 10 + 1e6 * b / 1e9});  // microseconds
   auto l = detail::fit_link(xy);
   EXPECT_NEAR(l.bytes_per_second, 1e9, 1e3);
-  EXPECT_NEAR(l.latency_s, 10e-6, 1e-9);
-  auto flat = detail::fit_link({{4096, 4096 / 2e9}, {4096, 4096 / 2e9}});
+  EXPECT_NEAR(l.latency_us, 10, 1e-3);
+  auto flat = detail::fit_link({{4096, 1e6 * 4096 / 2e9}, {4096, 1e6 * 4096 / 2e9}});
   EXPECT_NEAR(flat.bytes_per_second, 2e9, 1);
-  EXPECT_EQ(flat.latency_s, 0);
+  EXPECT_EQ(flat.latency_us, 0);
 }
 
 TEST(Strategy, TableShowsTheTrade) {
@@ -157,10 +157,10 @@ TEST(Strategy, TableShowsTheTrade) {
   EXPECT_NEAR(keep.step_us, costs.compute_us(), 1e-9 * keep.step_us);
   EXPECT_GT(remat.step_us, keep.step_us);
   EXPECT_LT(hiding.step_us, naive.step_us);     // latency hiding pays
-  EXPECT_GT(hiding.device_bytes, naive.device_bytes);  // with more buffers
-  EXPECT_GT(deep.device_bytes, hiding.device_bytes);   // deeper prefetch costs device memory
+  EXPECT_GT(hiding.whole_device_bytes, naive.whole_device_bytes);  // with more buffers
+  EXPECT_GT(deep.whole_device_bytes, hiding.whole_device_bytes);   // deeper prefetch costs device memory
   EXPECT_TRUE(planned.fits);
-  EXPECT_LE(planned.device_bytes, opt.device_budget);
+  EXPECT_LE(planned.whole_device_bytes, opt.device_budget);
   for (auto const& r : rows)
     if (r.fits) {
       EXPECT_LE(planned.step_us, r.step_us * (1 + 1e-9)) << r.name << "\n" << format_strategy_table(rows);
@@ -198,6 +198,6 @@ TEST(Strategy, PresetPlansFitOnTheHostBackendScaledDown) {
     EXPECT_LE(backend.device_peak_bytes(), opt.device_budget);
     auto sum = summarize(t, s);
     EXPECT_LE(sum.measured_device_bytes, opt.device_budget) << m.name;
-    EXPECT_EQ(sum.predicted_device_bytes, p.device_bytes);
+    EXPECT_EQ(sum.predicted_device_bytes, p.activation_bytes);
   }
 }

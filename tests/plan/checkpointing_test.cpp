@@ -56,33 +56,33 @@ std::int64_t simulate_one_tier(std::int64_t n, std::int64_t slots, std::span<cha
   for (auto const& a : acts) {
     switch (a.op) {
       case chain_op::advance:
-        if (work != a.state || a.to <= a.state || a.to > n - 1) return fail("bad advance " + to_string(a));
-        forwards += a.to - a.state;
+        if (work != a.carry || a.to <= a.carry || a.to > n - 1) return fail("bad advance " + to_string(a));
+        forwards += a.to - a.carry;
         work = a.to;
         break;
       case chain_op::turn:
-        if (turned || work != n - 1 || a.state != n - 1) return fail("bad turn");
+        if (turned || work != n - 1 || a.carry != n - 1) return fail("bad turn");
         turned = true;
         ++forwards;
         break;
       case chain_op::backward:
-        if (!turned || a.state != next || work != a.state) return fail("bad backward " + to_string(a));
+        if (!turned || a.carry != next || work != a.carry) return fail("bad backward " + to_string(a));
         --next;
         work = -1;
         break;
       case chain_op::store:
-        if (!in_range(a.slot) || slot[static_cast<std::size_t>(a.slot)] >= 0 || work != a.state || work < 0)
+        if (!in_range(a.snapshot) || slot[static_cast<std::size_t>(a.snapshot)] >= 0 || work != a.carry || work < 0)
           return fail("bad store " + to_string(a));
-        slot[static_cast<std::size_t>(a.slot)] = a.state;
+        slot[static_cast<std::size_t>(a.snapshot)] = a.carry;
         if (++stored > slots) return fail("too many stored states");
         break;
       case chain_op::restore:
-        if (!in_range(a.slot) || slot[static_cast<std::size_t>(a.slot)] < 0) return fail("restore of an empty slot");
-        work = slot[static_cast<std::size_t>(a.slot)];
+        if (!in_range(a.snapshot) || slot[static_cast<std::size_t>(a.snapshot)] < 0) return fail("restore of an empty slot");
+        work = slot[static_cast<std::size_t>(a.snapshot)];
         break;
       case chain_op::free:
-        if (!in_range(a.slot) || slot[static_cast<std::size_t>(a.slot)] < 0) return fail("free of an empty slot");
-        slot[static_cast<std::size_t>(a.slot)] = -1;
+        if (!in_range(a.snapshot) || slot[static_cast<std::size_t>(a.snapshot)] < 0) return fail("free of an empty slot");
+        slot[static_cast<std::size_t>(a.snapshot)] = -1;
         --stored;
         break;
       default: return fail("a one-tier schedule with a copy: " + to_string(a));
@@ -269,7 +269,7 @@ exhaustive_result exhaustive_optimum(std::int64_t n, std::int64_t sd, std::int64
       std::int32_t from = m.work();
       if (from < 0)
         for (auto tier : {m.device(), m.host()})
-          for (auto const& s : tier) from = std::max(from, s.state);
+          for (auto const& s : tier) from = std::max(from, s.carry);
       for (std::int32_t i = std::max(from, 0); i < n; ++i) lb += costs.forward(i);
     }
     return lb;
@@ -286,7 +286,7 @@ exhaustive_result exhaustive_optimum(std::int64_t n, std::int64_t sd, std::int64
     for (auto tier : {m.device(), m.host()}) {
       held.clear(), empty.clear();
       for (auto const& s : tier)
-        if (s.state >= 0) held.push_back({s.state, {at(s.ready), at(s.busy)}});
+        if (s.carry >= 0) held.push_back({s.carry, {at(s.ready), at(s.busy)}});
         else empty.push_back(at(s.busy));
       std::sort(held.begin(), held.end());
       std::sort(empty.begin(), empty.end());
@@ -358,24 +358,24 @@ exhaustive_result exhaustive_optimum(std::int64_t n, std::int64_t sd, std::int64
       for (auto const& a : first) x.apply(a), acts[k++] = a;
       if (x.turned()) {  // drop what no backward needs
         for (std::int32_t i = 0; i < static_cast<std::int32_t>(x.device().size()); ++i)
-          if (x.device()[static_cast<std::size_t>(i)].state > x.next_backward()) x.apply(chain_action::free(i)), acts[k++] = chain_action::free(i);
+          if (x.device()[static_cast<std::size_t>(i)].carry > x.next_backward()) x.apply(chain_action::free(i)), acts[k++] = chain_action::free(i);
         for (std::int32_t i = 0; i < static_cast<std::int32_t>(x.host().size()); ++i)
-          if (x.host()[static_cast<std::size_t>(i)].state > x.next_backward())
+          if (x.host()[static_cast<std::size_t>(i)].carry > x.next_backward())
             x.apply(chain_action::free_host(i)), acts[k++] = chain_action::free_host(i);
       }
       add(std::move(x), q.id, std::span<chain_action const>(acts.data(), k));
     };
-    auto on = [](std::span<chain_slot const> tier, std::int32_t state, double by) {
-      return std::any_of(tier.begin(), tier.end(), [&](chain_slot const& s) { return s.state == state && s.ready <= by; });
+    auto on = [](std::span<chain_snapshot const> tier, std::int32_t state, double by) {
+      return std::any_of(tier.begin(), tier.end(), [&](chain_snapshot const& s) { return s.carry == state && s.ready <= by; });
     };
     constexpr double any_time = std::numeric_limits<double>::infinity();
     // Write targets: every occupied slot (overwritten) and one empty slot per distinct time.
-    auto targets = [&](std::span<chain_slot const> tier) {
+    auto targets = [&](std::span<chain_snapshot const> tier) {
       std::vector<std::int32_t> t;
       std::vector<double> seen;
       for (std::int32_t i = 0; i < static_cast<std::int32_t>(tier.size()); ++i) {
         auto const& s = tier[static_cast<std::size_t>(i)];
-        if (s.state >= 0) t.push_back(i);
+        if (s.carry >= 0) t.push_back(i);
         else if (double const b = std::max(s.busy, m.now()); std::find(seen.begin(), seen.end(), b) == seen.end()) seen.push_back(b), t.push_back(i);
       }
       return t;
@@ -384,27 +384,27 @@ exhaustive_result exhaustive_optimum(std::int64_t n, std::int64_t sd, std::int64
     if (!m.turned() && w == n - 1) branch({chain_action::turn(w)});
     if (m.turned() && w == next && w >= 0) branch({chain_action::backward(w)});
     for (std::int32_t i = 0; i < static_cast<std::int32_t>(dev.size()); ++i)
-      if (dev[static_cast<std::size_t>(i)].state >= 0 && dev[static_cast<std::size_t>(i)].state != w) branch({chain_action::restore(i)});
+      if (dev[static_cast<std::size_t>(i)].carry >= 0 && dev[static_cast<std::size_t>(i)].carry != w) branch({chain_action::restore(i)});
     auto const dt = targets(dev), ht = targets(host);
     if (w >= 0 && !on(dev, w, m.now()))
       for (auto i : dt) {
-        if (dev[static_cast<std::size_t>(i)].state == w) continue;
-        if (dev[static_cast<std::size_t>(i)].state >= 0) branch({chain_action::free(i), chain_action::store(w, i)});
+        if (dev[static_cast<std::size_t>(i)].carry == w) continue;
+        if (dev[static_cast<std::size_t>(i)].carry >= 0) branch({chain_action::free(i), chain_action::store(w, i)});
         else branch({chain_action::store(w, i)});
       }
     for (std::int32_t i = 0; i < static_cast<std::int32_t>(dev.size()); ++i) {
-      auto const st = dev[static_cast<std::size_t>(i)].state;
+      auto const st = dev[static_cast<std::size_t>(i)].carry;
       if (st < 0 || on(host, st, any_time)) continue;
       for (auto h : ht) {
-        if (host[static_cast<std::size_t>(h)].state >= 0) branch({chain_action::free_host(h), chain_action::offload(i, h)});
+        if (host[static_cast<std::size_t>(h)].carry >= 0) branch({chain_action::free_host(h), chain_action::offload(i, h)});
         else branch({chain_action::offload(i, h)});
       }
     }
     for (std::int32_t h = 0; h < static_cast<std::int32_t>(host.size()); ++h) {
-      auto const st = host[static_cast<std::size_t>(h)].state;
+      auto const st = host[static_cast<std::size_t>(h)].carry;
       if (st < 0 || on(dev, st, any_time)) continue;
       for (auto i : dt) {
-        if (dev[static_cast<std::size_t>(i)].state >= 0) branch({chain_action::free(i), chain_action::prefetch(h, i)});
+        if (dev[static_cast<std::size_t>(i)].carry >= 0) branch({chain_action::free(i), chain_action::prefetch(h, i)});
         else branch({chain_action::prefetch(h, i)});
       }
     }

@@ -112,9 +112,9 @@ TEST(Model, CollectivesFromTheFabric) {
   double const eff_up = hw.scale_up_bytes_per_second * hw.collective_efficiency;
   double const eff_out = hw.scale_out_bytes_per_second * hw.collective_efficiency;
   EXPECT_DOUBLE_EQ(all_gather_seconds(S, 1, 1, hw), 0);
-  EXPECT_NEAR(all_gather_seconds(S, 64, 64, hw), hw.collective_latency_s + S * 63 / 64 / eff_up, 1e-12);
-  EXPECT_NEAR(all_gather_seconds(S, 128, 64, hw), hw.collective_latency_s + S * 127 / 128 / eff_up + S / 128 / eff_out, 1e-12);
-  EXPECT_NEAR(all_to_all_seconds(S, 128, 64, hw), hw.collective_latency_s + S * 63 / 128 / eff_up + S * 64 / 128 / eff_out, 1e-12);
+  EXPECT_NEAR(all_gather_seconds(S, 64, 64, hw), hw.collective_latency_us * 1e-6 + S * 63 / 64 / eff_up, 1e-12);
+  EXPECT_NEAR(all_gather_seconds(S, 128, 64, hw), hw.collective_latency_us * 1e-6 + S * 127 / 128 / eff_up + S / 128 / eff_out, 1e-12);
+  EXPECT_NEAR(all_to_all_seconds(S, 128, 64, hw), hw.collective_latency_us * 1e-6 + S * 63 / 128 / eff_up + S * 64 / 128 / eff_out, 1e-12);
   EXPECT_EQ(job_domain_gpus(128, hw), 64u);
   EXPECT_EQ(job_domain_gpus(64, hw), 64u);
   EXPECT_EQ(job_domain_gpus(144, hw), 72u);

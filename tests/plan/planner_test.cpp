@@ -50,7 +50,7 @@ instance random_instance(std::mt19937& rng) {
     c.recompute_us = c.forward_us;
     in.costs.layers.push_back(c);
   }
-  in.costs.link = link_spec::symmetric(1024 * (50 + 400 * u(rng)) * 1e6 / 1e3 / 1e3 * 1e3, 1e-6 * 5 * u(rng),
+  in.costs.link = host_link::symmetric(1024 * (50 + 400 * u(rng)) * 1e6 / 1e3 / 1e3 * 1e3, 5 * u(rng),
                                        u(rng) < 0.7);
   auto keep = build_schedule(in.stack, strategy{});
   auto remat = build_schedule(in.stack, {.policy = {rule_spec{.where = placement::remat}}});
@@ -124,7 +124,7 @@ capped_instance random_stack(std::mt19937& rng, int layers, int slots) {
     for (int k = 0; k < slots; ++k) c.slot_recompute_us.push_back(5 + 60 * u(rng));
     in.costs.layers.push_back(c);
   }
-  in.costs.link = link_spec::symmetric(1024e3 * (50 + 400 * u(rng)), 5e-6 * u(rng), u(rng) < 0.7);
+  in.costs.link = host_link::symmetric(1024e3 * (50 + 400 * u(rng)), 5 * u(rng), u(rng) < 0.7);
   auto const lo = build_schedule(in.stack, {.policy = {rule_spec{.where = placement::remat}}}).peak_device_bytes();
   auto const hi = build_schedule(in.stack, strategy{}).peak_device_bytes();
   in.budget = lo + static_cast<std::size_t>(static_cast<double>(hi - lo) * (0.1 + 0.8 * u(rng)));
@@ -182,16 +182,16 @@ TEST(Planner, ExactMatchesExhaustiveAndTheBoundIsUnderIt) {
     // The bound is under the best of every assignment with every pipeline, found by enumeration.
     EXPECT_LE(exact.lower_bound_us, want * (1 + 1e-9)) << "trial " << trial;
     EXPECT_GT(exact.lower_bound_us, 0);
-    EXPECT_LE(exact.device_bytes, in.budget);
+    EXPECT_LE(exact.activation_bytes, in.budget);
     // The plan rebuilds to the schedule it was scored on.
     auto s = exact.build(in.stack);
-    EXPECT_EQ(s.peak_device_bytes(), exact.device_bytes);
+    EXPECT_EQ(s.peak_device_bytes(), exact.activation_bytes);
     EXPECT_DOUBLE_EQ(simulate_step_us(s, in.costs), exact.step_us);
 
     opt.method = plan_method::heuristic;
     auto h = make_plan(in.stack, in.costs, opt);
     ASSERT_TRUE(h.fits) << "trial " << trial;
-    EXPECT_LE(h.device_bytes, in.budget);
+    EXPECT_LE(h.activation_bytes, in.budget);
     EXPECT_GE(h.step_us, exact.step_us - 1e-9);
     EXPECT_LE(h.step_us, 1.05 * exact.step_us) << "trial " << trial << ": heuristic " << h.step_us << " exact "
                                                << exact.step_us;
@@ -206,15 +206,15 @@ TEST(Planner, CannotFitReportsTheSmallestPeak) {
   stack_spec st;
   st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 4096}, {"b", 8192}}}, 4);
-  auto costs = uniform_costs(4, {.forward_us = 100, .backward_us = 200}, link_spec::symmetric(1e9));
+  auto costs = uniform_costs(4, {.forward_us = 100, .backward_us = 200}, host_link::symmetric(1e9));
   plan_options opt;
   opt.device_budget = 1000;  // below any schedule's peak
   for (auto m : {plan_method::exact, plan_method::heuristic}) {
     opt.method = m;
     auto p = make_plan(st, costs, opt);
     EXPECT_FALSE(p.fits);
-    EXPECT_GT(p.smallest_device_bytes, 1000u);
-    EXPECT_LE(p.smallest_device_bytes, 8192u + 4096u);  // everything rematted: one layer's scratch
+    EXPECT_GT(p.smallest_activation_bytes, 1000u);
+    EXPECT_LE(p.smallest_activation_bytes, 8192u + 4096u);  // everything rematted: one layer's scratch
   }
 }
 
@@ -223,7 +223,7 @@ TEST(Planner, KeepAllWhenItFitsAndCppTypesText) {
   st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 4096}, {"b", 8192}}}, 6);
   auto costs = uniform_costs(6, {.forward_us = 100, .backward_us = 200, .slot_recompute_us = {10, 40}},
-                             link_spec::symmetric(8192 / 50e-6));
+                             host_link::symmetric(8192 / 50e-6));
   plan_options opt;
   auto p = make_plan(st, costs, opt);
   EXPECT_TRUE(p.fits);
@@ -234,7 +234,7 @@ TEST(Planner, KeepAllWhenItFitsAndCppTypesText) {
   opt.method = plan_method::heuristic;
   p = make_plan(st, costs, opt);
   ASSERT_TRUE(p.fits);
-  EXPECT_LE(p.device_bytes, opt.device_budget);
+  EXPECT_LE(p.activation_bytes, opt.device_budget);
   ASSERT_FALSE(p.strategy.policy.rules.empty());
   auto text = to_cpp_types(p.strategy);
   EXPECT_EQ(text.rfind("using planned = tide::strategy_of<\n    tide::policy<", 0), 0u) << text;
@@ -274,7 +274,7 @@ TEST(Planner, PresetPlansFitTheirBudgetInTheSim) {
     auto p = make_plan(st, costs, opt);
     auto ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(p.fits) << c.model.name << " on " << c.hw.name;
-    EXPECT_LE(p.device_bytes, opt.device_budget);
+    EXPECT_LE(p.activation_bytes, opt.device_budget);
     auto s = p.build(st);
     auto r = simulate(s, costs, {.device_budget = opt.device_budget});
     EXPECT_DOUBLE_EQ(r.summary.step_us, p.step_us);
@@ -350,7 +350,7 @@ TEST(Planner, PresetPlansBeatEveryRowAndHandWrittenPolicy) {
     auto const p = plan_seeded_by(st, costs, o, rows);
     auto const ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     ASSERT_TRUE(p.fits) << c.name;
-    EXPECT_LE(p.device_bytes, o.device_budget) << c.name;
+    EXPECT_LE(p.activation_bytes, o.device_budget) << c.name;
     EXPECT_LE(p.host_bytes, o.host_budget) << c.name;
     auto const built = p.build(st);
     EXPECT_DOUBLE_EQ(simulate_step_us(built, costs), p.step_us) << c.name;
@@ -408,7 +408,7 @@ TEST(Planner, HostCapThatDoesNotBindIsNeverWorseOnDeepSeekV3Gb200) {
   auto const capped = make_plan(st, costs, opt);
   ASSERT_TRUE(capped.fits);
   EXPECT_LE(capped.host_bytes, opt.host_budget);
-  EXPECT_LE(capped.device_bytes, opt.device_budget);
+  EXPECT_LE(capped.activation_bytes, opt.device_budget);
   EXPECT_LE(capped.step_us, free.step_us) << "capped " << capped.step_us << " us, uncapped " << free.step_us << " us";
   auto s = capped.build(st);
   EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), capped.step_us);
@@ -461,7 +461,7 @@ TEST(Planner, HeuristicRematerializesWholeLayersWhenTheRecomputeCapPays) {
   st.independent_layers = true;  // no layer reads another's output
   st.append({"blk", {{"a", 16384}, {"b", 8192}, {"c", 12288}}}, 3);
   auto costs = uniform_costs(3, {.forward_us = 100, .backward_us = 200, .slot_recompute_us = {60, 75, 80}},
-                             link_spec::symmetric(20e6));
+                             host_link::symmetric(20e6));
   plan_options opt;
   opt.device_budget = 73728;
   opt.method = plan_method::exact;
@@ -471,7 +471,7 @@ TEST(Planner, HeuristicRematerializesWholeLayersWhenTheRecomputeCapPays) {
   opt.method = plan_method::heuristic;
   auto const h = make_plan(st, costs, opt);
   ASSERT_TRUE(h.fits);
-  EXPECT_LE(h.device_bytes, opt.device_budget);
+  EXPECT_LE(h.activation_bytes, opt.device_budget);
   EXPECT_DOUBLE_EQ(h.step_us, exact.step_us);
 }
 
@@ -501,7 +501,7 @@ TEST(Planner, HeuristicIsNearExactOnRandomStacksUpToFourteenDecisions) {
       opt.method = plan_method::heuristic;
       auto const h = make_plan(in.stack, in.costs, opt);
       ASSERT_TRUE(h.fits) << "trial " << trial;
-      EXPECT_LE(h.device_bytes, opt.device_budget) << "trial " << trial;
+      EXPECT_LE(h.activation_bytes, opt.device_budget) << "trial " << trial;
       EXPECT_LE(h.host_bytes, opt.host_budget) << "trial " << trial;
       EXPECT_GE(h.step_us, exact.step_us * (1 - 1e-9)) << "trial " << trial;
       EXPECT_DOUBLE_EQ(h.lower_bound_us, exact.lower_bound_us);
@@ -555,7 +555,7 @@ TEST(Planner, PlansOfMidSizeStacksAreWithinAStatedGapOfTheBound) {
       st.append(ts[static_cast<std::size_t>(l % types)]);
       costs.layers.push_back(per_type[static_cast<std::size_t>(l % types)]);
     }
-    costs.link = link_spec::symmetric(1024e3 * (50 + 400 * u(rng)), 5e-6 * u(rng), u(rng) < 0.7);
+    costs.link = host_link::symmetric(1024e3 * (50 + 400 * u(rng)), 5 * u(rng), u(rng) < 0.7);
     policy_spec const least{rule_spec{.where = placement::offload, .slots = {"in"}}, rule_spec{.where = placement::remat}};
     auto const lo = build_schedule(st, {.policy = least}).peak_device_bytes();
     auto const hi = build_schedule(st, strategy{}).peak_device_bytes();

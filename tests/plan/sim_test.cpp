@@ -43,7 +43,7 @@ void expect_spans(schedule_view s, timeline const& t, std::vector<span_want> con
 
 // forward 100 us, backward 200 us; 3000 bytes at 30 MB/s = 100 us per copy.
 cost_table hand_costs() {
-  return uniform_costs(3, layer_cost{.forward_us = 100, .backward_us = 200}, link_spec::symmetric(30e6));
+  return uniform_costs(3, layer_cost{.forward_us = 100, .backward_us = 200}, host_link::symmetric(30e6));
 }
 
 using enum stream_role;
@@ -106,7 +106,7 @@ TEST(Sim, NaivePipelineSerializesCopiesOnCompute) {
 
 TEST(Sim, ChunksPayLatencyPerChunk) {
   auto costs = hand_costs();
-  costs.link = link_spec::symmetric(30e6, 10e-6);
+  costs.link = host_link::symmetric(30e6, 10);
   // 3000 bytes in chunks of 1024: 3 chunks, each 10 us latency plus bytes / 30 per us.
   auto s = build_schedule(three::spec(),
                           {.policy = offload_b::spec(), .pipeline = {.prefetch_distance = 1, .chunk_bytes = 1024}});
@@ -192,7 +192,7 @@ TEST(Sim, IsDeterministic) {
   cost_table costs;
   for (std::uint32_t l = 0; l < 25; ++l)
     costs.layers.push_back({.forward_us = 100.0 + l, .backward_us = 210.0 + 3 * l});
-  costs.link = link_spec::symmetric(50e6, 2e-6, false);
+  costs.link = host_link::symmetric(50e6, 2, false);
   auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"up", "e"}, .last_layer = 20},
                                           rule_spec{.where = placement::remat, .slots = {"q"}}},
                               .buffers = {.staging_buffers = 3},
@@ -449,7 +449,7 @@ TEST(Sim, MoreWorkIsNeverFaster) {
       link.bytes_per_second *= std::uniform_real_distribution<double>(0.1, 0.99)(rng);
       expect_not_faster(more, c.s, d2h ? "a slower d2h link" : "a slower h2d link");
       more = c.costs;
-      (d2h ? more.link.d2h : more.link.h2d).latency_s += 1e-6 * std::uniform_real_distribution<double>(0.01, 50)(rng);
+      (d2h ? more.link.d2h : more.link.h2d).latency_us += std::uniform_real_distribution<double>(0.01, 50)(rng);
       expect_not_faster(more, c.s, d2h ? "a longer d2h latency" : "a longer h2d latency");
     }
     auto more = c.costs;

@@ -285,7 +285,7 @@ int run(int argc, char** argv) {
   if (!pl.fits)
     bad_input("no schedule fits: the device budget for activations is " + format_bytes(static_cast<double>(p.options.device_budget)) +
               " (device memory less " + format_bytes(static_cast<double>(p.options.resident_bytes)) +
-              " resident) and the smallest schedule found needs " + format_bytes(static_cast<double>(pl.smallest_device_bytes)) +
+              " resident) and the smallest schedule found needs " + format_bytes(static_cast<double>(pl.smallest_activation_bytes)) +
               (p.options.host_budget != static_cast<std::size_t>(-1)
                    ? " (host budget " + format_bytes(static_cast<double>(p.options.host_budget)) + ")"
                    : std::string()) +
@@ -352,12 +352,12 @@ int run(int argc, char** argv) {
                            {"exposed_transfer_us", row.exposed_transfer_us},
                            {"recompute_us", row.recompute_us},
                            {"activation_bytes", row.activation_bytes},
-                           {"device_bytes", row.device_bytes},
+                           {"whole_device_bytes", row.whole_device_bytes},
                            {"host_bytes", row.host_bytes},
                            {"fits", row.fits}});
     j["plan"] = {{"step_us", planned.step_us},
-                 {"activation_bytes", pl.device_bytes},
-                 {"device_bytes", pl.whole_device_bytes()},
+                 {"activation_bytes", pl.activation_bytes},
+                 {"whole_device_bytes", pl.whole_device_bytes()},
                  {"host_bytes", pl.host_bytes},
                  {"exact", pl.exact},
                  {"lower_bound_ms", pl.lower_bound_us / 1e3},

@@ -92,7 +92,10 @@ struct gemms {
 //! The model on the GPU for batch shape `s` (its work buffers are sized for it).
 class gpu_model {
  public:
+  //! A layer's saved tensors by `tensor_index` (its input, the carry, is given apart).
   using saved = std::array<float*, tensor_count>;
+  //! The same, read-only: what a backward reads.
+  using views = std::array<float const*, tensor_count>;
 
   gpu_model(config c, shape s, std::uint64_t seed, cublasHandle_t h) : c_(c), s_(s), g_{h} {
     workspace_ = device_array<float>(workspace_bytes / sizeof(float));
@@ -136,21 +139,9 @@ class gpu_model {
     dlogits_ = device_array<float>(n * std::max<std::size_t>(E, 1));
     loss_ = device_array<double>(3);  // loss, count, the squared gradient norm
     reduce_work_ = device_array<double>(std::max(n, norm_blocks));  // each token's loss, or the norm's partials
-    // The tensors a recompute produces without keeping: every kind of layer's, allocated here so
-    // that no step allocates.
-    for (auto lk : {layer_kind::dense, layer_kind::moe})
-      for (auto t : layer_tensors(lk))
-        if (auto& b = scratch_[tensor_index(t)]; b.size() == 0) b = device_array<float>(tensor_elements(c_, t, s_));
   }
 
   layer_kind kind(std::size_t l) const { return l < c_.dense_layers ? layer_kind::dense : layer_kind::moe; }
-  //! The model's own scratch for every tensor of layer l: where a segment recomputation (an
-  //! advance), which keeps none of them, can write them.
-  saved scratch_tensors(std::size_t l) const {
-    saved sv{};
-    for (auto t : layer_tensors(kind(l))) sv[tensor_index(t)] = scratch_[tensor_index(t)].get();
-    return sv;
-  }
   config const& cfg() const noexcept { return c_; }
 
   // ---- the pieces outside the decoder layers (model.hpp's embed, embed_backward, head) ----
@@ -203,24 +194,25 @@ class gpu_model {
   std::size_t parameter_count() const { return w_.size(); }
 
   // The layer API of ../model.hpp, on device pointers (saved[i] may be null for tensors not given).
+  // Every tensor a layer computes is one it saves: a forward writes them all into `sv`, and a
+  // recompute is given each as produced or available, so the model needs no scratch of its own.
   void layer_forward(std::size_t l, float const* input, saved const& sv, float* output, cudaStream_t st) {
-    auto in = sv;
-    in[tensor_index(tensor::decoder_layer_input)] = const_cast<float*>(input);
-    run_forward(l, in, layer_tensor_set(kind(l)), output, {}, st);
+    run_forward(l, input, sv, layer_tensor_set(kind(l)) & ~input_set(), output, {}, st);
   }
-  void layer_recompute(std::size_t l, saved const& sv, tensor_set which, tensor_set available, cudaStream_t st) {
-    available &= layer_tensor_set(kind(l)) & ~which;
-    run_forward(l, sv, which, nullptr, available, st);
+  void layer_recompute(std::size_t l, float const* input, saved const& sv, tensor_set which, tensor_set available,
+                       cudaStream_t st) {
+    available &= layer_tensor_set(kind(l)) & ~which & ~input_set();
+    run_forward(l, input, sv, which, nullptr, available, st);
   }
   //! Backward of layer l: reads the saved tensors; writes grad_input (may alias grad_output) and
   //! accumulates the parameter gradients, in model.hpp's order.
-  void layer_backward(std::size_t l, saved const& sv, float const* grad_output, float* grad_input, cudaStream_t st) {
+  void layer_backward(std::size_t l, float const* x, views const& sv, float const* grad_output, float* grad_input,
+                      cudaStream_t st) {
     using enum tensor;
     g_.bind(st);
     auto const& p = layers_[l];
     auto in = [&](tensor t) -> float const* { return sv[tensor_index(t)]; };
     std::size_t const n = s_.tokens(), d = c_.width, hd = c_.head_dim(), qw = c_.heads * hd, kvw = c_.kv_heads * hd;
-    float const* x = in(decoder_layer_input);
     float* gy = gy_.get();  // grad_input may alias grad_output
     TRANSFORMER_CUDA(cudaMemcpyAsync(gy, grad_output, n * d * sizeof(float), cudaMemcpyDeviceToDevice, st));
     add(x, in(out_proj), n * d, h_.get(), st);
@@ -295,20 +287,25 @@ class gpu_model {
             .sort_temp = sort_temp_.get(),
             .sort_temp_bytes = sort_temp_.size()};
   }
-  float* scratch(tensor t) { return scratch_[tensor_index(t)].get(); }
+  static tensor_set input_set() { return tensor_set{}.set(tensor_index(tensor::decoder_layer_input)); }
 
-  void run_forward(std::size_t l, saved const& sv, tensor_set want, float* output, tensor_set available, cudaStream_t st) {
+  void run_forward(std::size_t l, float const* x, saved const& sv, tensor_set want, float* output, tensor_set available,
+                   cudaStream_t st) {
     using enum tensor;
     g_.bind(st);
     auto const lk = kind(l);
     tensor_set const need = forward_needs(lk, want, output != nullptr, available);
     auto is = [&](tensor t) { return need.test(tensor_index(t)); };
     auto has = [&](tensor t) { return available.test(tensor_index(t)) && !want.test(tensor_index(t)); };
-    auto dst = [&](tensor t) { return want.test(tensor_index(t)) ? sv[tensor_index(t)] : scratch(t); };
+    auto dst = [&](tensor t) {
+      if (!want.test(tensor_index(t)))
+        throw std::invalid_argument("gpu_model: computing the wanted tensors needs " + std::string(name(t)) +
+                                    ", which is neither wanted nor available");
+      return sv[tensor_index(t)];
+    };
     auto src = [&](tensor t) { return sv[tensor_index(t)]; };
     auto const& p = layers_[l];
     std::size_t const n = s_.tokens(), d = c_.width, hd = c_.head_dim(), qw = c_.heads * hd, kvw = c_.kv_heads * hd;
-    float const* x = sv[tensor_index(decoder_layer_input)];
     float* r1 = is(attention_norm_inv_rms) ? dst(attention_norm_inv_rms) : has(attention_norm_inv_rms) ? src(attention_norm_inv_rms) : nullptr;
     if (is(attention_norm_inv_rms)) rms_inv(x, n, d, c_.norm_eps, r1, st);
     float *q = nullptr, *k = nullptr, *v = nullptr;
@@ -419,7 +416,6 @@ class gpu_model {
   device_array<std::uint32_t> expert_, row_, token_, offset_, sorted_expert_, pair_in_, pair_out_;
   device_array<std::byte> sort_temp_;
   device_array<float> weight_, dlogits_;
-  std::array<device_array<float>, tensor_count> scratch_;
   std::size_t steps_ = 0;
 };
 

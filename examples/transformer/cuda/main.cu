@@ -16,6 +16,8 @@
 #include <tide/backends/cuda/cuda_graph.hpp>
 #include <tide/tide.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -28,12 +30,38 @@ using transformer::config;
 using transformer::shape;
 using transformer::cuda::gpu_model;
 
+//! Pinned host memory for `n` elements of T, so that copies to and from it run asynchronously.
+template <class T>
+class pinned {
+ public:
+  explicit pinned(std::size_t n) : n_(n) { TRANSFORMER_CUDA(cudaMallocHost(&p_, n * sizeof(T))); }
+  pinned(pinned const&) = delete;
+  pinned& operator=(pinned const&) = delete;
+  ~pinned() { static_cast<void>(cudaFreeHost(p_)); }
+  T* get() const noexcept { return p_; }
+  std::size_t size() const noexcept { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+//! The device pointers of a layer's slots, as gpu_model takes them.
+template <class Span>
+auto pointers(std::array<Span, transformer::tensor_count> const& spans) {
+  std::array<typename Span::pointer, transformer::tensor_count> p{};
+  for (std::size_t i = 0; i < p.size(); ++i) p[i] = spans[i].data();
+  return p;
+}
+
 //! Drives gpu_model from tide's contexts on the CUDA backend, as ../tide_model.hpp's trainer does
-//! on the host (device pointers, each call on ctx.stream).
+//! on the host: the slots through the same handles, every call on ctx.stream. A step enqueues
+//! everything on the backend's streams; the executor's wait at its end is its one synchronization.
 class gpu_trainer {
  public:
   gpu_trainer(config c, shape s, cublasHandle_t h)
-      : m_(c, s, 1, h), tokens_(s.tokens()), targets_(s.tokens()), grad_(s.tokens() * c.width) {}
+      : m_(c, s, 1, h), slots_(transformer::make_slot_map(transformer::make_stack(c, s))), tokens_(s.tokens()), targets_(s.tokens()),
+        grad_(s.tokens() * c.width), staged_(2 * s.tokens()), loss_(1) {}
 
   gpu_model& net() { return m_; }
 
@@ -41,12 +69,14 @@ class gpu_trainer {
   template <class Executor>
   double step(Executor& ex, std::vector<std::int32_t> const& tokens, std::vector<std::int32_t> const& targets,
               tide::cuda_graph* graph = nullptr) {
-    TRANSFORMER_CUDA(cudaMemcpy(tokens_.get(), tokens.data(), tokens.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-    TRANSFORMER_CUDA(cudaMemcpy(targets_.get(), targets.data(), targets.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice));
-    m_.zero_gradients(nullptr);
-    auto in = ex.carry_input();
-    m_.embed_tokens(tokens_.get(), reinterpret_cast<float*>(in.data()), nullptr);
-    TRANSFORMER_CUDA(cudaDeviceSynchronize());  // the step's streams start after these
+    auto const st = ex.backend().stream(tide::stream_role::compute);
+    auto const n = tokens.size();
+    std::copy(tokens.begin(), tokens.end(), staged_.get());  // the previous step has synchronized
+    std::copy(targets.begin(), targets.end(), staged_.get() + n);
+    TRANSFORMER_CUDA(cudaMemcpyAsync(tokens_.get(), staged_.get(), n * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+    TRANSFORMER_CUDA(cudaMemcpyAsync(targets_.get(), staged_.get() + n, n * sizeof(std::int32_t), cudaMemcpyHostToDevice, st));
+    m_.zero_gradients(st);
+    m_.embed_tokens(tokens_.get(), ex.template carry_input<float>().data(), st);
     auto fwd = [this](auto const& ctx) { forward(ctx); };
     auto bwd = [this](auto const& ctx) { backward(ctx); };
     if (!graph) {
@@ -54,53 +84,38 @@ class gpu_trainer {
     } else {
       if (!graph->ready()) graph->capture(ex, fwd, bwd);  // runs nothing
       graph->replay();
-      TRANSFORMER_CUDA(cudaStreamSynchronize(ex.backend().stream(tide::stream_role::compute)));
+      TRANSFORMER_CUDA(cudaStreamSynchronize(st));
     }
-    m_.embed_backward_tokens(tokens_.get(), grad_.get(), nullptr);
-    double loss = 0;
-    TRANSFORMER_CUDA(cudaMemcpy(&loss, m_.loss_on_device(), sizeof(double), cudaMemcpyDeviceToHost));
-    return loss;
+    return *loss_.get();
   }
 
  private:
-  static float* floats(std::span<std::byte const> b) { return reinterpret_cast<float*>(const_cast<std::byte*>(b.data())); }
-  static transformer::tensor tensor_of(std::string_view slot) {
-    for (std::size_t i = 0; i < transformer::tensor_count; ++i)
-      if (transformer::name(static_cast<transformer::tensor>(i)) == slot) return static_cast<transformer::tensor>(i);
-    throw std::invalid_argument("no tensor " + std::string(slot));
-  }
-  template <class Ctx>
-  gpu_model::saved bind(Ctx const& ctx) const {
-    gpu_model::saved sv{};
-    for (std::uint16_t k = 0; k < ctx.slot_count(); ++k) sv[transformer::tensor_index(tensor_of(ctx.slot_name(k)))] = floats(ctx.slot(k));
-    sv[transformer::tensor_index(transformer::tensor::decoder_layer_input)] = floats(ctx.carry_in());
-    return sv;
-  }
   template <class Ctx>
   void forward(Ctx const& ctx) {
-    auto const l = ctx.layer;
-    if (ctx.advance) {
-      auto const sv = m_.scratch_tensors(l);  // a segment recomputation produces the carry alone
-      m_.layer_forward(l, floats(ctx.carry_in()), sv, floats(ctx.carry_out()), ctx.stream);
-    } else if (ctx.recompute) {
-      transformer::tensor_set which, available;
-      for (std::uint16_t k = 0; k < ctx.slot_count(); ++k)
-        (ctx.produces(k) ? which : available).set(transformer::tensor_index(tensor_of(ctx.slot_name(k))));
-      m_.layer_recompute(l, bind(ctx), which, available, ctx.stream);
-    } else {
-      m_.layer_forward(l, floats(ctx.carry_in()), bind(ctx), floats(ctx.carry_out()), ctx.stream);
-    }
+    auto const in = ctx.template carry_in<float>().data();
+    if (ctx.mode == tide::forward_mode::recompute)
+      m_.layer_recompute(ctx.layer, in, pointers(slots_.spans(ctx)), slots_.produced(ctx), slots_.bound(ctx), ctx.stream);
+    else  // a forward, or an advance (whose slots tide lends as scratch)
+      m_.layer_forward(ctx.layer, in, pointers(slots_.spans(ctx)), ctx.template carry_out<float>().data(), ctx.stream);
   }
   template <class Ctx>
   void backward(Ctx const& ctx) {
     auto const l = ctx.layer;
-    if (l + 1 == m_.cfg().layers) m_.head(floats(ctx.output()), targets_.get(), grad_.get(), ctx.stream);
-    m_.layer_backward(l, bind(ctx), grad_.get(), grad_.get(), ctx.stream);
+    if (l + 1 == m_.cfg().layers) m_.head(ctx.template output<float>().data(), targets_.get(), grad_.get(), ctx.stream);
+    m_.layer_backward(l, ctx.template carry_in<float>().data(), pointers(slots_.spans(ctx)), grad_.get(),
+                      grad_.get(), ctx.stream);
+    if (l == 0) {  // the embedding's backward and the loss, still in the step
+      m_.embed_backward_tokens(tokens_.get(), grad_.get(), ctx.stream);
+      TRANSFORMER_CUDA(cudaMemcpyAsync(loss_.get(), m_.loss_on_device(), sizeof(double), cudaMemcpyDeviceToHost, ctx.stream));
+    }
   }
 
   gpu_model m_;
+  transformer::slot_map slots_;
   transformer::cuda::device_array<std::int32_t> tokens_, targets_;
   transformer::cuda::device_array<float> grad_;
+  pinned<std::int32_t> staged_;  // the step's tokens and targets
+  pinned<double> loss_;
 };
 
 }  // namespace
@@ -137,7 +152,7 @@ int main(int argc, char** argv) {
     std::uint64_t sum = 0;
     double loss_error = 0, grad_error = 0;  // the first step against the CPU model's, relative
   };
-  for (auto const& p : transformer::published_strategies(c.layers)) {
+  for (auto const& p : transformer::published_strategies()) {
     auto const sched = tide::build_schedule(stack, p.strategy);
     // `steps` steps from the same initial weights, eager or replayed from one captured graph.
     auto run = [&](bool replay) {
@@ -151,7 +166,7 @@ int main(int argc, char** argv) {
         r.loss = tr.step(ex, tokens, targets, replay ? &g : nullptr);
         if (i > 0) r.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (i == 0) r.loss0 = r.loss;
-        r.sum = tr.net().gradient_checksum();
+        if (i + 1 == steps) r.sum = tr.net().gradient_checksum();
         if (i == 0 && !replay) {
           auto const g = tr.net().host_gradients();
           double diff = 0, norm = 0;
@@ -163,7 +178,7 @@ int main(int argc, char** argv) {
           r.loss_error = std::abs(r.loss - cpu_loss) / std::abs(cpu_loss);
           r.grad_error = std::sqrt(diff / norm);
         }
-        tr.net().adamw_step({.learning_rate = 1e-2}, nullptr);
+        tr.net().adamw_step({.learning_rate = 1e-2}, be.stream(tide::stream_role::compute));
       }
       return r;
     };

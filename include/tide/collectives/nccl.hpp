@@ -116,7 +116,7 @@ struct nccl_api {
 }  // namespace detail
 
 //! The hooks: pass the same object as both hooks, by reference,
-//! `tide::hooks{.before_forward = std::ref(h), .after_backward = std::ref(h), .before_backward = std::ref(h)}`
+//! `tide::hooks{.before_forward = std::ref(h), .before_backward = std::ref(h), .after_backward = std::ref(h)}`
 //! (or only those the schedule makes room for); it dispatches on `ctx.kind` (`gather`, `regather`
 //! or `reduce`). `tide::nccl_hooks` is `basic_nccl_hooks<>`; `Api` is for tests.
 //!

@@ -99,7 +99,9 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
        format_bytes(static_cast<double>(a.kept_bytes)) + ", offload sources " + std::to_string(a.offload_buffers) + " x = " +
        format_bytes(static_cast<double>(a.offload_ring_bytes)) + ", staging " + std::to_string(a.staging_buffers) +
        " x = " + format_bytes(static_cast<double>(a.staging_ring_bytes)) + ", remat scratch " +
-       format_bytes(static_cast<double>(a.remat_scratch_bytes)) + (s.buffers.share_phase_regions ? ", phases share" : "") +
+       format_bytes(static_cast<double>(a.remat_scratch_bytes)) +
+       (a.advance_scratch_bytes > 0 ? ", advance scratch " + format_bytes(static_cast<double>(a.advance_scratch_bytes)) : "") +
+       (s.buffers.share_phase_regions ? ", phases share" : "") +
        "), peak host " + format_bytes(static_cast<double>(a.host_bytes)) + "\n";
   if (s.carry.present())
     r += "  carry '" + std::string(s.carry.name) + "' " + format_bytes(static_cast<double>(s.carry.bytes)) + ": " +

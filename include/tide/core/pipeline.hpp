@@ -3,12 +3,14 @@
 //! Pipelines (how copies are placed and overlapped) and collectives (which hooks the
 //! schedule makes room for). The values `pipeline_spec` and `collective_spec` are what the core
 //! works on; `tide::pipeline<knobs...>` and `tide::collectives<knobs...>` spell them as types,
-//! each knob named and in any order.
+//! each knob named and in any order. The collectives' part is in `core/collectives.hpp`, which
+//! this header includes.
 
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include <tide/core/collectives.hpp>
 #include <tide/core/vocabulary.hpp>
 
 namespace tide {
@@ -25,17 +27,6 @@ struct pipeline_spec {
   //! Layers whose offload may be in flight at once; each needs one device source buffer.
   std::uint32_t max_offloads_in_flight = 2;
   friend constexpr bool operator==(pipeline_spec const&, pipeline_spec const&) = default;
-};
-
-//! Collective hooks the schedule makes room for, on the communication stream.
-struct collective_spec {
-  bool before_forward = false;  //!< a gather hook before each layer's forward (e.g. its weights), one layer ahead
-  bool after_backward = false;  //!< a reduce hook after each layer's backward (e.g. its gradients)
-  //! A regather hook before each layer's recompute and backward (e.g. its weights again, as FSDP
-  //! and ZeRO-3 free them after the forward), one layer ahead. Last, so that positional
-  //! initializers written before it existed keep their meaning.
-  bool before_backward = false;
-  friend constexpr bool operator==(collective_spec const&, collective_spec const&) = default;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -72,28 +63,5 @@ struct pipeline {
 
 //! Copies on the compute stream, just in time: the baseline that latency hiding is measured against.
 using naive_pipeline = pipeline<latency_hiding<false>, prefetch_distance<0>>;
-
-// ---------------------------------------------------------------------------------------------
-// Collective knobs
-
-//! `collective_spec::before_forward`: make room for a gather hook before each layer's forward.
-struct before_forward : detail::field_knob<collective_spec, &collective_spec::before_forward, true, "before_forward"> {};
-//! `collective_spec::before_backward`: make room for a regather hook before each layer's recompute and backward.
-struct before_backward : detail::field_knob<collective_spec, &collective_spec::before_backward, true, "before_backward"> {};
-//! `collective_spec::after_backward`: make room for a reduce hook after each layer's backward.
-struct after_backward : detail::field_knob<collective_spec, &collective_spec::after_backward, true, "after_backward"> {};
-
-//! The collective hooks a schedule makes room for: `tide::collectives<tide::after_backward>`.
-template <class... Knobs>
-struct collectives {
-  static_assert((detail::knob_for<Knobs, collective_spec> && ...),
-                "tide::collectives<...>: each argument must be tide::before_forward, tide::before_backward or tide::after_backward");
-  static_assert(detail::distinct_knobs<Knobs...>(), "tide::collectives<...>: a knob is given twice: give each once");
-  using tide_collectives_tag = void;  //!< Marks this type as the collectives part of `tide::strategy_of`.
-  //! The `collective_spec` the knobs spell.
-  static constexpr collective_spec spec() { return detail::apply_knobs<collective_spec, Knobs...>(); }
-};
-//! No collective hooks (the default).
-using no_collectives = collectives<>;
 
 }  // namespace tide

@@ -102,44 +102,46 @@ constexpr std::int64_t revolve_extra_forwards(std::int64_t n, std::int64_t s) {
   return static_cast<std::int64_t>(extra);
 }
 
-//! What one action of a chain schedule does.
+//! What one action of a chain schedule does. Carry i is layer i's input (carry 0 the stack's);
+//! a snapshot holds one carry, on the device or on the host.
 enum class chain_op : std::uint8_t {
-  advance,    //!< steps `state` .. `to`-1 forward: the working carry goes from state `state` to `to`
-  turn,       //!< step n-1 forward (end of the first sweep); the working carry keeps state n-1
-  store,      //!< the working carry (state `state`) into device slot `slot`
-  restore,    //!< device slot `slot` into the working carry
-  free,       //!< device slot `slot` becomes empty
-  backward,   //!< the reverse of step `state`: needs state `state` in the working carry, consumes it
-  offload,    //!< copy device slot `slot` to host slot `host` (d2h stream)
-  prefetch,   //!< copy host slot `host` to device slot `slot` (h2d stream)
-  free_host,  //!< host slot `host` becomes empty
+  advance,    //!< layers `carry` .. `to`-1 forward: the working carry goes from carry `carry` to `to`
+  turn,       //!< layer n-1 forward (end of the first sweep); the working carry keeps carry n-1
+  store,      //!< the working carry (carry `carry`) into device snapshot `snapshot`
+  restore,    //!< device snapshot `snapshot` into the working carry
+  free,       //!< device snapshot `snapshot` becomes empty
+  backward,   //!< the backward of layer `carry`: needs carry `carry` in the working carry, consumes it
+  offload,    //!< copy device snapshot `snapshot` to host snapshot `host_snapshot` (d2h stream)
+  prefetch,   //!< copy host snapshot `host_snapshot` to device snapshot `snapshot` (h2d stream)
+  free_host,  //!< host snapshot `host_snapshot` becomes empty
 };
 
-//! One action; fields an action does not use are -1.
+//! One action; fields an action does not use are -1. (0.3 renamed the fields: `state` is
+//! `carry`, `slot` is `snapshot`, `host` is `host_snapshot`.)
 struct chain_action {
-  chain_op op{};            //!< what the action does; it says which fields below are used
-  std::int32_t state = -1;  //!< advance: from; store: the state; turn, backward: the step
-  std::int32_t to = -1;     //!< advance: the state reached
-  std::int32_t slot = -1;   //!< device slot
-  std::int32_t host = -1;   //!< host slot
+  chain_op op{};                    //!< what the action does; it says which fields below are used
+  std::int32_t carry = -1;          //!< advance: from; store: the carry stored; turn, backward: the layer
+  std::int32_t to = -1;             //!< advance: the carry reached
+  std::int32_t snapshot = -1;       //!< device snapshot
+  std::int32_t host_snapshot = -1;  //!< host snapshot
 
-  //! Steps `from` .. `to`-1 forward.
+  //! Layers `from` .. `to`-1 forward.
   static constexpr chain_action advance(std::int32_t from, std::int32_t to) { return {chain_op::advance, from, to, -1, -1}; }
-  //! Step `step` (the chain's last) forward, ending the first sweep.
-  static constexpr chain_action turn(std::int32_t step) { return {chain_op::turn, step, -1, -1, -1}; }
-  //! Stores the working carry, state `state`, into device slot `slot`.
-  static constexpr chain_action store(std::int32_t state, std::int32_t slot) { return {chain_op::store, state, -1, slot, -1}; }
-  //! Loads device slot `slot` into the working carry.
-  static constexpr chain_action restore(std::int32_t slot) { return {chain_op::restore, -1, -1, slot, -1}; }
-  //! Empties device slot `slot`.
-  static constexpr chain_action free(std::int32_t slot) { return {chain_op::free, -1, -1, slot, -1}; }
-  //! The reverse of step `step`.
-  static constexpr chain_action backward(std::int32_t step) { return {chain_op::backward, step, -1, -1, -1}; }
-  //! Copies device slot `slot` to host slot `host`.
-  static constexpr chain_action offload(std::int32_t slot, std::int32_t host) { return {chain_op::offload, -1, -1, slot, host}; }
-  //! Copies host slot `host` to device slot `slot`.
-  static constexpr chain_action prefetch(std::int32_t host, std::int32_t slot) { return {chain_op::prefetch, -1, -1, slot, host}; }
-  //! Empties host slot `host`.
+  //! Layer `layer` (the chain's last) forward, ending the first sweep.
+  static constexpr chain_action turn(std::int32_t layer) { return {chain_op::turn, layer, -1, -1, -1}; }
+  //! Stores the working carry, carry `carry`, into device snapshot `snapshot`.
+  static constexpr chain_action store(std::int32_t carry, std::int32_t snapshot) { return {chain_op::store, carry, -1, snapshot, -1}; }
+  //! Loads device snapshot `snapshot` into the working carry.
+  static constexpr chain_action restore(std::int32_t snapshot) { return {chain_op::restore, -1, -1, snapshot, -1}; }
+  //! Empties device snapshot `snapshot`.
+  static constexpr chain_action free(std::int32_t snapshot) { return {chain_op::free, -1, -1, snapshot, -1}; }
+  //! The backward of layer `layer`.
+  static constexpr chain_action backward(std::int32_t layer) { return {chain_op::backward, layer, -1, -1, -1}; }
+  //! Copies device snapshot `snapshot` to host snapshot `host`.
+  static constexpr chain_action offload(std::int32_t snapshot, std::int32_t host) { return {chain_op::offload, -1, -1, snapshot, host}; }
+  //! Copies host snapshot `host` to device snapshot `snapshot`.
+  static constexpr chain_action prefetch(std::int32_t host, std::int32_t snapshot) { return {chain_op::prefetch, -1, -1, snapshot, host}; }
+  //! Empties host snapshot `host`.
   static constexpr chain_action free_host(std::int32_t host) { return {chain_op::free_host, -1, -1, -1, host}; }
   //! Field-wise equality.
   friend constexpr bool operator==(chain_action const&, chain_action const&) = default;
@@ -149,15 +151,15 @@ struct chain_action {
 inline std::string to_string(chain_action const& a) {
   auto s = [](std::int32_t v) { return std::to_string(v); };
   switch (a.op) {
-    case chain_op::advance: return "advance(" + s(a.state) + " -> " + s(a.to) + ")";
-    case chain_op::turn: return "turn(" + s(a.state) + ")";
-    case chain_op::store: return "store(" + s(a.state) + " -> d" + s(a.slot) + ")";
-    case chain_op::restore: return "restore(d" + s(a.slot) + ")";
-    case chain_op::free: return "free(d" + s(a.slot) + ")";
-    case chain_op::backward: return "backward(" + s(a.state) + ")";
-    case chain_op::offload: return "offload(d" + s(a.slot) + " -> h" + s(a.host) + ")";
-    case chain_op::prefetch: return "prefetch(h" + s(a.host) + " -> d" + s(a.slot) + ")";
-    case chain_op::free_host: return "free_host(h" + s(a.host) + ")";
+    case chain_op::advance: return "advance(" + s(a.carry) + " -> " + s(a.to) + ")";
+    case chain_op::turn: return "turn(" + s(a.carry) + ")";
+    case chain_op::store: return "store(" + s(a.carry) + " -> d" + s(a.snapshot) + ")";
+    case chain_op::restore: return "restore(d" + s(a.snapshot) + ")";
+    case chain_op::free: return "free(d" + s(a.snapshot) + ")";
+    case chain_op::backward: return "backward(" + s(a.carry) + ")";
+    case chain_op::offload: return "offload(d" + s(a.snapshot) + " -> h" + s(a.host_snapshot) + ")";
+    case chain_op::prefetch: return "prefetch(h" + s(a.host_snapshot) + " -> d" + s(a.snapshot) + ")";
+    case chain_op::free_host: return "free_host(h" + s(a.host_snapshot) + ")";
   }
   return "?";
 }

@@ -26,6 +26,9 @@ struct slot_binding {
   std::size_t forward_offset = 0;     //!< device offset the forward lambda writes
   std::size_t backward_offset = 0;    //!< device offset recompute/backward read
   std::size_t host_offset = 0;        //!< pinned host offset (offload only)
+  //! Device offset an advance (a segment recomputation) gives the forward lambda for the slot:
+  //! scratch in the backward area that nothing reads; set in the layers the reversal advances.
+  std::size_t advance_offset = 0;
   //! Field-wise equality.
   friend constexpr bool operator==(slot_binding const&, slot_binding const&) = default;
 };
@@ -80,6 +83,9 @@ struct arena_layout {
   std::uint32_t offload_buffers = 0;  //!< offload source buffers in the ring
   std::uint32_t staging_buffers = 0;  //!< staging buffers in the ring
   std::size_t remat_scratch_bytes = 0; //!< remat scratch, sized for the layer with the most remat bytes
+  //! An advance's slots, sized for the largest layer advanced; it shares the backward area's
+  //! remat scratch (which is the larger of the two)
+  std::size_t advance_scratch_bytes = 0;
   std::size_t carry_bytes = 0;        //!< device carry buffers, at `carry.device_area`
   std::size_t host_carry_bytes = 0;   //!< host carry snapshots, at `carry.host_area`
   //! Field-wise equality.

@@ -53,6 +53,16 @@ consteval std::uint16_t slot_index_of() {
   }
 }
 
+//! `s` as elements of `T`; throws `slot_error` naming `what` if its size or alignment does not fit T.
+template <class T, class Byte>
+std::span<T> view_as(std::span<Byte> s, std::string_view what) {
+  if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
+    throw slot_error("tide: " + std::string(what) + " (" + std::to_string(s.size()) + " bytes) cannot be viewed as elements of " +
+                     std::to_string(sizeof(T)) + " bytes aligned to " + std::to_string(alignof(T)) +
+                     ": check its size and the arena alignment");
+  return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+}
+
 inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_t layer, std::string_view type,
                                std::string_view name) {
   for (std::size_t k = 0; k < slots.size(); ++k)
@@ -191,19 +201,27 @@ enum class forward_mode : std::uint8_t {
 //! Given to the forward lambda, in one of three modes (`mode`). In forward mode every slot is to
 //! be written; in recompute mode only the remat slots are, and the others hold their saved data.
 //! In a stack with a carry the lambda reads `carry_in()` in every mode; a forward also writes all
-//! of `carry_out()`, an advance writes the carry out and no slot, and a recompute writes its remat
-//! slots and no carry (`produces_carry()`).
+//! of `carry_out()`, an advance writes the carry out and may write its slots (scratch nobody
+//! reads: no slot is `produces()`), and a recompute writes its remat slots and no carry
+//! (`produces_carry()`).
+// The deprecated members' implicit uses (the context's copy and default construction) are tide's,
+// not the user's: silenced here; a lambda that reads them is still warned.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 template <class Stream>
 struct forward_context : layer_context<Stream> {
   forward_mode mode = forward_mode::forward;  //!< forward, recompute or advance
-  //! Not a forward: `mode` is `recompute` or `advance` (the slot buffers are the backward's).
+  //! Deprecated (0.3): true in an advance too; ask `mode` instead.
+  [[deprecated("use ctx.mode != tide::forward_mode::forward (or == recompute: this is true in an advance too)")]]
   bool recompute = false;
-  bool advance = false;  //!< `mode == forward_mode::advance`
+  //! Deprecated (0.3).
+  [[deprecated("use ctx.mode == tide::forward_mode::advance")]] bool advance = false;
 
-  //! True when this call must produce slot `k`.
+  //! True when this call must produce slot `k`: every slot in a forward, the remat slots in a
+  //! recompute, none in an advance.
   bool produces(std::uint16_t k) const {
-    auto const& b = this->binding(k);  // checked even when not recomputing
-    return !recompute || (!advance && b.where == placement::remat);
+    auto const& b = this->binding(k);  // checked in every mode
+    return mode == forward_mode::forward || (mode == forward_mode::recompute && b.where == placement::remat);
   }
   //! True when this call must write `carry_out()`: a forward or an advance of a stack with a carry.
   bool produces_carry() const noexcept { return this->carry_out_data != nullptr; }
@@ -228,10 +246,15 @@ struct forward_context : layer_context<Stream> {
     return produces(this->template index_of<Name>());
   }
 
-  //! Slot `k`'s bytes: its forward buffer, or in recompute mode the buffer its backward reads.
+  //! Slot `k`'s bytes: its forward buffer; in recompute mode the buffer its backward reads; in an
+  //! advance, scratch lent by tide from its arena (and counted in the peak) that nothing reads, so
+  //! a layer's forward can run unchanged.
   std::span<std::byte> slot(std::uint16_t k) const {
     auto const& b = this->binding(k);
-    return {this->device + (recompute ? b.backward_offset : b.forward_offset), b.bytes};
+    auto const at = mode == forward_mode::advance   ? b.advance_offset
+                    : mode == forward_mode::recompute ? b.backward_offset
+                                                      : b.forward_offset;
+    return {this->device + at, b.bytes};
   }
   //! The slot as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
@@ -251,6 +274,7 @@ struct forward_context : layer_context<Stream> {
     return this->template typed<T>(slot(k), k);
   }
 };
+#pragma GCC diagnostic pop
 
 //! Given to the backward lambda: every slot of the layer, wherever it was kept, prefetched or
 //! recomputed, read-only; in a stack with a carry, `carry_in()` is the layer's input and, for the

@@ -29,6 +29,8 @@
 #include <tide/core/schedule.hpp>
 #include <tide/executor/backend.hpp>
 #include <tide/executor/context.hpp>
+#include <tide/executor/detail/debug_checks.hpp>
+#include <tide/executor/hooks.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
@@ -50,67 +52,6 @@ struct executor_options {
   tide::timeline* timeline = nullptr;
 };
 
-//! An absent collective hook.
-struct no_hook {
-  //! Does nothing.
-  template <class Ctx>
-  void operator()(Ctx const&) const noexcept {}
-};
-
-//! The collective hooks of a step, by name: `tide::hooks{.after_backward = reduce_grads}`. Each is
-//! called as `h(tide::collective_context<Stream> const&)` on the communication stream, where the
-//! schedule's `collective_spec` made room for it: `before_forward` (a gather), `before_backward`
-//! (a regather before the layer's recompute and backward), `after_backward` (a reduce). A hook that
-//! keeps state across the step (an NCCL adapter) is passed as `std::ref(h)`. A hook object with
-//! `agree(tide::step_end_context<Stream> const&)` is called once per step on the communication
-//! stream after all of the step's work, even after a failure (it agrees with its peers on whether
-//! any rank failed); one with `finish_step()` is told once the step has synchronized. One object
-//! passed as several hooks is called once for each.
-template <class BeforeForward = no_hook, class AfterBackward = no_hook, class BeforeBackward = no_hook>
-struct hooks {
-  //! Called before a layer's forward (a gather).
-  BeforeForward before_forward{};
-  //! Called after a layer's backward (a reduce).
-  AfterBackward after_backward{};
-  //! Called before a layer's recompute and backward (a regather).
-  BeforeBackward before_backward{};  // last: positional initializers written before it keep their meaning
-};
-namespace detail {
-//! The executor whose lambda or hook this thread is running (null outside of one): a step,
-//! `wait` or `record_timeline` of that executor from inside it would wait for itself.
-inline thread_local void const* running_callbacks_of = nullptr;
-template <class T>
-struct is_hooks : std::false_type {};
-template <class B, class A, class G>
-struct is_hooks<hooks<B, A, G>> : std::true_type {};
-//! Calls `f(tide::hooks{...})` with `h` as each hook `c` makes room for and `no_hook` elsewhere:
-//! hooks that match a schedule known only at run time (the sim's, a test's).
-template <class Hook, class F>
-void with_hooks_for(collective_spec const& c, Hook const& h, F&& f) {
-  auto run = [&](auto gather, auto regather, auto reduce) {
-    tide::hooks<decltype(gather), decltype(reduce), decltype(regather)> hs{gather, reduce, regather};
-    f(hs);
-  };
-  auto with_reduce = [&](auto g, auto rg) { c.after_backward ? run(g, rg, h) : run(g, rg, no_hook{}); };
-  auto with_regather = [&](auto g) { c.before_backward ? with_reduce(g, h) : with_reduce(g, no_hook{}); };
-  c.before_forward ? with_regather(h) : with_regather(no_hook{});
-}
-template <class T>
-struct is_reference_wrapper : std::false_type {};
-template <class T>
-struct is_reference_wrapper<std::reference_wrapper<T>> : std::true_type {};
-//! False when `H` (as called: const when the hooks object is) has a `finish_step()` only on a
-//! non-const object, which could then not be told that the step ended.
-template <class H>
-concept finish_callable = !(requires(std::remove_const_t<H>& h) { h.finish_step(); } && !requires(H& h) { h.finish_step(); });
-//! True when `H` has `agree(step_end_context<Stream> const&)`, the step-end agreement.
-template <class H, class Stream>
-concept agrees_at_step_end = requires(std::remove_const_t<H>& h, step_end_context<Stream> const& c) { h.agree(c); };
-//! False when `H` (as called) has `agree(ctx)` only on a non-const object.
-template <class H, class Stream>
-concept agree_callable = !(agrees_at_step_end<H, Stream> && !requires(H& h, step_end_context<Stream> const& c) { h.agree(c); });
-}  // namespace detail
-
 //! Runs a schedule on a `Backend`, one training step per `step` (or `enqueue` then `wait`), calling
 //! the user's forward and backward lambdas and collective hooks (see the file's description).
 template <class Backend>
@@ -128,12 +69,8 @@ class executor {
   //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
   //! `opt.timeline`. `s` must outlive the executor.
   executor(Backend& backend, schedule_view s, executor_options opt = {})
-      : backend_(backend), s_(s), opt_(opt), prefetched_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {
+      : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern) {
     if (opt_.check_schedule) check_schedule(s_);
-    for (std::uint32_t i = static_cast<std::uint32_t>(s_.ops.size()); i-- > 0;) {
-      auto const& o = s_.ops[i];
-      if (o.kind == op_kind::prefetch && o.slot != carry_slot) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
-    }
     if (opt_.timeline) backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
     try {
@@ -147,6 +84,7 @@ class executor {
                                  std::to_string(c.host_snapshots) +
                                  " snapshots: store fewer carries (checkpoint_spec::device_snapshots, host_snapshots)");
     }
+    checks_.attach(arenas_.device, &failed_, this, &report_debug);
   }
   //! Waits for a step still enqueued (its errors cannot be thrown from here; its hooks, which may
   //! be gone, are not told).
@@ -171,11 +109,21 @@ class executor {
   std::span<std::byte> carry_input() const noexcept {
     return s_.carry.present() ? std::span<std::byte>(arenas_.device + s_.carry.input_offset(), s_.carry.bytes) : std::span<std::byte>{};
   }
+  //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
+  template <class T>
+  std::span<T> carry_input() const {
+    return detail::view_as<T>(carry_input(), "the stack's input carry");
+  }
   //! The stack's output (the last layer's carry out), valid from the last forward until the next
   //! step; empty when the stack has no carry.
   std::span<std::byte const> carry_output() const noexcept {
     return s_.carry.present() ? std::span<std::byte const>(arenas_.device + s_.carry.output_offset(), s_.carry.bytes)
                               : std::span<std::byte const>{};
+  }
+  //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
+  template <class T>
+  std::span<T const> carry_output() const {
+    return detail::view_as<T const>(carry_output(), "the stack's output carry");
   }
   //! The backend it runs on, for calls of its own (e.g. its stream, between steps).
   Backend& backend() noexcept { return backend_; }
@@ -429,45 +377,20 @@ class executor {
     failed_.store(true, std::memory_order_relaxed);
   }
 
-  //! A debug check's failure, recorded without allocating: checks run as host tasks (on CUDA,
-  //! on the runtime's callback thread, where an exception would terminate); the message is
-  //! formatted on the calling thread once the step has synchronized.
-  struct debug_failure {
-    enum kind_t : std::uint8_t { none, guard, prefetch, carry } kind = none;
-    std::uint32_t op = 0;
-    std::uint32_t slot = 0;  //!< index into the schedule's slot bindings
-    std::size_t detail = 0;  //!< guard: the overwritten byte; prefetch: the slot's first prefetch op
-  };
+  using debug_failure = detail::debug_failure;
   void fail_debug(debug_failure f) noexcept {
     std::lock_guard lock(error_mutex_);
     if (!error_ && debug_failure_.kind == debug_failure::none) debug_failure_ = f;
     failed_.store(true, std::memory_order_relaxed);
   }
-  [[noreturn]] void throw_debug_failure() {
-    auto const f = std::exchange(debug_failure_, {});
-    auto const& o = s_.ops[f.op];
-    if (f.kind == debug_failure::carry)
-      throw debug_check_error("tide: the forward lambda of layer " + std::to_string(o.layer) + " (op #" + std::to_string(f.op) +
-                              ", " + std::string(to_string(o.kind)) + ") did not write its carry out ('" +
-                              std::string(s_.carry.name) + "', " + std::to_string(s_.carry.bytes) +
-                              " bytes): every byte still holds the poison pattern; write ctx.carry_out() in every mode "
-                              "(forward, recompute and advance)");
-    auto const& b = s_.slots[f.slot];
-    if (f.kind == debug_failure::guard)
-      throw debug_check_error("tide: the " + std::string(to_string(o.kind)) + " lambda of layer " +
-                              std::to_string(o.layer) + " wrote past the end of slot '" + std::string(b.name) + "' (" +
-                              std::to_string(b.bytes) + " bytes): guard byte " + std::to_string(f.detail) +
-                              " was overwritten");
-    throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + op_label(s_, o) + ") reads slot '" + std::string(b.name) +
-                            "' whose prefetch has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
-                            std::to_string(s_.ops[f.detail].chunks) + " chunk(s)): the program lacks a wait on it");
-  }
+  [[noreturn]] void throw_debug_failure() { checks_.throw_failure(std::exchange(debug_failure_, {})); }
+  static void report_debug(void* self, debug_failure f) noexcept { static_cast<executor*>(self)->fail_debug(f); }
 
   void issue() {
     error_ = nullptr;
     debug_failure_ = {};
     failed_.store(false, std::memory_order_relaxed);
-    for (auto& r : prefetched_) r.store(0, std::memory_order_relaxed);
+    checks_.begin_step();
     backend_.begin_step(s_);
     std::exception_ptr issue_error;
     bool earlier_failure = false;  // a lambda or debug check had failed when issuing failed
@@ -544,7 +467,7 @@ class executor {
     auto const role = o.stream;
     for (auto w : s_.waits_of(o)) backend_.wait(role, static_cast<std::uint32_t>(s_.ops[w].event));
     bool const debug = opt_.debug_checks;
-    if (debug) debug_before(role, o, i);
+    if (debug) checks_.before(backend_, role, o, i);
     switch (o.kind) {
       case op_kind::forward:
       case op_kind::recompute:
@@ -563,7 +486,7 @@ class executor {
         backend_.copy(role, i, o, arenas_.device + o.device_offset, arenas_.host + o.host_offset, o.bytes);
         break;
     }
-    if (debug) debug_after(role, o, i);
+    if (debug) checks_.after(backend_, role, o, i);
     if (o.event >= 0) backend_.record(role, static_cast<std::uint32_t>(o.event));
   }
 
@@ -604,8 +527,11 @@ class executor {
           c.mode = o.kind == op_kind::forward     ? forward_mode::forward
                    : o.kind == op_kind::recompute ? forward_mode::recompute
                                                   : forward_mode::advance;
-          c.recompute = o.kind != op_kind::forward;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+          c.recompute = o.kind != op_kind::forward;  // the 0.2 spellings, until they go
           c.advance = o.kind == op_kind::advance;
+#pragma GCC diagnostic pop
           forward_.call(forward_.obj, c);
           break;
         }
@@ -629,115 +555,11 @@ class executor {
     }
   }
 
-  // ---- debug checks, run as host tasks in stream order ------------------------------------
-  static constexpr bool host_visible = Backend::device_memory_is_host_accessible;
-
-  void debug_before(stream_role role, op const& o, std::uint32_t i) {
-    if (o.kind == op_kind::backward || o.kind == op_kind::recompute) backend_.host_task(role, task{&check_prefetched, this, i});
-    if constexpr (host_visible) {
-      if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
-        backend_.host_task(role, task{&write_guards, this, i});
-      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend_.host_task(role, task{&poison_carry_out, this, i});
-    }
-  }
-  void debug_after(stream_role role, op const& o, std::uint32_t i) {
-    bool const carry_copy = o.slot == carry_slot;
-    if (o.kind == op_kind::prefetch && !carry_copy) backend_.host_task(role, task{&count_prefetch, this, i});
-    if constexpr (host_visible) {
-      if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
-        backend_.host_task(role, task{&check_guards, this, i});
-      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend_.host_task(role, task{&check_carry_out, this, i});
-      if (o.kind == op_kind::forward || o.kind == op_kind::backward || (o.kind == op_kind::offload && !carry_copy))
-        backend_.host_task(role, task{&poison, this, i});
-    }
-  }
-  //! A lambda that does not write its carry out would hand the next layer stale data: poison the
-  //! buffer first, and fail when every byte still holds the poison after the op.
-  static void poison_carry_out(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    if (e.failed_.load(std::memory_order_relaxed)) return;
-    std::memset(e.arenas_.device + e.s_.ops[i].carry_out, static_cast<int>(e.opt_.poison_pattern), e.s_.carry.bytes);
-  }
-  static void check_carry_out(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    if (e.failed_.load(std::memory_order_relaxed)) return;
-    auto const* p = e.arenas_.device + e.s_.ops[i].carry_out;
-    for (std::size_t k = 0; k < e.s_.carry.bytes; ++k)
-      if (p[k] != e.opt_.poison_pattern) return;
-    e.fail_debug({debug_failure::carry, i, 0, 0});
-  }
-
-  bool guarded(op const& o, slot_binding const& b) const {
-    return o.kind == op_kind::forward || b.where == placement::remat;
-  }
-  std::size_t offset_for(op const& o, slot_binding const& b) const {
-    return o.kind == op_kind::forward ? b.forward_offset : b.backward_offset;
-  }
-  static void write_guards(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    auto const& o = e.s_.ops[i];
-    for (auto const& b : e.s_.slots_of(o.layer))
-      if (e.guarded(o, b))
-        std::memset(e.arenas_.device + e.offset_for(o, b) + b.bytes, static_cast<int>(e.opt_.guard_pattern),
-                    e.s_.buffers.guard_bytes);
-  }
-  static void check_guards(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    auto const& o = e.s_.ops[i];
-    for (auto const& b : e.s_.slots_of(o.layer)) {
-      if (!e.guarded(o, b)) continue;
-      auto const* g = e.arenas_.device + e.offset_for(o, b) + b.bytes;
-      for (std::size_t k = 0; k < e.s_.buffers.guard_bytes; ++k)
-        if (g[k] != e.opt_.guard_pattern) {
-          e.fail_debug({debug_failure::guard, i, static_cast<std::uint32_t>(&b - e.s_.slots.data()), k});
-          return;
-        }
-    }
-  }
-  static void count_prefetch(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    auto const& o = e.s_.ops[i];
-    e.prefetched_[e.s_.layers[o.layer].first_slot + o.slot].fetch_add(1, std::memory_order_release);
-  }
-  static void check_prefetched(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    auto const& o = e.s_.ops[i];
-    auto const first = e.s_.layers[o.layer].first_slot;
-    auto const slots = e.s_.slots_of(o.layer);
-    for (std::uint32_t k = 0; k < slots.size(); ++k) {
-      if (slots[k].where != placement::offload) continue;
-      auto const p = e.first_prefetch_[first + k];
-      auto const chunks = e.s_.ops[p].chunks;
-      if (e.prefetched_[first + k].load(std::memory_order_acquire) < chunks) {
-        e.fail_debug({debug_failure::prefetch, i, first + k, p});
-        return;
-      }
-    }
-  }
-  static void poison(void* self, std::uint32_t i) noexcept {
-    auto& e = *static_cast<executor*>(self);
-    // After a failure (a prefetch check among them) the program may no longer be ordered: poison
-    // nothing rather than race with a copy still running.
-    if (e.failed_.load(std::memory_order_relaxed)) return;
-    auto const& o = e.s_.ops[i];
-    auto const p = static_cast<int>(e.opt_.poison_pattern);
-    if (o.kind == op_kind::offload) {  // the source chunk is dead once copied out
-      std::memset(e.arenas_.device + o.device_offset, p, o.bytes);
-      return;
-    }
-    for (auto const& b : e.s_.slots_of(o.layer)) {
-      if (o.kind == op_kind::forward && b.where == placement::remat)
-        std::memset(e.arenas_.device + b.forward_offset, p, b.bytes);  // forward scratch is dead
-      if (o.kind == op_kind::backward) std::memset(e.arenas_.device + b.backward_offset, p, b.bytes);
-    }
-  }
-
   Backend& backend_;
   schedule_view s_;
   executor_options opt_;
   tide::arenas arenas_;
-  std::vector<std::atomic<std::uint32_t>> prefetched_;
-  std::vector<std::uint32_t> first_prefetch_;
+  detail::debug_checks checks_;
   erased<forward_context_type> forward_;
   erased<backward_context_type> backward_;
   erased<collective_context_type> gather_;

@@ -46,9 +46,9 @@ inline double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-//! Least-squares latency (s) and bandwidth (bytes/s) of (bytes, seconds) samples. Without
+//! Least-squares latency (us) and bandwidth (bytes/s) of (bytes, microseconds) samples. Without
 //! spread in sizes the latency is taken as zero.
-inline link_model fit_link(std::vector<std::pair<double, double>> const& xy) {
+inline link_direction fit_link(std::vector<std::pair<double, double>> const& xy) {
   if (xy.empty()) return {};
   double mx = 0, my = 0;
   for (auto [x, y] : xy) mx += x, my += y;
@@ -59,9 +59,9 @@ inline link_model fit_link(std::vector<std::pair<double, double>> const& xy) {
   if (sxx > 0 && sxy > 0) {
     auto const slope = sxy / sxx;
     auto const latency = my - slope * mx;
-    if (latency >= 0) return {1 / slope, latency};
+    if (latency >= 0) return {1e6 / slope, latency};
   }
-  return {mx / my, 0};
+  return {1e6 * mx / my, 0};
 }
 
 template <class Backend, class Forward, class Backward>
@@ -145,7 +145,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
         for (auto const& sp : t.ops) {
           auto const& o = off.ops[sp.op];
           if (!is_copy(o.kind)) continue;
-          (o.kind == op_kind::offload ? d2h : h2d).push_back({static_cast<double>(o.bytes), (sp.end_us - sp.begin_us) * 1e-6});
+          (o.kind == op_kind::offload ? d2h : h2d).push_back({static_cast<double>(o.bytes), sp.end_us - sp.begin_us});
         }
     }
     c.link.d2h = detail::fit_link(d2h);

@@ -56,7 +56,7 @@ struct strategy_row {
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
   double recompute_us = 0;           //!< compute time spent recomputing
   std::size_t activation_bytes = 0;  //!< the schedule's device peak
-  std::size_t device_bytes = 0;      //!< the whole device's: resident bytes plus activations
+  std::size_t whole_device_bytes = 0;  //!< the whole device's: resident bytes plus activations (0.2: device_bytes)
   std::size_t host_bytes = 0;        //!< the schedule's pinned host peak
   bool fits = false;                 //!< `activation_bytes` and `host_bytes` are within the budgets
 };
@@ -87,7 +87,7 @@ inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const&
   r.exposed_transfer_us = sim.summary.exposed_transfer_us;
   r.recompute_us = sim.summary.recompute_us;
   r.activation_bytes = s.peak_device_bytes();
-  r.device_bytes = opt.resident_bytes + r.activation_bytes;
+  r.whole_device_bytes = opt.resident_bytes + r.activation_bytes;
   r.host_bytes = s.peak_host_bytes();
   r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
   return r;
@@ -167,7 +167,7 @@ inline std::string format_strategy_table(std::vector<strategy_row> const& rows) 
   for (auto const& row : rows) {
     line("  %-32s %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3, row.exposed_transfer_us / 1e3,
          row.recompute_us / 1e3, format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
-         format_bytes(static_cast<double>(row.device_bytes)).c_str(), format_bytes(static_cast<double>(row.host_bytes)).c_str(),
+         format_bytes(static_cast<double>(row.whole_device_bytes)).c_str(), format_bytes(static_cast<double>(row.host_bytes)).c_str(),
          row.fits ? "yes" : "does not fit");
   }
   return r;

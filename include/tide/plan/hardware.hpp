@@ -66,7 +66,7 @@ struct hardware_spec {
   std::size_t hbm_bytes = 0;         //!< device memory capacity
   double hbm_bytes_per_second = 0;   //!< device memory bandwidth (elementwise ops are bound by it)
   double link_bytes_per_second = 0;  //!< nominal host link bandwidth, per direction, of the whole link
-  double link_latency_s = 5e-6;      //!< per-copy latency (launch and DMA setup)
+  double link_latency_us = 5;        //!< per-copy latency in microseconds (launch and DMA setup)
   bool link_full_duplex = true;      //!< both PCIe and NVLink-C2C are full duplex
   //! GPUs that share the host link and copy at once (GB200: the superchip's two GPUs run the same
   //! step, so each gets half). 1: a link of its own.
@@ -79,7 +79,7 @@ struct hardware_spec {
   double scale_up_bytes_per_second = 0;  //!< NVLink per GPU, per direction
   std::uint32_t scale_up_gpus = 1;       //!< GPUs in one NVLink domain
   double scale_out_bytes_per_second = 0;  //!< network (InfiniBand) per GPU, per direction
-  double collective_latency_s = 20e-6;   //!< per collective (launch and synchronization); an assumption
+  double collective_latency_us = 20;     //!< per collective, in microseconds (launch and synchronization); an assumption
   //! Share of peak FLOP/s that large BF16 matrix products and attention reach in training.
   //! 0.5 is a typical model-FLOP utilization for large dense training runs; replace with yours.
   double mfu = 0.5;
@@ -92,9 +92,9 @@ struct hardware_spec {
   std::string_view source{};  //!< where the numbers come from
 
   //! The host link as the cost model uses it: achieved rates, this GPU's share.
-  constexpr link_spec link() const noexcept {
+  constexpr host_link link() const noexcept {
     auto const bw = link_bytes_per_second * link_efficiency / (link_shared_by == 0 ? 1 : link_shared_by);
-    return {{bw, link_latency_s}, {bw, link_latency_s}, link_full_duplex};
+    return {{bw, link_latency_us}, {bw, link_latency_us}, link_full_duplex};
   }
   //! Pinned host bytes one GPU may use (no cap when `host_bytes` is unknown).
   constexpr std::size_t pinnable_host_bytes() const noexcept {
@@ -150,7 +150,7 @@ constexpr hardware_spec gh200() {
           .hbm_bytes = 96 * gb,
           .hbm_bytes_per_second = 4.0e12,
           .link_bytes_per_second = nvlink_c2c_bytes_per_second,
-          .link_latency_s = 2e-6,
+          .link_latency_us = 2,
           .host_bytes = 480 * gb,
           .scale_up_bytes_per_second = 450e9,
           .scale_up_gpus = 1,  // an assumption: GH200 nodes joined by the network only
@@ -166,7 +166,7 @@ constexpr hardware_spec gb200() {
           .hbm_bytes = 186 * gb,
           .hbm_bytes_per_second = 8.0e12,
           .link_bytes_per_second = nvlink_c2c_bytes_per_second,
-          .link_latency_s = 2e-6,
+          .link_latency_us = 2,
           .link_shared_by = 2,
           .host_bytes = 240 * gb,
           .scale_up_bytes_per_second = 900e9,
@@ -183,7 +183,7 @@ constexpr hardware_spec vera_rubin() {
           .hbm_bytes = 288 * gb,
           .hbm_bytes_per_second = 22e12,
           .link_bytes_per_second = 900e9,
-          .link_latency_s = 2e-6,
+          .link_latency_us = 2,
           .link_shared_by = 2,
           .host_bytes = 750 * gb,
           .scale_up_bytes_per_second = 1.8e12,

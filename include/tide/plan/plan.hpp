@@ -92,14 +92,14 @@ struct plan_options {
 
 //! A planner's answer.
 struct plan {
-  bool fits = false;                      //!< false: nothing found fits; see `smallest_device_bytes`
+  bool fits = false;                      //!< false: nothing found fits; see `smallest_activation_bytes`
   std::vector<placement> decisions{};     //!< per (layer, slot), layers in order, slots in type order
   tide::strategy strategy{};              //!< the policy for `decisions`, with the candidate's other parts
   double step_us = 0;                     //!< simulated step time
-  std::size_t device_bytes = 0;           //!< the schedule's device peak (activations)
+  std::size_t activation_bytes = 0;       //!< the schedule's device peak (activations; 0.2: device_bytes)
   std::size_t resident_bytes = 0;         //!< `plan_options::resident_bytes`
   std::size_t host_bytes = 0;             //!< the schedule's pinned host bytes
-  std::size_t smallest_device_bytes = 0;  //!< when it does not fit: the smallest peak reached
+  std::size_t smallest_activation_bytes = 0;  //!< when it does not fit: the smallest peak reached
   std::size_t evaluations = 0;            //!< schedules built
   bool exact = false;                     //!< found by the exact search
   //! No schedule of the stack within the budgets steps faster than this (`step_lower_bound`, with
@@ -113,7 +113,7 @@ struct plan {
   }
 
   //! The whole device's peak: resident bytes plus the schedule's.
-  constexpr std::size_t whole_device_bytes() const noexcept { return resident_bytes + device_bytes; }
+  constexpr std::size_t whole_device_bytes() const noexcept { return resident_bytes + activation_bytes; }
   //! The schedule of this plan for `stack` (the stack it was planned for).
   schedule build(stack_spec const& stack) const { return build_schedule(stack, strategy); }
 };

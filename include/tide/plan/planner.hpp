@@ -73,8 +73,8 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
     c.forward_us.push_back(l.forward_us);
     c.backward_us.push_back(l.backward_us);
   }
-  c.d2h_us = costs.link.d2h.seconds(stack.carry.bytes) * 1e6;
-  c.h2d_us = costs.link.h2d.seconds(stack.carry.bytes) * 1e6;
+  c.d2h_us = costs.link.d2h.time_us(stack.carry.bytes);
+  c.h2d_us = costs.link.h2d.time_us(stack.carry.bytes);
   return c;
 }
 
@@ -125,7 +125,7 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
     }
   }
   plan best;
-  best.smallest_device_bytes = std::numeric_limits<std::size_t>::max();
+  best.smallest_activation_bytes = std::numeric_limits<std::size_t>::max();
   std::size_t evaluations = 0;
   for (auto const& k : tries) {
     auto o = opt;
@@ -133,9 +133,9 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
     for (auto& c : o.candidates) c.checkpoints = k;
     auto p = detail::plan_slots(stack, costs, o);
     evaluations += p.evaluations;
-    auto const smallest = std::min(best.smallest_device_bytes, p.smallest_device_bytes);
+    auto const smallest = std::min(best.smallest_activation_bytes, p.smallest_activation_bytes);
     if (p.fits && (!best.fits || p.step_us < best.step_us)) best = std::move(p);
-    best.smallest_device_bytes = smallest;
+    best.smallest_activation_bytes = smallest;
   }
   best.evaluations = evaluations;
   best.resident_bytes = opt.resident_bytes;

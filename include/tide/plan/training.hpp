@@ -20,7 +20,7 @@
 //!
 //! Collectives move their bytes at the NVLink rate inside a domain and at the network rate across
 //! domains (a job spreads evenly over as few domains as hold it), times `collective_efficiency`,
-//! plus `collective_latency_s`: all-gathers and reduce-scatters hierarchically (a domain imports
+//! plus `collective_latency_us`: all-gathers and reduce-scatters hierarchically (a domain imports
 //! each other domain's data once, over all its GPUs' ports), all-to-alls point to point.
 
 #include <algorithm>
@@ -117,7 +117,7 @@ inline double collective_seconds(double near, double far, hardware_spec const& h
     throw cost_model_error("tide: hardware '" + std::string(hw.name) + "': a collective leaves the NVLink domain of " +
                            std::to_string(hw.scale_up_gpus) + " GPUs but scale_out_bytes_per_second is 0");
   // The two phases are added, an upper bound: NCCL may overlap a hierarchical collective's phases.
-  double t = hw.collective_latency_s;
+  double t = hw.collective_latency_us * 1e-6;
   if (near > 0) t += near / (hw.scale_up_bytes_per_second * hw.collective_efficiency);
   if (far > 0) t += far / (hw.scale_out_bytes_per_second * hw.collective_efficiency);
   return t;
@@ -149,7 +149,7 @@ inline double all_reduce_seconds(double bytes, std::uint32_t n, std::uint32_t in
 //! forward and backward and a reduce after backward; with plain data parallelism, the reduce.
 inline collective_spec training_collectives(training_spec const& t) {
   bool const fsdp = t.layout.fsdp > 1;
-  return {.before_forward = fsdp, .after_backward = fsdp || t.layout.gpus > 1, .before_backward = fsdp};
+  return {.before_forward = fsdp, .before_backward = fsdp, .after_backward = fsdp || t.layout.gpus > 1};
 }
 
 }  // namespace tide

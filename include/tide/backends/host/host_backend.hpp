@@ -39,8 +39,8 @@ namespace tide {
 struct host_backend_options {
   std::size_t device_budget = std::numeric_limits<std::size_t>::max();  //!< the "GPU memory" budget, bytes held at once
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
-  link_model d2h{};                                                     //!< paces offloads; the default is unpaced (as fast as `memcpy`)
-  link_model h2d{};                                                     //!< paces prefetches; the default is unpaced (as fast as `memcpy`)
+  link_direction d2h{};                                                     //!< paces offloads; the default is unpaced (as fast as `memcpy`)
+  link_direction h2d{};                                                     //!< paces prefetches; the default is unpaced (as fast as `memcpy`)
 };
 
 namespace detail {
@@ -210,7 +210,7 @@ class host_backend {
     void* dst = nullptr;
     void const* src = nullptr;
     std::size_t bytes = 0;
-    link_model const* pace = nullptr;
+    link_direction const* pace = nullptr;
     bool join = false;  // record/wait: `index` is one of `joins_`, not a schedule event
   };
   struct queue {
@@ -281,14 +281,14 @@ class host_backend {
         }
         case item::copy: {
           auto const picked = clock::now();
-          if (auto const secs = it.pace->seconds(it.bytes); secs > 0) {
+          if (auto const copy_us = it.pace->time_us(it.bytes); copy_us > 0) {
             // Pace against the link's own schedule, as a copy engine would run: a copy that was
             // ready (queued, its waits done) when the link became free starts then, not when this
             // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
             auto& link = link_free_[it.pace == &opt_.d2h ? 0 : 1];
             auto const start =
                 std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
-            auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(secs));
+            auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(copy_us));
             // The data becomes visible only when the copy completes on the link's schedule, as on a
             // GPU: a reader that misses a wait sees the old bytes, and the source is read at the
             // end, so one overwritten during the copy shows too.

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include <tide/core/link_model.hpp>  // the same pacing the host backend applies
+#include <tide/core/host_link.hpp>  // the same pacing the host backend applies
 #include <tide/core/error.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
@@ -54,22 +54,13 @@ struct layer_cost {
   }
 };
 
-//! The host link: one `link_model` per direction. Full duplex (PCIe, NVLink-C2C) lets an
-//! offload and a prefetch run at once at full speed each; a shared link serializes them.
-struct link_spec {
-  link_model d2h{};         //!< device to host (offloads)
-  link_model h2d{};         //!< host to device (prefetches)
-  bool full_duplex = true;  //!< false: both directions share one link, so copies serialize
-  //! Both directions at `bytes_per_second` with `latency_s`.
-  static constexpr link_spec symmetric(double bytes_per_second, double latency_s = 0, bool duplex = true) noexcept {
-    return {{bytes_per_second, latency_s}, {bytes_per_second, latency_s}, duplex};
-  }
-};
+//! Deprecated (0.3): the host link is `tide::host_link` (`<tide/core/host_link.hpp>`).
+using link_spec [[deprecated("use tide::host_link (<tide/core/host_link.hpp>); its latencies are latency_us")]] = host_link;
 
 //! Per-layer costs for a whole stack, plus the link. `layers.size()` is the stack's layer count.
 struct cost_table {
   std::vector<layer_cost> layers{};  //!< one per layer of the stack, in order
-  link_spec link{};                  //!< what copies between host and device cost
+  host_link link{};                  //!< what copies between host and device cost
   //! Time from an event's record to the waiting stream resuming, when the wait blocks (thread
   //! wake-up on the host backend, a few microseconds on a GPU). `calibrate` measures it.
   double sync_latency_us = 0;
@@ -103,7 +94,7 @@ struct cost_table {
 };
 
 //! A table with the same costs for every one of `layer_count` layers.
-inline cost_table uniform_costs(std::uint32_t layer_count, layer_cost const& each, link_spec link = {}) {
+inline cost_table uniform_costs(std::uint32_t layer_count, layer_cost const& each, host_link link = {}) {
   return {std::vector<layer_cost>(layer_count, each), link};
 }
 

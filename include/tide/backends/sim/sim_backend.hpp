@@ -132,7 +132,7 @@ class sim_backend {
     auto const& link = costs_->link;
     auto& busy = link_us_[link.full_duplex && !d2h ? 1 : 0];
     auto const begin = std::max(ready_[index(r)] + costs_->op_overhead_us, busy);
-    busy = advance(r, i, begin, (d2h ? link.d2h : link.h2d).seconds(n) * 1e6);
+    busy = advance(r, i, begin, (d2h ? link.d2h : link.h2d).time_us(n));
   }
   //! Does nothing: the debug checks it would run need data.
   void host_task(stream_role, task) noexcept {}

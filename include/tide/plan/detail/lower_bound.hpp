@@ -149,7 +149,7 @@ inline bound_point minimize_bound(stack_spec const& stack, cost_table const& cos
     for (auto const& s : stack.layer(l).slots) total += static_cast<double>(s.bytes);
   double const device = static_cast<double>(in.device_budget);
   double const host = static_cast<double>(in.host_budget);
-  auto const per_byte_us = [](link_model const& m) { return m.bytes_per_second > 0 ? 1e6 / m.bytes_per_second : 0.0; };
+  auto const per_byte_us = [](link_direction const& m) { return m.bytes_per_second > 0 ? 1e6 / m.bytes_per_second : 0.0; };
   double const d2h = per_byte_us(costs.link.d2h), h2d = per_byte_us(costs.link.h2d), slower = std::max(d2h, h2d);
   double const one_way = costs.link.full_duplex ? slower : d2h + h2d;  // per byte offloaded, one direction's time
   double const compute = costs.compute_us();

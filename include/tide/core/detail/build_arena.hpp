@@ -1,0 +1,95 @@
+#pragma once
+//! \file
+//! The builder's arena layout: kept slots at offset 0, then the forward area (the offload source
+//! ring, then forward remat scratch) and the backward area (the staging ring, then recompute
+//! scratch or an advance's slots), shared when `buffer_spec::share_phase_regions`; every transient
+//! slot's offsets resolved into them; the carries' place after them.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include <tide/core/detail/builder.hpp>
+
+namespace tide::detail {
+
+constexpr schedule_issue builder::lay_out_arena() {
+  auto const& buffers = how.buffers;
+  auto const& pipeline = how.pipeline;
+  // Without latency hiding copies are serialized on the compute stream, so one source and one
+  // staging buffer are all that can be in use. Ring buffer b is sized for the largest layer that
+  // uses it, so every byte of the arena is used by some op.
+  auto& a = s.arena;
+  a.kept_bytes = kept;
+  a.remat_scratch_bytes = remat_scratch;
+  a.offload_buffers = std::min<std::uint32_t>(n_off, hiding ? pipeline.max_offloads_in_flight : 1);
+  a.staging_buffers = std::min<std::uint32_t>(n_off, hiding ? buffers.staging_buffers : 1);
+  offload_buf.assign(a.offload_buffers + 1, 0);
+  staging_buf.assign(a.staging_buffers + 1, 0);
+  for (std::uint32_t j = 0; j < n_off; ++j) {
+    auto const bytes = s.layers[offloaded[j]].offloaded_bytes;
+    auto& o = offload_buf[j % a.offload_buffers + 1];
+    auto& st = staging_buf[(n_off - 1 - j) % a.staging_buffers + 1];
+    o = std::max(o, bytes);
+    st = std::max(st, bytes);
+  }
+  for (std::size_t i = 1; i < offload_buf.size(); ++i)  // prefix offsets
+    if (!checked_add(offload_buf[i], offload_buf[i - 1], offload_buf[i])) return overflow("offload source ring");
+  for (std::size_t i = 1; i < staging_buf.size(); ++i)
+    if (!checked_add(staging_buf[i], staging_buf[i - 1], staging_buf[i])) return overflow("staging ring");
+  a.offload_ring_bytes = offload_buf.back();
+  a.staging_ring_bytes = staging_buf.back();
+  // An advance runs on the compute stream between two layers' backward work, when the recompute
+  // scratch holds nothing live: its slots share that scratch.
+  a.advance_scratch_bytes = advance_scratch;
+  std::size_t forward_size = 0, backward_size = 0;
+  if (!checked_add(a.offload_ring_bytes, remat_scratch, forward_size) ||
+      !checked_add(a.staging_ring_bytes, std::max(remat_scratch, advance_scratch), backward_size))
+    return overflow("transient area (ring plus remat or advance scratch)");
+  a.forward_area = kept;
+  std::size_t phases = 0;
+  if (buffers.share_phase_regions) phases = std::max(forward_size, backward_size);
+  else if (!checked_add(forward_size, backward_size, phases)) return overflow("transient area of both phases");
+  if (!checked_add(kept, phases, a.device_bytes)) return overflow("device arena");
+  a.backward_area = buffers.share_phase_regions ? kept : kept + forward_size;  // <= device_bytes: cannot wrap
+  a.host_bytes = host;
+
+  // Device offsets of transient slots (each below device_bytes: cannot wrap).
+  for (std::uint32_t l = 0; l < L; ++l) {
+    auto const& lb = s.layers[l];
+    std::size_t scratch = a.backward_area + a.staging_ring_bytes;  // an advance's slots, packed
+    for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+      auto& b = s.slots[lb.first_slot + k];
+      if (advanced[l]) {
+        b.advance_offset = scratch;
+        std::size_t region = 0;  // as in place(), which proved these cannot overflow
+        if (!checked_add(b.bytes, buffers.guard_bytes, region) || !checked_align_up(region, dalign, region))
+          return overflow("size plus guard bytes", lb.type_name, b.name);
+        scratch += region;
+      }
+      if (b.where == placement::offload) {
+        auto const j = ring_index[l];
+        b.forward_offset += a.forward_area + offload_buf[j % a.offload_buffers];
+        b.backward_offset += a.backward_area + staging_buf[(n_off - 1 - j) % a.staging_buffers];
+      } else if (b.where == placement::remat) {
+        b.forward_offset += a.forward_area + a.offload_ring_bytes;
+        b.backward_offset += a.backward_area + a.staging_ring_bytes;
+      }
+    }
+  }
+
+  // The carries, after everything else (their buffers are counted once the walk has run).
+  if (carries) {
+    auto& cb = s.carry;
+    cb.name = stack.carry.name;
+    cb.bytes = stack.carry.bytes;
+    if (!checked_align_up(stack.carry.bytes, dalign, cb.region_bytes) ||
+        !checked_align_up(stack.carry.bytes, buffers.host_alignment, cb.host_region_bytes))
+      return overflow("carry, aligned,", {}, stack.carry.name);
+    cb.device_area = a.device_bytes;
+    cb.host_area = a.host_bytes;
+  }
+  return {};
+}
+
+}  // namespace tide::detail

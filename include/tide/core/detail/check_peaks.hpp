@@ -1,0 +1,37 @@
+#pragma once
+//! \file
+//! The checker's peak pass (core/check.hpp): replaying the ops' byte ranges reproduces the
+//! predicted device and host peaks.
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include <tide/core/check_report.hpp>
+#include <tide/core/detail/check_common.hpp>
+#include <tide/core/schedule.hpp>
+
+namespace tide::detail {
+
+//! Peaks: the extent the accesses touch (device ranges plus guard, aligned) is the prediction.
+inline void replay_peaks(schedule_view const& s, checked_program const& p, check_report& report) {
+  auto const guard = s.buffers.guard_bytes;
+  for (auto const& a : p.accesses) {
+    if (a.guard) continue;  // the guard is counted after the access it follows, as predicted
+    // No overflow: proven by check_program. Carries have no guard.
+    auto const end = a.host || a.slot == carry_slot ? a.end : a.end + guard;
+    auto const align = a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
+    auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
+                         align * align;
+    auto& r = a.host ? report.replayed_host_bytes : report.replayed_device_bytes;
+    r = std::max(r, aligned);
+  }
+  if (report.replayed_device_bytes != s.arena.device_bytes)
+    check_fail("peak: replaying the ops touches " + std::to_string(report.replayed_device_bytes) +
+               " device bytes but the predicted peak is " + std::to_string(s.arena.device_bytes));
+  if (report.replayed_host_bytes != s.arena.host_bytes)
+    check_fail("peak: replaying the ops touches " + std::to_string(report.replayed_host_bytes) +
+               " host bytes but the predicted peak is " + std::to_string(s.arena.host_bytes));
+}
+
+}  // namespace tide::detail

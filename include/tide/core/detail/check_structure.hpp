@@ -1,0 +1,291 @@
+#pragma once
+//! \file
+//! The checker's structural pass (core/check.hpp): every op in range, waits and events, vector
+//! clocks, completeness (one forward and backward per layer in order, recomputes, copies and
+//! collectives where they belong) and every op's byte accesses, for the later passes.
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include <tide/core/detail/check_bindings.hpp>
+#include <tide/core/detail/check_carry.hpp>
+#include <tide/core/detail/check_common.hpp>
+#include <tide/core/schedule.hpp>
+
+namespace tide::detail {
+
+//! Structure, vector clocks and completeness; collects every op's byte accesses.
+inline checked_program check_program(schedule_view const& s) {
+  check_bindings(s);
+  checked_program p;
+  p.ops = s.ops;
+  auto const L = static_cast<std::uint32_t>(s.layers.size());
+  if (s.ops.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
+    check_fail("structure: " + std::to_string(s.ops.size()) + " ops, more than 31-bit op indices name");
+  auto const n = static_cast<std::uint32_t>(s.ops.size());
+  auto const guard = s.buffers.guard_bytes;
+  auto const chunk_bytes = s.pipeline.chunk_bytes;
+  auto const str = [](auto v) { return std::to_string(v); };
+
+  // Structure and vector clocks.
+  p.clock.resize(n);
+  std::array<std::int32_t, stream_count> none{};
+  none.fill(-1);
+  std::array<std::array<std::int32_t, stream_count>, stream_count> tail{};
+  tail.fill(none);
+  std::vector<std::pair<std::int32_t, std::uint32_t>> events;  // (event, op): recorded once each
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto const& o = s.ops[i];
+    auto const st = static_cast<std::size_t>(o.stream);
+    if (o.layer >= L) check_fail("structure: op #" + str(i) + " names layer " + str(o.layer) + " beyond the " + str(L) + "-layer stack");
+    if (static_cast<std::size_t>(o.kind) >= op_kind_count)
+      check_fail("structure: op #" + str(i) + " has no valid kind");
+    bool const carry_copy = is_copy(o.kind) && o.slot == carry_slot;
+    if (o.slot != no_slot && !carry_copy && o.slot >= s.layers[o.layer].slot_count)
+      check_fail("structure: op #" + str(i) + " names slot " + str(o.slot) + " which layer " + str(o.layer) + " does not have");
+    if (is_copy(o.kind) && o.slot == no_slot) check_fail("structure: op #" + str(i) + " is a copy of no slot");
+    if (st >= stream_count) check_fail("structure: " + op_name(s, i) + " names no valid stream");
+    check_carry_fields(s, i);
+    if (is_copy(o.kind) && !carry_copy) {
+      auto const& b = s.slots_of(o.layer)[o.slot];
+      auto const what = [&] { return "structure: " + op_name(s, i); };
+      if (b.where != placement::offload)
+        check_fail(what() + " copies a slot that is not offloaded (" + std::string(to_string(b.where)) + ")");
+      if (o.chunks == 0 || o.chunk >= o.chunks)
+        check_fail(what() + " claims chunk " + str(o.chunk) + " of " + str(o.chunks));
+      if (o.bytes == 0) check_fail(what() + " copies no bytes");
+      std::size_t start = 0;  // the chunk's first byte within its slot
+      if (o.chunks > 1) {
+        if (chunk_bytes == 0) check_fail(what() + " is one of several chunks but the pipeline's chunk size is 0");
+        if (o.chunk > std::numeric_limits<std::size_t>::max() / chunk_bytes)
+          check_fail(what() + ": its chunk offset overflows size_t");
+        start = std::size_t{o.chunk} * chunk_bytes;
+      }
+      auto const end = add_or_fail(start, o.bytes, [&] { return what() + ": its slot range"; });
+      if (end > b.bytes)
+        check_fail(what() + " copies bytes " + bytes_text(start, end) + " of a slot of " + str(b.bytes) + " bytes");
+      auto const dev_end = add_or_fail(o.device_offset, o.bytes, [&] { return what() + ": its device range"; });
+      add_or_fail(dev_end, guard, [&] { return what() + ": its device range plus guard"; });
+      add_or_fail(o.host_offset, o.bytes, [&] { return what() + ": its host range"; });
+    }
+    if (o.event >= 0) {
+      if (static_cast<std::uint32_t>(o.event) >= s.event_count)
+        check_fail("structure: " + op_name(s, i) + " records event " + str(o.event) + " of only " + str(s.event_count));
+      events.push_back({o.event, i});
+    }
+    if (std::uint64_t{o.wait_begin} + o.wait_count > s.waits.size())
+      check_fail("structure: " + op_name(s, i) + " has waits " + bytes_text(o.wait_begin, std::uint64_t{o.wait_begin} + o.wait_count) +
+                 " beyond the " + str(s.waits.size()) + " stored");
+    auto c = tail[st];
+    for (auto w : s.waits_of(o)) {
+      if (w >= i) check_fail("structure: " + op_name(s, i) + " waits on op #" + str(w) + " which is not issued before it");
+      if (s.ops[w].event < 0)
+        check_fail("structure: " + op_name(s, i) + " waits on " + op_name(s, w) + " which records no event");
+      for (std::size_t t = 0; t < stream_count; ++t) c[t] = std::max(c[t], p.clock[w][t]);
+    }
+    c[st] = static_cast<std::int32_t>(i);
+    p.clock[i] = c;
+    tail[st] = c;
+  }
+  std::sort(events.begin(), events.end());
+  for (std::size_t j = 1; j < events.size(); ++j)
+    if (events[j].first == events[j - 1].first)
+      check_fail("structure: " + op_name(s, events[j - 1].second) + " and " + op_name(s, events[j].second) +
+                 " both record event " + str(events[j].first));
+
+  // Completeness: one forward, backward (and recompute where needed) per layer, in order.
+  constexpr auto absent = std::numeric_limits<std::uint32_t>::max();
+  std::array<std::vector<std::uint32_t>, op_kind_count> by_kind;  // per op_kind, per layer: its op
+  for (auto& v : by_kind) v.assign(L, absent);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto const& o = s.ops[i];
+    if (is_copy(o.kind) || o.kind == op_kind::advance) continue;  // advances: as many as the reversal needs
+    auto& at = by_kind[static_cast<std::size_t>(o.kind)][o.layer];
+    if (at != absent)
+      check_fail("completeness: layer " + str(o.layer) + " has two " + std::string(to_string(o.kind)) + " ops, " +
+                 op_name(s, at) + " and " + op_name(s, i) + ": the executor would run it twice");
+    at = i;
+  }
+  auto const& fwd = by_kind[static_cast<std::size_t>(op_kind::forward)];
+  auto const& bwd = by_kind[static_cast<std::size_t>(op_kind::backward)];
+  auto const& rec = by_kind[static_cast<std::size_t>(op_kind::recompute)];
+  auto const& gat = by_kind[static_cast<std::size_t>(op_kind::gather)];
+  auto const& col = by_kind[static_cast<std::size_t>(op_kind::reduce)];
+  auto const& reg = by_kind[static_cast<std::size_t>(op_kind::regather)];
+  auto ordered = [&](std::uint32_t a, std::uint32_t b, std::string const& what) {
+    if (!p.before(a, b))
+      check_fail("ordering: " + op_name(s, b) + " is not ordered after " + op_name(s, a) + " (" + what + ")");
+  };
+  for (std::uint32_t l = 0; l < L; ++l) {
+    auto const layer = "layer " + str(l);
+    if (fwd[l] == absent) check_fail("completeness: " + layer + " has no forward op");
+    if (bwd[l] == absent) check_fail("completeness: " + layer + " has no backward op: its gradient would never be computed");
+    ordered(fwd[l], bwd[l], "a layer's backward follows its forward");
+    if (l > 0) {
+      ordered(fwd[l - 1], fwd[l], "forwards run in layer order");
+      ordered(bwd[l], bwd[l - 1], "backwards run in reverse layer order");
+    }
+    auto const slots = s.slots_of(l);
+    auto const remat = std::find_if(slots.begin(), slots.end(), [](auto const& b) { return b.where == placement::remat; });
+    if (remat != slots.end() && rec[l] == absent)
+      check_fail("completeness: " + layer + " has remat slot '" + std::string(remat->name) +
+                 "' but no recompute op: its backward would read a slot nothing rebuilt");
+    if (remat == slots.end() && rec[l] != absent)
+      check_fail("completeness: " + op_name(s, rec[l]) + " recomputes a layer that has no remat slot");
+    if (rec[l] != absent) {
+      ordered(fwd[l], rec[l], "a recompute follows its layer's forward");
+      ordered(rec[l], bwd[l], "a layer's backward follows its recompute");
+    }
+    if (s.collectives.before_forward && gat[l] == absent)
+      check_fail("completeness: " + layer + " has no gather op though the schedule's collectives gather before forward");
+    if (!s.collectives.before_forward && gat[l] != absent)
+      check_fail("completeness: " + op_name(s, gat[l]) + " gathers though the schedule's collectives do not");
+    if (gat[l] != absent) ordered(gat[l], fwd[l], "a layer's forward follows its gather");
+    if (s.collectives.before_backward && reg[l] == absent)
+      check_fail("completeness: " + layer + " has no regather op though the schedule's collectives regather before backward");
+    if (!s.collectives.before_backward && reg[l] != absent)
+      check_fail("completeness: " + op_name(s, reg[l]) + " regathers though the schedule's collectives do not");
+    if (reg[l] != absent) {
+      ordered(reg[l], bwd[l], "a layer's backward follows its regather");
+      if (rec[l] != absent) ordered(reg[l], rec[l], "a layer's recompute follows its regather");
+    }
+    if (s.collectives.after_backward && col[l] == absent)
+      check_fail("completeness: " + layer + " has no reduce op though the schedule's collectives reduce after backward");
+    if (!s.collectives.after_backward && col[l] != absent)
+      check_fail("completeness: " + op_name(s, col[l]) + " reduces though the schedule's collectives do not");
+    if (col[l] != absent) ordered(bwd[l], col[l], "a layer's reduce follows its backward");
+  }
+
+  // Completeness of copies: every offloaded slot goes out and comes back, each chunk once.
+  struct copy_key {
+    std::uint32_t slot;  // global binding index
+    bool prefetch;
+    std::uint32_t chunk;
+    std::uint32_t op;
+    bool operator<(copy_key const& o) const noexcept {
+      return std::tie(slot, prefetch, chunk, op) < std::tie(o.slot, o.prefetch, o.chunk, o.op);
+    }
+  };
+  std::vector<copy_key> copies;
+  for (std::uint32_t i = 0; i < n; ++i)
+    if (auto const& o = s.ops[i]; is_copy(o.kind) && o.slot != carry_slot)
+      copies.push_back({s.layers[o.layer].first_slot + o.slot, o.kind == op_kind::prefetch, o.chunk, i});
+  std::sort(copies.begin(), copies.end());
+  for (std::uint32_t l = 0; l < L; ++l)
+    for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
+      auto const g = s.layers[l].first_slot + k;
+      if (s.slots[g].where != placement::offload) continue;  // copies of other slots were rejected above
+      for (bool prefetch : {false, true}) {
+        auto const kind = prefetch ? "prefetch" : "offload";
+        auto const [first, last] =
+            std::equal_range(copies.begin(), copies.end(), copy_key{g, prefetch, 0, 0}, [](auto const& a, auto const& b) {
+              return std::tie(a.slot, a.prefetch) < std::tie(b.slot, b.prefetch);
+            });
+        if (first == last)
+          check_fail("completeness: " + slot_label(s, l, k) + " is offloaded but " +
+                     (prefetch ? "never prefetched: no prefetch op brings it back before its backward"
+                             : "never offloaded: no offload op copies it to the host"));
+        auto const chunks = s.ops[first->op].chunks;
+        for (auto it = first; it != last; ++it) {
+          auto const c = static_cast<std::uint32_t>(it - first);
+          if (s.ops[it->op].chunks != chunks)
+            check_fail("completeness: " + op_name(s, it->op) + " and " + op_name(s, first->op) + " disagree on the " +
+                       kind + " chunk count of " + slot_label(s, l, k));
+          if (it->chunk != c)
+            check_fail("completeness: " + slot_label(s, l, k) + " has " +
+                       (it->chunk < c ? std::string("two ") + kind + " ops for chunk " + str(it->chunk) + ", " +
+                                            op_name(s, (it - 1)->op) + " and " + op_name(s, it->op)
+                                      : std::string("no ") + kind + " op for chunk " + str(c)));
+        }
+        if (static_cast<std::uint64_t>(last - first) != chunks)
+          check_fail("completeness: " + slot_label(s, l, k) + " has no " + kind + " op for chunk " +
+                     str(last - first) + " of " + str(chunks));
+      }
+    }
+
+  // Byte accesses, in op order (their count is bounded first: indices into them are 32-bit).
+  std::uint64_t total = 0;
+  for (auto const& o : s.ops)
+    total += is_copy(o.kind)                                                ? 2
+             : is_collective(o.kind)                                  ? 0
+                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u) + 2;
+  if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
+    check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
+  p.accesses.reserve(total);
+  p.first_access.reserve(std::size_t{n} + 1);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+    auto const& o = s.ops[i];
+    auto const slots = s.slots_of(o.layer);
+    auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * chunk_bytes : 0;
+    auto const slot = static_cast<std::uint16_t>(o.slot);
+    auto add = [&](bool host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
+      p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
+    };
+    // Carry `state` at `addr`: its data is the state's, wherever it lies.
+    auto add_carry = [&](bool host, bool write, std::size_t addr, std::uint32_t state) {
+      p.accesses.push_back({i, host, write, addr, addr + s.carry.bytes, state, carry_slot, std::uint64_t{0} - addr});
+    };
+    if (o.carry_in != no_carry) add_carry(false, false, o.carry_in, o.layer);
+    if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, o.layer + 1);
+    // The guard bytes the executor's debug checks write after a slot before the op (and check
+    // after it): part of the op's accesses (no overflow: proven by check_bindings).
+    auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
+      if (guard == 0) return;
+      p.accesses.push_back({i, false, true, slot_end, slot_end + guard, o.layer, k, 0, true});
+    };
+    switch (o.kind) {
+      case op_kind::forward:
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, true, slots[k].forward_offset, slots[k].bytes, k, 0);
+          add_guard(slots[k].forward_offset + slots[k].bytes, k);
+        }
+        break;
+      case op_kind::recompute:
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, slots[k].where == placement::remat, slots[k].backward_offset, slots[k].bytes, k, 0);
+          if (slots[k].where == placement::remat) add_guard(slots[k].backward_offset + slots[k].bytes, k);
+        }
+        break;
+      case op_kind::backward:
+        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
+        break;
+      case op_kind::advance:  // the carry, and its slots as scratch the lambda may write
+        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, true, slots[k].advance_offset, slots[k].bytes, k, 0);
+        break;
+      case op_kind::offload:
+        if (o.slot == carry_slot) {
+          add_carry(false, false, o.device_offset, o.layer);
+          add_carry(true, true, o.host_offset, o.layer);
+          break;
+        }
+        add(false, false, o.device_offset, o.bytes, slot, chunk_start);
+        add(true, true, o.host_offset, o.bytes, slot, chunk_start);
+        break;
+      case op_kind::prefetch:
+        if (o.slot == carry_slot) {
+          add_carry(true, false, o.host_offset, o.layer);
+          add_carry(false, true, o.device_offset, o.layer);
+          break;
+        }
+        add(true, false, o.host_offset, o.bytes, slot, chunk_start);
+        add(false, true, o.device_offset, o.bytes, slot, chunk_start);
+        break;
+      case op_kind::gather:
+      case op_kind::regather:
+      case op_kind::reduce: break;
+    }
+  }
+  p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+  if (s.carry.present()) check_disjoint_accesses(s, p);
+  return p;
+}
+
+}  // namespace tide::detail

@@ -1,0 +1,195 @@
+#pragma once
+//! \file
+//! The executor's debug checks (`executor_options::debug_checks`), run as host tasks in stream
+//! order around the ops: guard bytes after each slot a lambda writes, poison over dead buffers
+//! and over a carry out before its writer, and a count of each slot's prefetched chunks that its
+//! readers check. A failure is recorded without allocating (on CUDA the tasks run on the
+//! runtime's callback thread, where an exception would terminate) and formatted on the calling
+//! thread once the step has synchronized.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <tide/core/check.hpp>
+#include <tide/core/error.hpp>
+#include <tide/core/schedule.hpp>
+#include <tide/executor/backend.hpp>
+
+namespace tide::detail {
+
+//! A debug check's failure: which check, at which op, on which slot binding.
+struct debug_failure {
+  enum kind_t : std::uint8_t { none, guard, prefetch, carry } kind = none;
+  std::uint32_t op = 0;
+  std::uint32_t slot = 0;  //!< index into the schedule's slot bindings
+  std::size_t detail = 0;  //!< guard: the overwritten byte; prefetch: the slot's first prefetch op
+};
+
+//! The checks of one executor's schedule. `attach` gives them the device arena, the executor's
+//! failure flag and where to report; `before` and `after` enqueue them around op `i`.
+class debug_checks {
+ public:
+  debug_checks(schedule_view s, std::byte guard_pattern, std::byte poison_pattern)
+      : s_(s), guard_(guard_pattern), poison_(poison_pattern), prefetched_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {
+    for (std::uint32_t i = static_cast<std::uint32_t>(s_.ops.size()); i-- > 0;) {
+      auto const& o = s_.ops[i];
+      if (o.kind == op_kind::prefetch && o.slot != carry_slot) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
+    }
+  }
+  debug_checks(debug_checks const&) = delete;
+  debug_checks& operator=(debug_checks const&) = delete;
+
+  //! Where the checks read and write (the device arena, host-visible on the backends that run
+  //! the byte checks), the flag that says an op of the step failed, and the failure sink.
+  void attach(std::byte* device, std::atomic<bool> const* failed, void* owner, void (*report)(void*, debug_failure)) noexcept {
+    device_ = device;
+    failed_ = failed;
+    owner_ = owner;
+    report_ = report;
+  }
+  //! A new step: no chunk prefetched yet.
+  void begin_step() noexcept {
+    for (auto& r : prefetched_) r.store(0, std::memory_order_relaxed);
+  }
+
+  //! The checks before op `i` (`o`) on stream `role`.
+  template <class Backend>
+  void before(Backend& backend, stream_role role, op const& o, std::uint32_t i) {
+    if (o.kind == op_kind::backward || o.kind == op_kind::recompute) backend.host_task(role, task{&check_prefetched, this, i});
+    if constexpr (Backend::device_memory_is_host_accessible) {
+      if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
+        backend.host_task(role, task{&write_guards, this, i});
+      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend.host_task(role, task{&poison_carry_out, this, i});
+    }
+  }
+  //! The checks after op `i` (`o`) on stream `role`.
+  template <class Backend>
+  void after(Backend& backend, stream_role role, op const& o, std::uint32_t i) {
+    bool const carry_copy = o.slot == carry_slot;
+    if (o.kind == op_kind::prefetch && !carry_copy) backend.host_task(role, task{&count_prefetch, this, i});
+    if constexpr (Backend::device_memory_is_host_accessible) {
+      if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
+        backend.host_task(role, task{&check_guards, this, i});
+      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend.host_task(role, task{&check_carry_out, this, i});
+      if (o.kind == op_kind::forward || o.kind == op_kind::backward || (o.kind == op_kind::offload && !carry_copy))
+        backend.host_task(role, task{&poison, this, i});
+    }
+  }
+
+  //! Throws the `debug_check_error` that `f` describes.
+  [[noreturn]] void throw_failure(debug_failure f) const {
+    auto const& o = s_.ops[f.op];
+    if (f.kind == debug_failure::carry)
+      throw debug_check_error("tide: the forward lambda of layer " + std::to_string(o.layer) + " (op #" + std::to_string(f.op) +
+                              ", " + std::string(to_string(o.kind)) + ") did not write its carry out ('" +
+                              std::string(s_.carry.name) + "', " + std::to_string(s_.carry.bytes) +
+                              " bytes): every byte still holds the poison pattern; write ctx.carry_out() in every mode "
+                              "(forward, recompute and advance)");
+    auto const& b = s_.slots[f.slot];
+    if (f.kind == debug_failure::guard)
+      throw debug_check_error("tide: the " + std::string(to_string(o.kind)) + " lambda of layer " +
+                              std::to_string(o.layer) + " wrote past the end of slot '" + std::string(b.name) + "' (" +
+                              std::to_string(b.bytes) + " bytes): guard byte " + std::to_string(f.detail) +
+                              " was overwritten");
+    throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + op_label(s_, o) + ") reads slot '" + std::string(b.name) +
+                            "' whose prefetch has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
+                            std::to_string(s_.ops[f.detail].chunks) + " chunk(s)): the program lacks a wait on it");
+  }
+
+ private:
+  bool failed() const noexcept { return failed_ && failed_->load(std::memory_order_relaxed); }
+  void report(debug_failure f) const noexcept { report_(owner_, f); }
+
+  //! A lambda that does not write its carry out would hand the next layer stale data: poison the
+  //! buffer first, and fail when every byte still holds the poison after the op.
+  static void poison_carry_out(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    if (e.failed()) return;
+    std::memset(e.device_ + e.s_.ops[i].carry_out, static_cast<int>(e.poison_), e.s_.carry.bytes);
+  }
+  static void check_carry_out(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    if (e.failed()) return;
+    auto const* p = e.device_ + e.s_.ops[i].carry_out;
+    for (std::size_t k = 0; k < e.s_.carry.bytes; ++k)
+      if (p[k] != e.poison_) return;
+    e.report({debug_failure::carry, i, 0, 0});
+  }
+
+  static bool guarded(op const& o, slot_binding const& b) { return o.kind == op_kind::forward || b.where == placement::remat; }
+  static std::size_t offset_for(op const& o, slot_binding const& b) {
+    return o.kind == op_kind::forward ? b.forward_offset : b.backward_offset;
+  }
+  static void write_guards(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    auto const& o = e.s_.ops[i];
+    for (auto const& b : e.s_.slots_of(o.layer))
+      if (guarded(o, b))
+        std::memset(e.device_ + offset_for(o, b) + b.bytes, static_cast<int>(e.guard_), e.s_.buffers.guard_bytes);
+  }
+  static void check_guards(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    auto const& o = e.s_.ops[i];
+    for (auto const& b : e.s_.slots_of(o.layer)) {
+      if (!guarded(o, b)) continue;
+      auto const* g = e.device_ + offset_for(o, b) + b.bytes;
+      for (std::size_t k = 0; k < e.s_.buffers.guard_bytes; ++k)
+        if (g[k] != e.guard_) {
+          e.report({debug_failure::guard, i, static_cast<std::uint32_t>(&b - e.s_.slots.data()), k});
+          return;
+        }
+    }
+  }
+  static void count_prefetch(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    auto const& o = e.s_.ops[i];
+    e.prefetched_[e.s_.layers[o.layer].first_slot + o.slot].fetch_add(1, std::memory_order_release);
+  }
+  static void check_prefetched(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    auto const& o = e.s_.ops[i];
+    auto const first = e.s_.layers[o.layer].first_slot;
+    auto const slots = e.s_.slots_of(o.layer);
+    for (std::uint32_t k = 0; k < slots.size(); ++k) {
+      if (slots[k].where != placement::offload) continue;
+      auto const p = e.first_prefetch_[first + k];
+      auto const chunks = e.s_.ops[p].chunks;
+      if (e.prefetched_[first + k].load(std::memory_order_acquire) < chunks) {
+        e.report({debug_failure::prefetch, i, first + k, p});
+        return;
+      }
+    }
+  }
+  static void poison(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    // After a failure (a prefetch check among them) the program may no longer be ordered: poison
+    // nothing rather than race with a copy still running.
+    if (e.failed()) return;
+    auto const& o = e.s_.ops[i];
+    auto const p = static_cast<int>(e.poison_);
+    if (o.kind == op_kind::offload) {  // the source chunk is dead once copied out
+      std::memset(e.device_ + o.device_offset, p, o.bytes);
+      return;
+    }
+    for (auto const& b : e.s_.slots_of(o.layer)) {
+      if (o.kind == op_kind::forward && b.where == placement::remat)
+        std::memset(e.device_ + b.forward_offset, p, b.bytes);  // forward scratch is dead
+      if (o.kind == op_kind::backward) std::memset(e.device_ + b.backward_offset, p, b.bytes);
+    }
+  }
+
+  schedule_view s_;
+  std::byte guard_, poison_;
+  std::vector<std::atomic<std::uint32_t>> prefetched_;  // per slot binding: chunks prefetched this step
+  std::vector<std::uint32_t> first_prefetch_;           // per offloaded slot binding: its first prefetch op
+  std::byte* device_ = nullptr;
+  std::atomic<bool> const* failed_ = nullptr;
+  void* owner_ = nullptr;
+  void (*report_)(void*, debug_failure) = nullptr;
+};
+
+}  // namespace tide::detail

@@ -1,0 +1,150 @@
+#pragma once
+//! \file
+//! The two-tier chain model's implementation (plan/checkpointing.hpp declares it): the costs'
+//! check, `chain_machine`'s actions and timing, and `evaluate_chain`.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <tide/core/error.hpp>
+#include <tide/core/reversal.hpp>
+#include <tide/plan/checkpointing.hpp>
+
+namespace tide {
+
+inline void chain_costs::check(char const* who, std::int64_t n) const {
+  auto fits = [n](std::vector<double> const& v) { return v.size() == 1 || std::ssize(v) == n; };
+  if (!fits(forward_us) || !fits(backward_us))
+    throw cost_model_error(std::string(who) + ": costs need 1 or n = " + std::to_string(n) + " forward and backward values, got " +
+                         std::to_string(forward_us.size()) + " and " + std::to_string(backward_us.size()));
+  auto bad = [](double x) { return !(x >= 0) || x == std::numeric_limits<double>::infinity(); };
+  if (std::any_of(forward_us.begin(), forward_us.end(), bad) || std::any_of(backward_us.begin(), backward_us.end(), bad) ||
+      bad(d2h_us) || bad(h2d_us))
+    throw cost_model_error(std::string(who) + ": costs must be finite and non-negative");
+}
+
+inline chain_machine::chain_machine(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs costs)
+    : n_(static_cast<std::int32_t>(n)), costs_(std::make_shared<chain_costs const>(std::move(costs))) {
+  detail::ckpt::check_chain_args("chain_machine", n, device_slots);
+  if (host_slots < 0) throw schedule_error("chain_machine: negative host slot count");
+  costs_->check("chain_machine", n);
+  device_.resize(static_cast<std::size_t>(std::min<std::int64_t>(device_slots, n + 1)));
+  host_.resize(static_cast<std::size_t>(std::min<std::int64_t>(host_slots, n + 1)));
+  next_backward_ = n_ - 1;
+}
+
+inline void chain_machine::apply(chain_action const& a) {
+  switch (a.op) {
+    case chain_op::advance: {
+      need(work_ == a.carry && a.carry >= 0, a, "the working carry does not hold the state it starts from");
+      need(a.to > a.carry && a.to <= n_ - 1, a, "advances go forward and end at a state <= n-1");
+      for (std::int32_t i = a.carry; i < a.to; ++i) now_ += costs_->forward(i);
+      forward_steps_ += a.to - a.carry;
+      work_ = a.to;
+      break;
+    }
+    case chain_op::turn:
+      need(!turned_ && a.carry == n_ - 1 && work_ == n_ - 1, a, "the turn runs step n-1 once, from state n-1");
+      now_ += costs_->forward(n_ - 1);
+      ++forward_steps_;
+      turned_ = true;
+      break;
+    case chain_op::backward:
+      need(turned_, a, "a backward before the turn");
+      need(a.carry == next_backward_, a, "backward steps run n-1, ..., 0 in order");
+      need(work_ == a.carry, a, "the working carry does not hold the step's input");
+      now_ += costs_->backward(a.carry);
+      work_ = -1;
+      --next_backward_;
+      break;
+    case chain_op::store: {
+      auto& d = dev(a);
+      need(work_ >= 0 && work_ == a.carry, a, "the working carry does not hold that state");
+      need(d.carry < 0, a, "the device slot is not empty");
+      now_ = std::max(now_, d.busy);
+      d = {a.carry, now_, now_};
+      count_stored();
+      break;
+    }
+    case chain_op::restore: {
+      auto& d = dev(a);
+      need(d.carry >= 0, a, "restore of an empty device slot");
+      now_ = std::max(now_, d.ready);
+      work_ = d.carry;
+      break;
+    }
+    case chain_op::free: {
+      auto& d = dev(a);
+      need(d.carry >= 0, a, "free of an empty device slot");
+      d.carry = -1;
+      d.busy = std::max(d.busy, d.ready);  // a copy still landing in it
+      break;
+    }
+    case chain_op::offload:
+    case chain_op::prefetch: {  // a copy between the action's device and host slots
+      bool const out = a.op == chain_op::offload;
+      auto& d = dev(a);
+      auto& h = hst(a);
+      need((out ? d : h).carry >= 0, a, out ? "offload of an empty device slot" : "prefetch of an empty host slot");
+      need((out ? h : d).carry < 0, a, out ? "the host slot is not empty" : "the device slot is not empty");
+      copy_slot(out ? d : h, out ? h : d, out ? d2h_free_ : h2d_free_, out ? costs_->d2h_us : costs_->h2d_us);
+      break;
+    }
+    case chain_op::free_host: {
+      auto& h = hst(a);
+      need(h.carry >= 0, a, "free of an empty host slot");
+      h.carry = -1;
+      h.busy = std::max(h.busy, h.ready);
+      break;
+    }
+  }
+}
+
+[[noreturn]] inline void chain_machine::fail(chain_action const& a, char const* why) const {
+  throw schedule_error("chain schedule: " + to_string(a) + ": " + why);
+}
+inline void chain_machine::need(bool ok, chain_action const& a, char const* why) const {
+  if (!ok) fail(a, why);
+}
+inline chain_snapshot& chain_machine::dev(chain_action const& a) {
+  if (a.snapshot < 0 || a.snapshot >= std::ssize(device_)) fail(a, "no such device slot");
+  return device_[static_cast<std::size_t>(a.snapshot)];
+}
+inline chain_snapshot& chain_machine::hst(chain_action const& a) {
+  if (a.host_snapshot < 0 || a.host_snapshot >= std::ssize(host_)) fail(a, "no such host slot");
+  return host_[static_cast<std::size_t>(a.host_snapshot)];
+}
+inline void chain_machine::copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us) {
+  double const start = std::max({now_, costs_->synchronous_copies ? now_ : link_free, src.ready, dst.busy});
+  double const end = start + us;
+  if (costs_->synchronous_copies) now_ = end;
+  else link_free = end;
+  src.busy = std::max(src.busy, end);
+  dst = {src.carry, end, end};
+  copy_time_ += us;
+  count_stored();
+}
+inline void chain_machine::count_stored() {
+  auto occupied = [](std::vector<chain_snapshot> const& v) {
+    return static_cast<std::int32_t>(std::count_if(v.begin(), v.end(), [](chain_snapshot const& x) { return x.carry >= 0; }));
+  };
+  peak_device_ = std::max(peak_device_, occupied(device_));
+  peak_host_ = std::max(peak_host_, occupied(host_));
+}
+
+inline chain_evaluation evaluate_chain(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
+                                       std::span<chain_action const> actions) {
+  chain_machine m(n, device_slots, host_slots, costs);
+  for (auto const& a : actions) m.apply(a);
+  if (!m.finished())
+    throw schedule_error("chain schedule: ends before backward step 0 (next backward: " + std::to_string(m.next_backward()) + ")");
+  return {m.time(), m.forward_steps(), m.forward_steps() - n, m.copy_time(), m.peak_device(), m.peak_host()};
+}
+
+}  // namespace tide
