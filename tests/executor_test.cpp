@@ -1689,6 +1689,10 @@ TEST(RunTimeStack, ASlotMapGivesTheSlotsByTheUsersIndex) {
   static constexpr std::array<char const*, count> by_index{"q", "act", "router", "unused"};
   slot_map<float, count> const map(st, [](std::size_t i) { return by_index[i]; });
   EXPECT_EQ(map.handle(1, router).index, 1);
+  // Names given as temporaries (a std::string per call) resolve the same.
+  slot_map<float, count> const from_strings(st, [](std::size_t i) { return std::string(by_index[i]) + ""; });
+  EXPECT_EQ(from_strings.handle(1, router).index, 1);
+  EXPECT_EQ(from_strings.handle(0, act).index, map.handle(0, act).index);
   EXPECT_THROW((void)map.handle(0, router), slot_error);  // dense has no router
 
   auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .slots = {"router"}}},

@@ -38,9 +38,9 @@ class slot_map {
   //! naming both indices when two share a name.
   template <class NameOf>
   slot_map(stack_spec const& stack, NameOf&& name_of) : types_(stack.types.size()) {
-    std::array<std::string_view, N> names{};
+    std::array<std::string, N> names{};  // copies: name_of may return temporaries
     for (std::size_t i = 0; i < N; ++i) {
-      names[i] = std::string_view(name_of(i));
+      names[i] = std::string(std::string_view(name_of(i)));
       for (std::size_t j = 0; j < i; ++j)
         if (!names[i].empty() && names[i] == names[j])
           throw slot_error("tide::slot_map: indices " + std::to_string(j) + " and " + std::to_string(i) +
