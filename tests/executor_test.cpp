@@ -1800,3 +1800,29 @@ TEST(RunTimeStack, AnAdvanceWritesItsSlotsIntoScratchInsideThePeak) {
           << "share " << share << " offload " << offload;
     }
 }
+
+// The executor checks a schedule (check_schedule) before anything indexes the bindings by its
+// ops: a prefetch naming a layer the schedule has not is refused by name, nothing is read out
+// of bounds (ASan), and the backend is usable afterwards.
+TEST(RunTimeStack, AMalformedScheduleIsRefusedBeforeTheExecutorIndexesIt) {
+  stack_spec st;
+  st.independent_layers = true;
+  st.append({"l", {{"x", 4096, true}}}, 3);
+  auto s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload}}});
+  auto prefetch = std::find_if(s.ops.begin(), s.ops.end(), [](op const& o) { return o.kind == op_kind::prefetch; });
+  ASSERT_NE(prefetch, s.ops.end());
+  prefetch->layer = 1000;
+  host_backend b;
+  try {
+    executor exec(b, s, {.debug_checks = true, .check_schedule = true});
+    FAIL() << "a prefetch of layer 1000 was accepted";
+  } catch (schedule_error const& e) {
+    EXPECT_TRUE(mentions(e.what(), "tide::check_schedule")) << e.what();
+  }
+  auto const good = build_schedule(st, {.policy = {rule_spec{.where = placement::offload}}});
+  executor exec(b, good);
+  exec.step([](auto const& c) {
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k)
+      if (c.produces(k)) std::fill(c.slot(k).begin(), c.slot(k).end(), std::byte{1});
+  }, [](auto const&) {});
+}

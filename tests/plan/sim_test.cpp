@@ -386,7 +386,7 @@ random_case make_case(std::mt19937_64& rng) {
   }
   // Links from slow to very fast against compute (copies of 0.01 to 2000 us), with latencies
   // and a sync latency that may dwarf the copies.
-  c.costs.link = {{std::pow(10.0, real(8, 10.5)), us(0, 10) * 1e-6}, {std::pow(10.0, real(8, 10.5)), us(0, 10) * 1e-6},
+  c.costs.link = {{std::pow(10.0, real(8, 10.5)), us(0, 10)}, {std::pow(10.0, real(8, 10.5)), us(0, 10)},
                   uni(0, 1) == 1};
   c.costs.sync_latency_us = us(0, 40);
   c.costs.op_overhead_us = uni(0, 1) ? 0 : us(0, 3);

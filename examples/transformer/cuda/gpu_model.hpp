@@ -99,6 +99,8 @@ class gpu_model {
 
   gpu_model(config c, shape s, std::uint64_t seed, cublasHandle_t h) : c_(c), s_(s), g_{h} {
     workspace_ = device_array<float>(workspace_bytes / sizeof(float));
+    pair_scratch_[0] = device_array<float>(tensor_elements(c_, tensor::attention_out, s_));
+    pair_scratch_[1] = device_array<float>(tensor_elements(c_, tensor::attention_lse, s_));
     g_.workspace = workspace_.get();
     g_.workspace_bytes = workspace_bytes;
     transformer::model cpu(c, seed);  // the very same initial weights
@@ -195,7 +197,8 @@ class gpu_model {
 
   // The layer API of ../model.hpp, on device pointers (saved[i] may be null for tensors not given).
   // Every tensor a layer computes is one it saves: a forward writes them all into `sv`, and a
-  // recompute is given each as produced or available, so the model needs no scratch of its own.
+  // recompute is given each as produced or available, so the model needs no scratch of its own
+  // but for attention's pair (one kernel writes its output and log-sum-exp together).
   void layer_forward(std::size_t l, float const* input, saved const& sv, float* output, cudaStream_t st) {
     run_forward(l, input, sv, layer_tensor_set(kind(l)) & ~input_set(), output, {}, st);
   }
@@ -326,7 +329,9 @@ class gpu_model {
     if (!v && has(value_proj)) v = src(value_proj);
     attention_dims const ad{s_.batch, s_.seq, c_.heads, c_.kv_heads, hd};
     float* o = nullptr;
-    if (is(attention_out) || is(attention_lse)) attention_forward(ad, q, k, v, o = dst(attention_out), dst(attention_lse), st);
+    // One kernel writes both of the pair: the one not wanted lands in the model's own scratch.
+    auto pair = [&](tensor t) { return want.test(tensor_index(t)) ? sv[tensor_index(t)] : pair_scratch_[t == attention_out ? 0 : 1].get(); };
+    if (is(attention_out) || is(attention_lse)) attention_forward(ad, q, k, v, o = pair(attention_out), pair(attention_lse), st);
     else if (has(attention_out)) o = src(attention_out);
     float* a = nullptr;
     if (is(out_proj)) g_.nn(n, d, qw, o, w(p.wo), 0.0f, a = dst(out_proj));
@@ -403,6 +408,7 @@ class gpu_model {
   // (cublasSetWorkspace); enough for the others.
   static constexpr std::size_t workspace_bytes = std::size_t{32} << 20;
   device_array<float> workspace_;
+  std::array<device_array<float>, 2> pair_scratch_;  // attention_out, attention_lse (see run_forward)
   config c_;
   shape s_;
   gemms g_;

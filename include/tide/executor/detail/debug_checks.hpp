@@ -34,22 +34,23 @@ struct debug_failure {
 class debug_checks {
  public:
   debug_checks(schedule_view s, std::byte guard_pattern, std::byte poison_pattern)
-      : s_(s), guard_(guard_pattern), poison_(poison_pattern), prefetched_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {
-    for (std::uint32_t i = static_cast<std::uint32_t>(s_.ops.size()); i-- > 0;) {
-      auto const& o = s_.ops[i];
-      if (o.kind == op_kind::prefetch && o.slot != carry_slot) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
-    }
-  }
+      : s_(s), guard_(guard_pattern), poison_(poison_pattern), prefetched_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {}
   debug_checks(debug_checks const&) = delete;
   debug_checks& operator=(debug_checks const&) = delete;
 
   //! Where the checks read and write (the device arena, host-visible on the backends that run
-  //! the byte checks), the flag that says an op of the step failed, and the failure sink.
+  //! the byte checks), the flag that says an op of the step failed, and the failure sink. Called
+  //! once the schedule is checked (`executor_options::check_schedule`): it indexes the bindings
+  //! by the ops' layers and slots.
   void attach(std::byte* device, std::atomic<bool> const* failed, void* owner, void (*report)(void*, debug_failure)) noexcept {
     device_ = device;
     failed_ = failed;
     owner_ = owner;
     report_ = report;
+    for (std::uint32_t i = static_cast<std::uint32_t>(s_.ops.size()); i-- > 0;) {
+      auto const& o = s_.ops[i];
+      if (o.kind == op_kind::prefetch && o.slot != carry_slot) first_prefetch_[s_.layers[o.layer].first_slot + o.slot] = i;
+    }
   }
   //! A new step: no chunk prefetched yet.
   void begin_step() noexcept {
