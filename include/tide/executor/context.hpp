@@ -53,13 +53,15 @@ consteval std::uint16_t slot_index_of() {
   }
 }
 
-//! `s` as elements of `T`; throws `slot_error` naming `what` if its size or alignment does not fit T.
-template <class T, class Byte>
-std::span<T> view_as(std::span<Byte> s, std::string_view what) {
-  if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
-    throw slot_error("tide: " + std::string(what) + " (" + std::to_string(s.size()) + " bytes) cannot be viewed as elements of " +
-                     std::to_string(sizeof(T)) + " bytes aligned to " + std::to_string(alignof(T)) +
-                     ": check its size and the arena alignment");
+//! `s` as elements of `T`; throws `slot_error` if its size or alignment does not fit T, naming
+//! `what()` (called only then: the views are on the lambdas' path).
+template <class T, class Byte, class What>
+std::span<T> view_as(std::span<Byte> s, What&& what) {
+  if constexpr (sizeof(T) > 1)
+    if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
+      throw slot_error("tide: " + std::string(what()) + " (" + std::to_string(s.size()) +
+                       " bytes) cannot be viewed as elements of " + std::to_string(sizeof(T)) + " bytes aligned to " +
+                       std::to_string(alignof(T)) + ": check its size and the arena alignment");
   return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
 }
 
@@ -168,26 +170,13 @@ struct layer_context {
   //! Carry `s` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T, class Byte>
   std::span<T> typed_carry(std::span<Byte> s) const {
-    if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
-      throw slot_error("tide: the carry of layer " + std::to_string(layer) + " (" + std::to_string(s.size()) +
-                       " bytes) cannot be viewed as elements of " + std::to_string(sizeof(T)) + " bytes aligned to " +
-                       std::to_string(alignof(T)) + ": check the carry size and the arena alignment");
-    return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
+    return detail::view_as<T>(s, [&] { return "the carry of layer " + std::to_string(layer); });
   }
   //! Slot `k`'s bytes `s` as elements of `T`; throws `slot_error` if their size or alignment does
   //! not fit T.
   template <class T, class Byte>
   std::span<T> typed(std::span<Byte> s, std::uint16_t k) const {
-    if constexpr (sizeof(T) == 1) {
-      return {reinterpret_cast<T*>(s.data()), s.size()};
-    } else {
-      if (reinterpret_cast<std::uintptr_t>(s.data()) % alignof(T) != 0 || s.size() % sizeof(T) != 0)
-        throw slot_error("tide: slot '" + std::string(binding(k).name) + "' of layer " + std::to_string(layer) + " (" +
-                         std::to_string(s.size()) + " bytes) cannot be viewed as elements of " +
-                         std::to_string(sizeof(T)) + " bytes aligned to " + std::to_string(alignof(T)) +
-                         ": check the slot size and the arena alignment");
-      return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
-    }
+    return detail::view_as<T>(s, [&] { return "slot '" + std::string(binding(k).name) + "' of layer " + std::to_string(layer); });
   }
 };
 

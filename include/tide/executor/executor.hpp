@@ -112,7 +112,7 @@ class executor {
   //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
   template <class T>
   std::span<T> carry_input() const {
-    return detail::view_as<T>(carry_input(), "the stack's input carry");
+    return detail::view_as<T>(carry_input(), [] { return "the stack's input carry"; });
   }
   //! The stack's output (the last layer's carry out), valid from the last forward until the next
   //! step; empty when the stack has no carry.
@@ -123,7 +123,7 @@ class executor {
   //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
   template <class T>
   std::span<T const> carry_output() const {
-    return detail::view_as<T const>(carry_output(), "the stack's output carry");
+    return detail::view_as<T const>(carry_output(), [] { return "the stack's output carry"; });
   }
   //! The backend it runs on, for calls of its own (e.g. its stream, between steps).
   Backend& backend() noexcept { return backend_; }
