@@ -648,6 +648,8 @@ TEST(TypeLevel, BufferAndCollectiveKnobsInAnyOrderGiveTheValueForm) {
   static_assert(collectives<before_forward, after_backward>::spec() == both);
   EXPECT_EQ((collectives<after_backward, before_forward>::spec()), both);
   EXPECT_EQ(collectives<after_backward>::spec(), collective_spec{.after_backward = true});
+  EXPECT_EQ((collectives<overlap_collectives<false>, after_backward>::spec()),
+            (collective_spec{.after_backward = true, .overlap = false}));
   EXPECT_EQ(collectives<before_forward>::spec(), collective_spec{.before_forward = true});
   EXPECT_EQ(no_collectives::spec(), collective_spec{});
 }
@@ -746,7 +748,10 @@ TEST(Describe, StrategyNamesItsRulesAndParts) {
   EXPECT_TRUE(has(d, "guard bytes 64, phases share regions")) << d;
   EXPECT_TRUE(has(d, "latency hiding off")) << d;
   EXPECT_TRUE(has(d, "chunk 1.00 MiB")) << d;
-  EXPECT_TRUE(has(d, "collectives: gather before forward, reduce after backward")) << d;
+  EXPECT_TRUE(has(d, "collectives: gather before forward, reduce after backward\n")) << d;
+  st.collectives.overlap = false;
+  EXPECT_TRUE(has(describe(st), "collectives: gather before forward, reduce after backward (on the compute stream, not overlapped)\n"))
+      << describe(st);
 }
 
 namespace {

@@ -494,6 +494,43 @@ TEST(Executor, CollectiveHooksRunOnCommStreamInOrder) {
   EXPECT_EQ(order, (std::vector<std::uint32_t>{5, 4, 3, 2, 1, 0}));
 }
 
+// Without overlap the hooks are given the compute stream, each just before the op that needs it,
+// and a recompute's regather comes before it; gradients equal the overlapped schedule's.
+TEST(Executor, CollectiveHooksWithoutOverlapRunOnTheComputeStream) {
+  mlp::config c{6, 16, 4, 0.05f};
+  std::uint64_t want = 0;
+  for (bool overlap : {true, false}) {
+    auto const s = build_schedule(mlp::make_stack(c), {.policy = rules({r_offload({"act"}), r_remat({"pre_act"})}),
+                                                       .collectives = {.before_forward = true,
+                                                                       .before_backward = true,
+                                                                       .after_backward = true,
+                                                                       .overlap = overlap}});
+    host_backend b;
+    executor exec(b, s);
+    mlp::network net(c);
+    std::vector<int> gathered(c.layers, 0), regathered(c.layers, 0);
+    std::atomic<int> wrong{0};
+    auto const want_stream = overlap ? stream_role::comm : stream_role::compute;
+    exec.step(
+        [&](auto const& ctx) {
+          if (gathered[ctx.layer] != 1) wrong++;
+          if (ctx.mode == forward_mode::recompute && regathered[ctx.layer] != 1) wrong++;
+          net.forward(ctx);
+        },
+        [&](auto const& ctx) {
+          if (regathered[ctx.layer] != 1) wrong++;
+          net.backward(ctx);
+        },
+        hooks{.before_forward = [&](auto const& h) { wrong += h.stream != want_stream; gathered[h.layer] = 1; },
+              .before_backward = [&](auto const& h) { wrong += h.stream != want_stream; regathered[h.layer] = 1; },
+              .after_backward = [&](auto const& h) { wrong += h.stream != want_stream; }});
+    EXPECT_EQ(wrong.load(), 0) << "overlap " << overlap;
+    auto const got = net.update();  // a hash of the gradients, bitwise
+    if (overlap) want = got;
+    else EXPECT_EQ(got, want);
+  }
+}
+
 TEST(Executor, SteadyStateStepAllocatesNothing) {
   mlp::config c{6, 16, 4, 0.05f};
   auto const s = build_schedule(mlp::make_stack(c),

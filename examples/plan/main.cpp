@@ -13,8 +13,8 @@
 // --small: a fast configuration (short sequences, fewer layers) for the test suite.
 // --json: the tables as JSON on stdout. --trace FILE: the Chrome trace of the last planned
 // schedule in the sim, and FILE.host.json the measured host run of the calibration.
-// --published: the published GB200 experiment from physics (published.hpp): per strategy the step,
-// model TFLOP/s per device, whole-device and activation peaks, host bytes, whether it fits and
+// --published: the published GB200 experiment from physics (published.hpp): per strategy the step
+// and its parts (forward, backward, recompute, exposed copies and collectives), model TFLOP/s per device, whole-device and activation peaks, host bytes, whether it fits and
 // the largest micro-batch that fits; with --json the same rows as JSON.
 #include "example.hpp"
 #include "published.hpp"
@@ -88,13 +88,16 @@ int published_experiment(bool json) {
                     published::gib(res.workspace), published::gib(res.logits), published::gib(res.layer_workspace),
                     published::gib(res.collective_buffers), published::gib(res.fragmentation),
                     published::gib(hw.hbm_bytes), published::gib(hw.pinnable_host_bytes()));
-        example::table t({{"strategy", -22}, {"step ms", 10}, {"TFLOP/s", 9}, {"device GiB", 11}, {"activ. GiB", 11},
-                          {"host GiB", 9}, {"fits", 5}, {"largest mb", 10}},
+        example::table t({{"strategy", -22}, {"step ms", 10}, {"fwd", 8}, {"bwd", 8}, {"recomp", 8}, {"copies", 7},
+                          {"coll.", 7}, {"TFLOP/s", 8}, {"device GiB", 10}, {"activ. GiB", 10}, {"host GiB", 8}, {"fits", 4},
+                          {"largest mb", 10}},
                          "  ");
         for (auto const& r : out)
-          t.row({r.strategy, example::fixed(r.step_ms, 1), example::fixed(r.tflops_per_device, 1),
-                 example::fixed(r.device_peak_gib, 1), example::fixed(r.activation_peak_gib, 1), example::fixed(r.host_gib, 1),
-                 r.fits ? "yes" : "no", std::to_string(r.largest_microbatch)});
+          t.row({r.strategy, example::fixed(r.step_ms, 1), example::fixed(r.forward_ms, 0), example::fixed(r.backward_ms, 0),
+                 example::fixed(r.recompute_ms, 0), example::fixed(r.exposed_copy_ms, 0), example::fixed(r.exposed_collective_ms, 0),
+                 example::fixed(r.tflops_per_device, 1), example::fixed(r.device_peak_gib, 1),
+                 example::fixed(r.activation_peak_gib, 1), example::fixed(r.host_gib, 1), r.fits ? "yes" : "no",
+                 std::to_string(r.largest_microbatch)});
         t.print();
         auto find = [&](std::string_view k) -> published::row const* {
           for (auto const& r : out)
@@ -106,9 +109,19 @@ int published_experiment(bool json) {
         auto const* naive = find("offload-naive");
         auto const* pipe = find("offload-lhs-pipelined");
         if (lhs && remat && naive && pipe)
-          std::printf("  offload-lhs vs full-remat %.3fx, vs offload-naive %.3fx; pipelined vs lhs %+.2f%%\n",
-                      remat->step_ms / lhs->step_ms, naive->step_ms / lhs->step_ms,
-                      100 * (lhs->step_ms / pipe->step_ms - 1));
+          std::printf("  offload-lhs vs full-remat %.3fx, vs offload-naive %.3fx; pipelined vs lhs %+.2f%%; device peak over "
+                      "offload-naive: lhs %+.1f GiB, pipelined (prefetch 7) %+.1f GiB\n",
+                      remat->step_ms / lhs->step_ms, naive->step_ms / lhs->step_ms, 100 * (lhs->step_ms / pipe->step_ms - 1),
+                      lhs->device_peak_gib - naive->device_peak_gib, pipe->device_peak_gib - naive->device_peak_gib);
+        // The ceiling and the what-if (docs/planning.md); the study's DeepSeek-V3 ratio is 1.57.
+        if (s.model.experts > 0 && hw.name == hardware::gb200().name) {
+          auto const c = published::ceiling_of(s, hw, out, 1.57);
+          std::printf("  ceiling: full remat / offload-lhs <= 1 + F/(F+B) = 1 + %.0f/(%.0f + %.0f) = %.3f (model: %.3f)\n"
+                      "  what-if (not a prediction): full remat with its collectives not overlapped %.1f ms (%.3fx); "
+                      "1.57x would need %.0f ms exposed in the remat run alone\n",
+                      c.forward_ms, c.forward_ms, c.backward_ms, c.bound, c.ratio, c.remat_without_overlap_ms,
+                      c.remat_without_overlap_ms / lhs->step_ms, c.exposed_needed_ms);
+        }
       }
       for (auto const& r : out)
         rows.emplace_back()
@@ -117,6 +130,11 @@ int published_experiment(bool json) {
             .field("microbatch", r.microbatch)
             .field("strategy", r.strategy)
             .field("step_ms", r.step_ms)
+            .field("forward_ms", r.forward_ms)
+            .field("backward_ms", r.backward_ms)
+            .field("recompute_ms", r.recompute_ms)
+            .field("exposed_copy_ms", r.exposed_copy_ms)
+            .field("exposed_collective_ms", r.exposed_collective_ms)
             .field("tflops_per_device", r.tflops_per_device)
             .field("device_peak_gib", r.device_peak_gib)
             .field("activation_peak_gib", r.activation_peak_gib)

@@ -16,7 +16,13 @@
 //   TFLOP/s per device are above GB200's dense BF16 peak (2,500), so only FP8 (5,000) reads them
 //   physically. Offloaded: the QKV projections.
 // DeepSeek-V3 in BF16 (the study's 908.2 TFLOP/s is 36% of the BF16 peak).
-// Offload rows rematerialize what they do not offload (the layer input is kept), as full remat does.
+// Offload rows rematerialize what they do not offload (the layer input is kept), as full remat
+// does (MaxText's `remat_policy: full` saves nothing inside a layer). The rows the study compared:
+// full remat; the offload policy with its tensors kept on the device (on-device: "saving
+// activations on the device"); offload without latency hiding (copies and collectives on the
+// compute stream: XLA's latency-hiding scheduler, off by default, governs both); with it; and
+// chunked with a deep prefetch window (7 layers ahead, 8 staging buffers: the study's latency
+// hiding held about eight layers of offloaded tensors more than its run without it).
 #pragma once
 
 #include "example.hpp"
@@ -52,6 +58,9 @@ struct row {
   std::string model, hardware, strategy;
   std::uint64_t microbatch = 0;
   double step_ms = 0, tflops_per_device = 0;
+  // The step's parts: compute-stream time in forwards, backwards and recomputes, and exposed
+  // copies and collectives (on the compute stream, or waited for there).
+  double forward_ms = 0, backward_ms = 0, recompute_ms = 0, exposed_copy_ms = 0, exposed_collective_ms = 0;
   double device_peak_gib = 0, activation_peak_gib = 0, host_gib = 0, resident_gib = 0;
   bool fits = false;
   std::uint64_t largest_microbatch = 0;
@@ -74,8 +83,45 @@ inline std::vector<tide::strategy_row> rows_of(setup const& s, tide::hardware_sp
   o.collectives = training_collectives(s.training);
   o.offload_slots = s.offload;
   o.remat_rest = true;
+  o.deep_prefetch_distance = 7;
   o.include_plan = with_plan;
   return compare_strategies(st, costs, o);
+}
+
+//! The ceiling of full remat over the latency-hidden run, and a what-if (docs/planning.md): if
+//! full remat recomputes each layer's forward once and the latency-hidden run is compute-bound,
+//! remat / latency-hidden <= (2F + B) / (F + B) = 1 + F / (F + B) for forward F and backward B.
+struct ceiling {
+  double forward_ms = 0, backward_ms = 0;
+  double bound = 0;                   //!< 1 + F / (F + B), on the sim's F and B
+  double ratio = 0;                   //!< the model's full remat over offload-lhs
+  double remat_without_overlap_ms = 0;  //!< what-if: full remat with its collectives on the compute stream
+  double exposed_needed_ms = 0;       //!< what-if: exposure the remat run alone would need for `published_ratio`
+};
+inline ceiling ceiling_of(setup const& s, tide::hardware_spec const& hw, std::vector<row> const& rows, double published_ratio) {
+  using namespace tide;
+  ceiling c;
+  row const* lhs = nullptr;
+  row const* remat = nullptr;
+  for (auto const& r : rows) {
+    if (r.strategy == "offload-lhs") lhs = &r;
+    if (r.strategy == "full-remat") remat = &r;
+  }
+  if (!lhs || !remat) return c;
+  c.forward_ms = lhs->forward_ms;
+  c.backward_ms = lhs->backward_ms;
+  c.bound = 1 + c.forward_ms / (c.forward_ms + c.backward_ms);
+  c.ratio = remat->step_ms / lhs->step_ms;
+  c.exposed_needed_ms = published_ratio * lhs->step_ms - remat->step_ms;
+  auto const st = transformer_stack(s.model);
+  auto const costs = transformer_costs(s.model, hw, s.training);
+  strategy_options o;
+  o.collectives = training_collectives(s.training);
+  auto const rest = detail::slot_names_except(st, o.keep_slots);
+  auto const r = evaluate_strategy(st, costs, {.policy = {rule_spec{.where = placement::remat, .slots = rest}}, .collectives = {.overlap = false}},
+                                   o, "full-remat", "full remat, collectives not overlapped");
+  c.remat_without_overlap_ms = r.step_us / 1e3;
+  return c;
 }
 
 //! Every strategy of `s` on `hw`, with the largest micro-batch at which each fits (searched
@@ -88,6 +134,11 @@ inline std::vector<row> run(setup const& s, tide::hardware_spec const& hw, std::
     row x{std::string(s.model.name), std::string(hw.name), r.key, s.model.micro_batch};
     x.step_ms = r.step_us / 1e3;
     x.tflops_per_device = flops / (r.step_us * 1e-6) / 1e12;
+    x.forward_ms = r.forward_us / 1e3;
+    x.backward_ms = r.backward_us / 1e3;
+    x.recompute_ms = r.recompute_us / 1e3;
+    x.exposed_copy_ms = r.exposed_transfer_us / 1e3;
+    x.exposed_collective_ms = r.exposed_collective_us / 1e3;
     x.device_peak_gib = gib(r.whole_device_bytes);
     x.activation_peak_gib = gib(r.activation_bytes);
     x.host_gib = gib(r.host_bytes);

@@ -105,7 +105,8 @@ struct composition {
 //!   staging index(), device alignment(), host alignment(), guard size(), share (&1);
 //!   latency hiding (bit 0 clear: on; set: the naive pipeline), prefetch index(),
 //!     chunk (one byte: even: 0, else size()), offloads in flight index();
-//!   collectives (bit 0: before forward, bit 1: after backward).
+//!   collectives (bit 0: before forward, bit 1: after backward, bit 2: before backward, bit 3: not
+//!   overlapped).
 composition decode(reader& r) {
   composition c;
   std::vector<tide::layer_spec> types(r.u8() % 4 + 1);
@@ -148,7 +149,10 @@ composition decode(reader& r) {
   pipeline.chunk_bytes = r.u8() % 2 == 0 ? 0 : r.size();
   pipeline.max_offloads_in_flight = r.index();
   auto const coll = r.u8();
-  c.how.collectives = {.before_forward = (coll & 1) != 0, .after_backward = (coll & 2) != 0};
+  c.how.collectives = {.before_forward = (coll & 1) != 0,
+                       .before_backward = (coll & 4) != 0,
+                       .after_backward = (coll & 2) != 0,
+                       .overlap = (coll & 8) == 0};
   return c;
 }
 

@@ -25,7 +25,8 @@ def index(n):
 
 
 def encode(types, layers, rules=(), staging=2, dalign=0, halign=1, guard=0, share=True, hiding=True,
-           prefetch=1, chunk=0, inflight=2, before=False, after=False, allow_unused=True):
+           prefetch=1, chunk=0, inflight=2, before=False, after=False, allow_unused=True, regather=False,
+           overlap=True):
     """types: [[(slot name, bytes)]]; layers: type index per layer; rules: (where, [names], first,
     last or None, min_bytes); dalign/halign: entries of the alignment table."""
     out = bytearray([len(types) - 1])
@@ -47,7 +48,7 @@ def encode(types, layers, rules=(), staging=2, dalign=0, halign=1, guard=0, shar
     out += bytes([int(share), 0 if hiding else 1])
     out += index(prefetch)
     out += b"\x00" if chunk == 0 else b"\x01" + size(chunk)
-    out += index(inflight) + bytes([int(before) | int(after) << 1])
+    out += index(inflight) + bytes([int(before) | int(after) << 1 | int(regather) << 2 | int(not overlap) << 3])
     return bytes(out)
 
 
@@ -62,6 +63,9 @@ SEEDS = {
         [[("input", 2048), ("a", 512), ("b", 33)], [("c", 100), ("input", 96)]], [0, 0, 1, 0, 1, 1],
         [(OFFLOAD, ["input"], 0, None, 0), (REMAT, ["a", "c"], 0, None, 0)], dalign=2, halign=5, guard=3,
         share=False, chunk=256),
+    "collectives_not_overlapped": encode(
+        [[("a", 1000), ("b", 3000)]], [0] * 4, [(OFFLOAD, ["b"], 0, None, 0), (REMAT, ["a"], 1, None, 0)],
+        before=True, after=True, regather=True, overlap=False, hiding=False, prefetch=0, staging=1, inflight=1),
     "naive_pipeline": encode([[("a", 300), ("b", 7000)]], [0] * 3, [(OFFLOAD, ["b", "a"], 1, None, 0)],
                              hiding=False, prefetch=0, staging=1, inflight=1),
     # Bytes after the composition edit the built program (fuzz_schedule.cpp, `mutate`): what

@@ -132,14 +132,14 @@ TEST(PolicyFile, CheckpointsWithAHostTierRoundTrip) {
 TEST(PolicyFile, TypeLevelStrategyWritesTheDocumentedFormat) {
   using planned = strategy_of<policy<offload<slot_names<"qkv", "mlp_up">, layer_range<0, 4>, min_bytes<1024>>, remat<slot_names<"qkv">>>,
                               buffers<staging_buffers<3>>, pipeline<prefetch_distance<2>, chunk_bytes<(1 << 20)>>,
-                              collectives<before_forward>>;
+                              collectives<before_forward, overlap_collectives<false>>>;
   auto const j = io::to_json(planned::spec());
   EXPECT_EQ(j.dump(),
             R"({"rules":[{"where":"offload","slots":["qkv","mlp_up"],"last_layer":4,"min_bytes":1024},)"
             R"({"where":"remat","slots":["qkv"]}],)"
             R"("buffers":{"staging_buffers":3,"device_alignment":256,"host_alignment":64,"guard_bytes":0,"share_phase_regions":true},)"
             R"("pipeline":{"latency_hiding":true,"prefetch_distance":2,"chunk_bytes":1048576,"max_offloads_in_flight":2},)"
-            R"("collectives":{"before_forward":true,"before_backward":false,"after_backward":false}})");
+            R"("collectives":{"before_forward":true,"before_backward":false,"after_backward":false,"overlap":false}})");
   auto const st = chain_stack();
   auto const back = io::strategy_from_json(j, st);
   EXPECT_EQ(io::to_json(back), j);
@@ -197,6 +197,7 @@ TEST(PolicyFile, BadDocumentsNameTheirJsonPath) {
            bad{R"({"rules": [{"action": "remat", "slots": []}]})", "/rules/0/slots", "selects nothing"},
            bad{R"({"buffers": {"device_alignment": 100}})", "/buffers/device_alignment", "power of two"},
            bad{R"({"pipeline": {"latency_hiding": "yes"}})", "/pipeline/latency_hiding", "expected true or false"},
+           bad{R"({"collectives": {"overlap": 0}})", "/collectives/overlap", "expected true or false"},
            bad{R"({"pipeline": {"prefetch_distance": -1}})", "/pipeline/prefetch_distance", "non-negative integer"},
            bad{R"({"pipeline": {"prefetch_distance": 1.5}})", "/pipeline/prefetch_distance", "non-negative integer"},
            bad{R"({"pipeline": {"prefetch_distance": 4294967296}})", "/pipeline/prefetch_distance", "at most 4294967295"},
@@ -307,6 +308,33 @@ TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
   EXPECT_DOUBLE_EQ(old.link.d2h.latency_us, 15);
   EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": 1, "latency_us": 1, "latency_s": 1}}})")
                 .find("/link/d2h/latency_s: give \"latency_us\" alone"),
+            std::string::npos);
+
+  // 0.3.1: slot producers, the memory-bound share and the HBM bandwidth (contention) round-trip
+  // bit for bit; a producer list of the wrong length, a share outside [0, 1] and a positive
+  // bandwidth below a byte per second are refused by path.
+  auto shared = measured;
+  shared.layers[0].slot_recompute_us = {0, 7.5};
+  shared.layers[0].slot_producer = {3, 3};
+  shared.layers[2].memory_bound_share = 0.125;
+  shared.hbm_bytes_per_second = 8e12;
+  auto const shared_back = io::cost_table_from_json(io::parse_json(io::to_json(shared).dump(), "c"));
+  EXPECT_EQ(shared_back.layers[0].slot_producer, shared.layers[0].slot_producer);
+  EXPECT_EQ(shared_back.layers[1].slot_producer, shared.layers[1].slot_producer);
+  EXPECT_EQ(shared_back.layers[2].memory_bound_share, 0.125);
+  EXPECT_EQ(shared_back.hbm_bytes_per_second, 8e12);
+  EXPECT_EQ(io::to_json(shared_back), io::to_json(shared));
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2, "slot_recompute_us": [1, 2], "slot_producer": [0]}], "link": {"d2h": {"bytes_per_second": 1}, "h2d": {"bytes_per_second": 1}}})")
+                .find("/layers/0/slot_producer: expected one producer per entry of slot_recompute_us (2), found 1"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2, "slot_producer": [0]}], "link": {"d2h": {"bytes_per_second": 1}, "h2d": {"bytes_per_second": 1}}})")
+                .find("/layers/0/slot_producer: expected one producer per entry of slot_recompute_us (0)"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2, "memory_bound_share": 1.5}], "link": {"d2h": {"bytes_per_second": 1}, "h2d": {"bytes_per_second": 1}}})")
+                .find("/layers/0/memory_bound_share"),
+            std::string::npos);
+  EXPECT_NE(bad(R"({"layers": [{"forward_us": 1, "backward_us": 2}], "link": {"d2h": {"bytes_per_second": 1}, "h2d": {"bytes_per_second": 1}}, "hbm_bytes_per_second": 0.5})")
+                .find("/hbm_bytes_per_second: expected 0"),
             std::string::npos);
 }
 

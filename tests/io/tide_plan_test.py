@@ -48,7 +48,7 @@ def valid(doc, kind, what):
         failures.append(f"{what} is not a valid {kind} file: {e.message} at {list(e.absolute_path)}")
 
 
-KEYS = ["keep-all", "full-remat", "offload-naive", "offload-lhs", "offload-lhs-pipelined", "planner"]
+KEYS = ["keep-all", "full-remat", "on-device", "offload-naive", "offload-lhs", "offload-lhs-pipelined", "planner"]
 
 # --help documents every flag the usage line lists.
 h = run("--help").stdout
@@ -67,6 +67,13 @@ if rows:
     check(rows["planner"]["fits"] and rows["planner"]["whole_device_bytes"] <= doc["resident_bytes"] + doc["device_budget_bytes"],
           "the planner's row does not fit its budget")
     check(not rows["keep-all"]["fits"], "keep-all should not fit DeepSeek-V3 at micro-batch 8")
+    check(not rows["on-device"]["fits"], "the offload rows' tensors kept on the device should not fit at micro-batch 8")
+    # Without latency hiding the collectives are exposed too (on the compute stream).
+    check(rows["offload-naive"]["exposed_collective_us"] > 10 * max(rows["offload-lhs"]["exposed_collective_us"], 1),
+          "offload-naive's collectives are not exposed")
+    for row in doc["rows"]:
+        parts = sum(row[k] for k in ("forward_us", "backward_us", "recompute_us", "exposed_transfer_us", "exposed_collective_us"))
+        check(parts <= row["step_us"] * (1 + 1e-9), f"{row['key']}: the step's parts ({parts}) exceed its step ({row['step_us']})")
     fitting = [row["step_us"] for row in doc["rows"] if row["fits"] and row["key"] != "planner"]
     check(rows["planner"]["step_us"] <= min(fitting) * (1 + 1e-9), "the planner is slower than a row that fits")
     valid(doc["plan"]["policy"], "policy", "--json's plan.policy")
@@ -141,7 +148,7 @@ check(c.returncode == 0, f"--cpp output does not compile:\n{c.stderr[:3000]}")
 # The text table, and the trace: a Chrome trace and, with matplotlib, a PNG.
 r = run("--model", "llama-3.1-405b", "--hardware", "gb200", "--micro-batch", "2", "--gpus", "128", "--fsdp", "128", "--fp8",
         "--trace", work / "llama.json")
-for name in ["keep all", "full remat", "offload, copies on compute", "offload, latency hiding", "offload, chunked", "planner"]:
+for name in ["keep all", "full remat", "offload, no latency hiding", "offload, latency hiding", "offload, chunked", "planner"]:
     check(name in r.stdout, f"the text table lacks '{name}':\n{r.stdout}")
 trace = json.loads((work / "llama.json").read_text()) if (work / "llama.json").exists() else {}
 check(len(trace.get("traceEvents", [])) > 100, "--trace wrote no Chrome trace")

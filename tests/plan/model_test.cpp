@@ -8,6 +8,8 @@
 #include "published.hpp"
 
 #include <cmath>
+#include <memory>
+#include <span>
 
 using namespace tide;
 
@@ -67,6 +69,16 @@ TEST(Model, SharedLinkAndHostCapacity) {
   EXPECT_EQ(hardware_spec{}.pinnable_host_bytes(), static_cast<std::size_t>(-1));  // unknown: no cap
   EXPECT_EQ(hardware::vera_rubin().link_shared_by, 2u);
   EXPECT_GT(hardware::vera_rubin().link().d2h.bytes_per_second, hardware::gb200().link().d2h.bytes_per_second);
+  // Per direction: NVLink-C2C as measured on GH200 (375 GB/s to the device, 297 from it, of 450),
+  // halved by the superchip's two GPUs; PCIe presets keep one assumed share both ways.
+  EXPECT_NEAR(hardware::gb200().link().h2d.bytes_per_second, 375e9 / 2, 1e3);
+  EXPECT_NEAR(hardware::gb200().link().d2h.bytes_per_second, 297e9 / 2, 1e3);
+  EXPECT_NEAR(hardware::gh200().link().d2h.bytes_per_second, 297e9, 1e3);
+  EXPECT_DOUBLE_EQ(hardware::h100_sxm().link().h2d.bytes_per_second, hardware::h100_sxm().link().d2h.bytes_per_second);
+  auto one_way = hardware::h100_sxm();
+  one_way.d2h_link_efficiency = 0.5;
+  EXPECT_DOUBLE_EQ(one_way.link().d2h.bytes_per_second, 0.5 * one_way.link_bytes_per_second);
+  EXPECT_DOUBLE_EQ(one_way.link().h2d.bytes_per_second, 0.85 * one_way.link_bytes_per_second);
   // Halving the link slows the offload that cannot hide (copies on the compute stream).
   auto const m = models::deepseek_v3(4096, 2, 1);
   auto const st = transformer_stack(m);
@@ -217,4 +229,76 @@ TEST(Model, PublishedExperimentFromPhysics) {
   EXPECT_GT(l_naive.step_ms, l_remat.step_ms);
   EXPECT_TRUE(l_lhs.fits);
   EXPECT_GE(l_lhs.largest_microbatch, 2u);
+}
+
+// What the study's rows ran, in the model (issue 24), each item with a check that fails without it.
+TEST(Model, PublishedRowsModelWhatTheStudyRan) {
+  auto const hw = hardware::gb200();
+  auto const s = published::setups();
+  auto const& ds_setup = s[0];
+  auto const st = transformer_stack(ds_setup.model);
+  auto const costs = transformer_costs(ds_setup.model, hw, ds_setup.training);
+  auto const moe_layer = ds_setup.model.dense_layers;  // the first MoE layer
+  auto const& slots = st.layer(moe_layer).slots;
+  auto const& c = costs.layers[moe_layer];
+  auto index_of = [&](std::string_view n) {
+    for (std::size_t k = 0; k < slots.size(); ++k)
+      if (slots[k].name == n) return k;
+    ADD_FAILURE() << "no slot " << n;
+    return std::size_t{0};
+  };
+  auto recompute = [&](std::vector<std::string_view> const& names) {
+    std::unique_ptr<bool[]> f(new bool[slots.size()]());
+    for (auto n : names) f[index_of(n)] = true;
+    return c.recompute_time_us(std::span<bool const>(f.get(), slots.size()));
+  };
+  std::vector<std::string_view> all_but_input;
+  for (auto const& x : slots)
+    if (!x.input) all_but_input.push_back(x.name);
+  auto const a2a_us = all_to_all_seconds(static_cast<double>(ds_setup.model.tokens()) * ds_setup.model.top_k * ds_setup.model.hidden * 2,
+                                         64, 64, hw) * 1e6;
+  // Item 2: full remat reruns the forward a backward needs: the experts' down projection and the
+  // combine (the router's gradient reads the experts' outputs); all but the shared expert's down
+  // projection and the residual add.
+  EXPECT_GT(recompute(all_but_input), 0.95 * c.forward_us);
+  EXPECT_GT(recompute({"expert_out"}), a2a_us);
+  // Item 3: attention's output and log-sum-exp come from one kernel: one charge.
+  EXPECT_DOUBLE_EQ(recompute({"attn_out", "softmax_lse"}), recompute({"attn_out"}));
+  // Item 4: the offload rows (q_latent, kv_latent, mlp_up offloaded, the rest rematerialized)
+  // dispatch the tokens again (the experts' up projection reads them) and combine again.
+  std::vector<std::string_view> offload_rest;
+  for (auto n : all_but_input)
+    if (n != "q_latent" && n != "kv_latent" && n != "mlp_up") offload_rest.push_back(n);
+  EXPECT_GE(recompute(offload_rest), 2 * a2a_us + recompute({"router"}));
+  EXPECT_GE(recompute({"expert_input"}), a2a_us);
+
+  auto const rows = published::run(ds_setup, hw);
+  auto get = [&](std::string_view k) {
+    for (auto const& r : rows)
+      if (r.strategy == k) return r;
+    ADD_FAILURE() << "no row " << k;
+    return published::row{};
+  };
+  auto const naive = get("offload-naive"), lhs = get("offload-lhs"), pipe = get("offload-lhs-pipelined"), dev = get("on-device");
+  // Item 1: without latency hiding the collectives run on the compute stream, all exposed.
+  EXPECT_GT(naive.exposed_collective_ms, 100 * lhs.exposed_collective_ms);
+  EXPECT_GT(naive.step_ms - lhs.step_ms, naive.exposed_collective_ms);
+  // Item 6: a window of 7 layers holds several layers of offloaded tensors more than one layer's.
+  EXPECT_GT(pipe.device_peak_gib - naive.device_peak_gib, 5 * (lhs.device_peak_gib - naive.device_peak_gib));
+  // Item 7: the offload policy with its tensors on the device fits a micro-batch, not the study's 8.
+  EXPECT_FALSE(dev.fits);
+  EXPECT_GE(dev.largest_microbatch, 1u);
+  EXPECT_LT(dev.largest_microbatch, 8u);
+  EXPECT_GE(lhs.largest_microbatch, 8u);
+  // Item 8: host copies beside memory-bound work slow it (HBM contention).
+  strategy_options o;
+  o.collectives = training_collectives(ds_setup.training);
+  auto lhs_strategy = strategy{.policy = {rule_spec{.where = placement::offload, .slots = {"q_latent", "kv_latent", "mlp_up"}},
+                                          rule_spec{.where = placement::remat, .slots = offload_rest}}};
+  auto no_contention = costs;
+  no_contention.hbm_bytes_per_second = 0;
+  auto const with = evaluate_strategy(st, costs, lhs_strategy, o, "lhs", "lhs");
+  auto const without = evaluate_strategy(st, no_contention, lhs_strategy, o, "lhs", "lhs");
+  EXPECT_GT(with.step_us, without.step_us);
+  EXPECT_GT(c.memory_bound_share, 0);
 }

@@ -9,6 +9,7 @@
 #include <tide/tide.hpp>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -129,6 +130,68 @@ TEST(Sim, RecomputeCostsOnlyRematSlots) {
   EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), 900 + 70 + 90 + 70);  // no per-slot costs: the full 90
 }
 
+// One op, one recompute charge: slots of one producer (attention's output and its log-sum-exp)
+// cost the op once, the largest of their costs, whichever of them is rematted.
+TEST(Sim, SlotsOfOneProducerAreChargedOnce) {
+  layer_cost c{.forward_us = 100, .backward_us = 200, .slot_recompute_us = {0, 30, 30, 10}, .slot_producer = {0, 1, 1, 2}};
+  auto time = [&](std::vector<bool> const& flags) {
+    std::unique_ptr<bool[]> f(new bool[flags.size()]);
+    for (std::size_t k = 0; k < flags.size(); ++k) f[k] = flags[k];
+    return c.recompute_time_us(std::span<bool const>(f.get(), flags.size()));
+  };
+  EXPECT_DOUBLE_EQ(time({false, true, true, false}), 30);
+  EXPECT_DOUBLE_EQ(time({false, true, false, true}), 40);
+  EXPECT_DOUBLE_EQ(time({false, false, true, true}), 40);
+  EXPECT_DOUBLE_EQ(time({false, true, true, true}), 40);
+  c.slot_recompute_us = {0, 10, 30, 10};  // unequal members: the group costs its largest
+  EXPECT_DOUBLE_EQ(time({false, true, true, false}), 30);
+  EXPECT_DOUBLE_EQ(time({false, true, false, false}), 10);
+  c.slot_producer.clear();  // each slot its own op: charged twice
+  EXPECT_DOUBLE_EQ(time({false, true, true, false}), 40);
+  // In a schedule, and in the checks of a table against a stack.
+  using four = stack<independent_layers, repeat<layer<"blk", slot<"x", 64>, slot<"o", 1000>, slot<"lse", 100>, slot<"u", 500>>, 2>>;
+  auto costs = uniform_costs(2, layer_cost{.forward_us = 100, .backward_us = 200, .slot_recompute_us = {0, 30, 30, 10},
+                                           .slot_producer = {0, 1, 1, 2}});
+  auto const s = build_schedule(four::spec(), {.policy = policy<remat<slot_names<"o", "lse">>>::spec()});
+  EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), 2 * (100 + 200 + 30));
+  costs.layers[1].slot_producer = {0, 1};
+  try {
+    costs.check_against(four::spec());
+    ADD_FAILURE() << "a producer list of the wrong length was accepted";
+  } catch (cost_model_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 of the cost table has 2 slot producers but 4 slot recompute costs"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// HBM contention: forward 100, backward 200, each offload and prefetch 100 us (3000 bytes at
+// 30 MB/s). With HBM at 300 MB/s a copy takes a tenth of it; half the compute is memory-bound, so
+// an op loses 0.05 us per us a copy runs beside it: o0 (100-200) lies under all of f1, which runs
+// 105 us. Copies on the compute stream overlap nothing and cost nothing more; nor does
+// compute-bound work (share 0).
+TEST(Sim, HostCopiesSlowTheMemoryBoundComputeBesideThem) {
+  auto costs = hand_costs();
+  for (auto& l : costs.layers) l.memory_bound_share = 0.5;
+  auto const s = build_schedule(three::spec(), {.policy = offload_b::spec(), .pipeline = {.prefetch_distance = 1}});
+  auto const base = simulate(s, costs);
+  costs.hbm_bytes_per_second = 3e8;
+  auto const slowed = simulate(s, costs);
+  for (auto const& sp : slowed.trace.ops)
+    if (s.ops[sp.op].kind == k::forward && s.ops[sp.op].layer == 1) EXPECT_DOUBLE_EQ(sp.end_us - sp.begin_us, 105);
+  EXPECT_GT(slowed.summary.step_us, base.summary.step_us);
+  EXPECT_LE(slowed.summary.step_us, base.summary.step_us + 0.05 * base.summary.copy_us);
+  auto const naive = build_schedule(three::spec(), {.policy = offload_b::spec(), .pipeline = naive_pipeline::spec()});
+  auto no_hbm = costs;
+  no_hbm.hbm_bytes_per_second = 0;
+  EXPECT_DOUBLE_EQ(simulate_step_us(naive, costs), simulate_step_us(naive, no_hbm));
+  auto compute_bound = costs;
+  for (auto& l : compute_bound.layers) l.memory_bound_share = 0;
+  EXPECT_DOUBLE_EQ(simulate_step_us(s, compute_bound), base.summary.step_us);
+  compute_bound.layers[2].memory_bound_share = 2;
+  EXPECT_THROW(compute_bound.check_against(three::spec()), cost_model_error);
+}
+
 TEST(Sim, SharedLinkSerializesDirections) {
   auto costs = hand_costs();
   auto s = build_schedule(three::spec(), {.policy = offload_b::spec()});
@@ -182,6 +245,32 @@ TEST(Sim, RegathersRunOnTheCommStreamOneLayerAhead) {
     for (auto const& sp : r.trace.ops)
       if (sp.stream == comm) comm_busy += sp.end_us - sp.begin_us;
     EXPECT_DOUBLE_EQ(comm_busy, 3 * 50 + 3 * regather);
+  }
+}
+
+// Without overlap (`collective_spec::overlap = false`) every hook runs on the compute stream just
+// before the op that needs it: three layers, forward 100, backward 200, gather 50, regather 80,
+// reduce 400 take 3 x (50 + 100) + 3 x (80 + 200 + 400) = 2490 us, all of it exposed collective
+// time but the compute; with overlap the same costs take 1350 (the last reduce exposed).
+TEST(Sim, CollectivesWithoutOverlapRunOnTheComputeStream) {
+  auto costs = uniform_costs(3, layer_cost{.forward_us = 100, .backward_us = 200, .gather_us = 50, .reduce_us = 400, .regather_us = 80});
+  for (bool overlap : {true, false}) {
+    auto s = build_schedule(three::spec(), {.policy = keep_all::spec(),
+                                            .collectives = {.before_forward = true,
+                                                            .before_backward = true,
+                                                            .after_backward = true,
+                                                            .overlap = overlap}});
+    check_schedule(s);
+    auto r = simulate(s, costs);
+    for (auto const& o : s.ops)
+      if (is_collective(o.kind)) EXPECT_EQ(o.stream, overlap ? comm : stream_role::compute) << op_label(s, o);
+    if (overlap) {
+      EXPECT_LT(r.summary.step_us, 2490);
+      EXPECT_LT(r.summary.exposed_collective_us, 3 * (50 + 80 + 400));
+    } else {
+      EXPECT_DOUBLE_EQ(r.summary.step_us, 2490);
+      EXPECT_DOUBLE_EQ(r.summary.exposed_collective_us, 3 * (50 + 80 + 400));
+    }
   }
 }
 

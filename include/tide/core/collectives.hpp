@@ -17,6 +17,11 @@ struct collective_spec {
   //! and ZeRO-3 free them after the forward), one layer ahead.
   bool before_backward = false;
   bool after_backward = false;  //!< a reduce hook after each layer's backward (e.g. its gradients)
+  //! The hooks on the communication stream, a layer ahead, overlapped with compute (true); or on
+  //! the compute stream just before the op that needs them, none overlapped (false): the baseline
+  //! a schedule without latency hiding is (XLA's latency-hiding scheduler governs collectives
+  //! as well as host copies), for comparing against one.
+  bool overlap = true;
   friend constexpr bool operator==(collective_spec const&, collective_spec const&) = default;
 };
 
@@ -30,11 +35,17 @@ struct before_backward : detail::field_knob<collective_spec, &collective_spec::b
 //! `collective_spec::after_backward`: make room for a reduce hook after each layer's backward.
 struct after_backward : detail::field_knob<collective_spec, &collective_spec::after_backward, true, "after_backward"> {};
 
+//! `collective_spec::overlap`: `tide::overlap_collectives<false>` runs the hooks on the compute
+//! stream, none overlapped with compute.
+template <bool On>
+struct overlap_collectives : detail::field_knob<collective_spec, &collective_spec::overlap, On, "overlap_collectives"> {};
+
 //! The collective hooks a schedule makes room for: `tide::collectives<tide::after_backward>`.
 template <class... Knobs>
 struct collectives {
   static_assert((detail::knob_for<Knobs, collective_spec> && ...),
-                "tide::collectives<...>: each argument must be tide::before_forward, tide::before_backward or tide::after_backward");
+                "tide::collectives<...>: each argument must be tide::before_forward, tide::before_backward, tide::after_backward "
+                "or tide::overlap_collectives<bool>");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::collectives<...>: a knob is given twice: give each once");
   using tide_collectives_tag = void;  //!< Marks this type as the collectives part of `tide::strategy_of`.
   //! The `collective_spec` the knobs spell.

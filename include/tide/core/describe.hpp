@@ -43,7 +43,8 @@ inline std::string describe_collectives(collective_spec const& c) {
   add(c.before_forward, "gather before forward");
   add(c.before_backward, "regather before backward");
   add(c.after_backward, "reduce after backward");
-  return r.empty() ? "none" : r;
+  if (r.empty()) return "none";
+  return c.overlap ? r : r + " (on the compute stream, not overlapped)";
 }
 }  // namespace detail
 

@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,7 +30,12 @@ inline json to_json(cost_table const& t) {
     finite(c.forward_us, at + "forward_us"), finite(c.backward_us, at + "backward_us"), finite(c.recompute_us, at + "recompute_us");
     finite(c.gather_us, at + "gather_us"), finite(c.reduce_us, at + "reduce_us"), finite(c.regather_us, at + "regather_us");
     for (auto v : c.slot_recompute_us) finite(v, at + "slot_recompute_us");
+    finite(c.memory_bound_share, at + "memory_bound_share");
+    if (!c.slot_producer.empty() && c.slot_producer.size() != c.slot_recompute_us.size())
+      throw error("tide: the cost table's layer " + std::to_string(l) + " has " + std::to_string(c.slot_producer.size()) +
+                  " slot producers but " + std::to_string(c.slot_recompute_us.size()) + " slot recompute costs");
   }
+  finite(t.hbm_bytes_per_second, "hbm_bytes_per_second");
   finite(t.link.d2h.bytes_per_second, "d2h bandwidth"), finite(t.link.h2d.bytes_per_second, "h2d bandwidth");
   finite(t.link.d2h.latency_us, "d2h latency_us"), finite(t.link.h2d.latency_us, "h2d latency_us");
   finite(t.sync_latency_us, "sync_latency_us"), finite(t.op_overhead_us, "op_overhead_us");
@@ -37,23 +44,27 @@ inline json to_json(cost_table const& t) {
   for (auto const& l : t.layers) {
     json x = {{"forward_us", l.forward_us}, {"backward_us", l.backward_us}, {"recompute_us", l.full_recompute_us()}};
     if (!l.slot_recompute_us.empty()) x["slot_recompute_us"] = l.slot_recompute_us;
+    if (!l.slot_producer.empty()) x["slot_producer"] = l.slot_producer;
     // Left out when +0 (the default); -0.0 is written, so the table reads back bit for bit.
     auto const given = [](double v) { return v != 0 || std::signbit(v); };
     if (given(l.gather_us)) x["gather_us"] = l.gather_us;
     if (given(l.reduce_us)) x["reduce_us"] = l.reduce_us;
     if (given(l.regather_us)) x["regather_us"] = l.regather_us;
+    if (given(l.memory_bound_share)) x["memory_bound_share"] = l.memory_bound_share;
     j["layers"].push_back(std::move(x));
   }
   auto dir = [](link_direction const& m) { return json{{"bytes_per_second", m.bytes_per_second}, {"latency_us", m.latency_us}}; };
   j["link"] = {{"d2h", dir(t.link.d2h)}, {"h2d", dir(t.link.h2d)}, {"full_duplex", t.link.full_duplex}};
   j["sync_latency_us"] = t.sync_latency_us;
   j["op_overhead_us"] = t.op_overhead_us;
+  if (t.hbm_bytes_per_second != 0 || std::signbit(t.hbm_bytes_per_second)) j["hbm_bytes_per_second"] = t.hbm_bytes_per_second;
   return j;
 }
 
 namespace detail {
 inline layer_cost layer_cost_from(node const& n) {
-  n.object({"forward_us", "backward_us", "recompute_us", "slot_recompute_us", "gather_us", "reduce_us", "regather_us"});
+  n.object({"forward_us", "backward_us", "recompute_us", "slot_recompute_us", "slot_producer", "gather_us", "reduce_us",
+            "regather_us", "memory_bound_share"});
   layer_cost c;
   c.forward_us = n.at("forward_us").time_us();
   c.backward_us = n.at("backward_us").time_us();
@@ -62,6 +73,15 @@ inline layer_cost layer_cost_from(node const& n) {
     auto const s = n.at("slot_recompute_us");
     for (std::size_t k = 0; k < s.size(); ++k) c.slot_recompute_us.push_back(s.at(k).time_us());
   }
+  if (n.has("slot_producer")) {
+    auto const p = n.at("slot_producer");
+    if (!n.has("slot_recompute_us") || p.size() != c.slot_recompute_us.size())
+      p.fail("expected one producer per entry of slot_recompute_us (" + std::to_string(c.slot_recompute_us.size()) + "), found " +
+             std::to_string(p.size()));
+    for (std::size_t k = 0; k < p.size(); ++k)
+      c.slot_producer.push_back(static_cast<std::uint16_t>(p.at(k).unsigned_integer(std::numeric_limits<std::uint16_t>::max())));
+  }
+  if (n.has("memory_bound_share")) c.memory_bound_share = n.at("memory_bound_share").number(0, 1);
   if (n.has("gather_us")) c.gather_us = n.at("gather_us").time_us();
   if (n.has("reduce_us")) c.reduce_us = n.at("reduce_us").time_us();
   if (n.has("regather_us")) c.regather_us = n.at("regather_us").time_us();
@@ -86,7 +106,7 @@ inline link_direction link_direction_from(node const& n) {
 //! The cost table a calibration file describes. Throws `json_error`.
 inline cost_table cost_table_from_json(json const& j, std::string_view document = "calibration file") {
   detail::node const root(j, document);
-  root.object({"layers", "link", "sync_latency_us", "op_overhead_us"});
+  root.object({"layers", "link", "sync_latency_us", "op_overhead_us", "hbm_bytes_per_second"});
   cost_table t;
   auto const layers = root.at("layers");
   if (layers.size() == 0) layers.fail("expected at least one layer");
@@ -98,6 +118,12 @@ inline cost_table cost_table_from_json(json const& j, std::string_view document 
   if (link.has("full_duplex")) t.link.full_duplex = link.at("full_duplex").boolean();
   if (root.has("sync_latency_us")) t.sync_latency_us = root.at("sync_latency_us").time_us();
   if (root.has("op_overhead_us")) t.op_overhead_us = root.at("op_overhead_us").time_us();
+  if (root.has("hbm_bytes_per_second")) {
+    auto const hbm = root.at("hbm_bytes_per_second");
+    t.hbm_bytes_per_second = hbm.number();
+    if (t.hbm_bytes_per_second > 0 && t.hbm_bytes_per_second < 1)
+      hbm.fail("expected 0 (copies never slow compute) or at least 1 byte per second, found " + hbm.value().dump());
+  }
   return t;
 }
 

@@ -50,7 +50,10 @@ inline json to_json(strategy const& st) {
                    {"chunk_bytes", p.chunk_bytes},
                    {"max_offloads_in_flight", p.max_offloads_in_flight}};
   auto const& c = st.collectives;
-  j["collectives"] = {{"before_forward", c.before_forward}, {"before_backward", c.before_backward}, {"after_backward", c.after_backward}};
+  j["collectives"] = {{"before_forward", c.before_forward},
+                      {"before_backward", c.before_backward},
+                      {"after_backward", c.after_backward},
+                      {"overlap", c.overlap}};
   auto const& k = st.checkpoints;
   if (!(k == checkpoint_spec{})) {
     json ck;
@@ -151,10 +154,11 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
   }
   if (root.has("collectives")) {
     auto const c = root.at("collectives");
-    c.object({"before_forward", "after_backward", "before_backward"});
+    c.object({"before_forward", "after_backward", "before_backward", "overlap"});
     if (c.has("before_forward")) st.collectives.before_forward = c.at("before_forward").boolean();
     if (c.has("after_backward")) st.collectives.after_backward = c.at("after_backward").boolean();
     if (c.has("before_backward")) st.collectives.before_backward = c.at("before_backward").boolean();
+    if (c.has("overlap")) st.collectives.overlap = c.at("overlap").boolean();
   }
   if (root.has("checkpoints")) {
     auto const k = root.at("checkpoints");

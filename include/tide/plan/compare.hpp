@@ -1,9 +1,10 @@
 #pragma once
 //! \file
 //! The strategy table: for a stack, a cost table and a device budget, the usual ways to
-//! place activations side by side, each simulated: keep all, full remat, offload with copies on
-//! the compute stream, the same with latency hiding, with chunked copies and deeper prefetch,
-//! and the planner's choice. It shows the trade: prefetch buffers cost device memory, so the
+//! place activations side by side, each simulated: keep all, full remat, the offload rows'
+//! tensors kept on the device (when the offload rows rematerialize the rest), offload without
+//! latency hiding (copies and collectives on the compute stream), with latency hiding, with
+//! chunked copies and deeper prefetch, and the planner's choice. It shows the trade: prefetch buffers cost device memory, so the
 //! fastest schedule's peak may be above a slower one's.
 
 #include <cstddef>
@@ -40,7 +41,9 @@ struct strategy_options {
   //! The offload rows rematerialize the slots they neither keep nor offload (selective offload
   //! on top of full remat, as in the published JAX study); false: they keep them.
   bool remat_rest = false;
-  std::uint32_t deep_prefetch_distance = 3;  //!< prefetch distance of the chunked row (at most the layer count - 1)
+  //! Prefetch distance of the chunked row (at most the layer count - 1): layers of offloaded
+  //! slots whose prefetches may be in flight, each in a staging buffer of its own.
+  std::uint32_t deep_prefetch_distance = 3;
   std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: `default_chunk_bytes`)
   bool include_plan = true;  //!< add the planner's row (seeded with the others; shown when it fits)
 };
@@ -48,13 +51,18 @@ struct strategy_options {
 //! One simulated strategy of the table.
 struct strategy_row {
   std::string name{};  //!< the label the text table shows
-  //! A stable identifier: keep-all, full-remat, offload-naive, offload-lhs (latency hiding),
-  //! offload-lhs-pipelined (chunked, deeper prefetch), planner.
+  //! A stable identifier: keep-all, full-remat, on-device (the offload rows' policy with their
+  //! slots kept), offload-naive (no latency hiding: copies and collectives on the compute
+  //! stream), offload-lhs (latency hiding), offload-lhs-pipelined (chunked, deeper prefetch),
+  //! planner.
   std::string key{};
   tide::strategy strategy{};         //!< what `build_schedule` built the row's schedule from
   double step_us = 0;                //!< simulated step time
-  double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
+  double forward_us = 0;             //!< compute time spent in forwards
+  double backward_us = 0;            //!< compute time spent in backwards
   double recompute_us = 0;           //!< compute time spent recomputing
+  double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
+  double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
   std::size_t activation_bytes = 0;  //!< the schedule's device peak
   std::size_t whole_device_bytes = 0;  //!< the whole device's: resident bytes plus activations (0.2: device_bytes)
   std::size_t host_bytes = 0;        //!< the schedule's pinned host peak
@@ -74,17 +82,23 @@ inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std
 }
 }  // namespace detail
 
-//! One row: `st` (with `opt.collectives`) built for `stack`, simulated under `costs`, its peaks
-//! checked against `opt`'s budgets. What `compare_strategies` does for each of its rows, for a
-//! strategy of your own (a policy file, say).
+//! One row: `st` (with `opt.collectives`' hooks, not overlapped where either turns `overlap`
+//! off) built for `stack`, simulated under `costs`, its peaks checked against `opt`'s budgets.
+//! What `compare_strategies` does for each of its rows, for a strategy of your own (a policy
+//! file, say).
 inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
                                       strategy_options const& opt, std::string key, std::string name) {
+  auto const overlap = st.collectives.overlap && opt.collectives.overlap;
   st.collectives = opt.collectives;
+  st.collectives.overlap = overlap;
   strategy_row r{std::move(name), std::move(key), std::move(st)};
   auto s = build_schedule(stack, r.strategy);
   auto sim = simulate(s, costs);
   r.step_us = sim.summary.step_us;
   r.exposed_transfer_us = sim.summary.exposed_transfer_us;
+  r.exposed_collective_us = sim.summary.exposed_collective_us;
+  r.forward_us = sim.summary.forward_us;
+  r.backward_us = sim.summary.backward_us;
   r.recompute_us = sim.summary.recompute_us;
   r.activation_bytes = s.peak_device_bytes();
   r.whole_device_bytes = opt.resident_bytes + r.activation_bytes;
@@ -125,20 +139,27 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
   auto const d = std::min<std::uint32_t>(opt.deep_prefetch_distance, L - 1);
   auto const chunk = opt.chunk_bytes == 0 ? default_chunk_bytes(stack) : opt.chunk_bytes;
   policy_spec off{rule_spec{.where = placement::offload, .slots = offloaded}};
+  policy_spec on_device;  // the offloaded slots kept, the rest as the offload rows have it
   if (opt.remat_rest) {
     std::vector<std::string_view> others;
     std::unordered_set<std::string_view> const off_names(offloaded.begin(), offloaded.end());
     for (auto n : rest)
       if (!off_names.contains(n)) others.push_back(n);
-    if (!others.empty()) off.rules.push_back(rule_spec{.where = placement::remat, .slots = others});
+    if (!others.empty()) {
+      off.rules.push_back(rule_spec{.where = placement::remat, .slots = others});
+      on_device.rules.push_back(rule_spec{.where = placement::remat, .slots = others});
+    }
   }
   add("keep-all", "keep all", {});
   if (!rest.empty()) add("full-remat", "full remat", {.policy = {rule_spec{.where = placement::remat, .slots = rest}}});
+  if (!offloaded.empty() && !on_device.rules.empty()) add("on-device", "offload's slots kept on device", {.policy = on_device});
   if (!offloaded.empty()) {
-    add("offload-naive", "offload, copies on compute",
+    // No latency hiding: copies and collectives on the compute stream, each just before its use.
+    add("offload-naive", "offload, no latency hiding",
         {.policy = off,
          .buffers = {.staging_buffers = 1},
-         .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}});
+         .pipeline = {.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1},
+         .collectives = {.overlap = false}});
     add("offload-lhs", "offload, latency hiding", {.policy = off, .pipeline = {.prefetch_distance = std::min<std::uint32_t>(1, L - 1)}});
     add("offload-lhs-pipelined", "offload, chunked, prefetch " + std::to_string(d),
         {.policy = off, .buffers = {.staging_buffers = d + 1}, .pipeline = {.prefetch_distance = d, .chunk_bytes = chunk}});
@@ -162,11 +183,11 @@ inline std::string format_strategy_table(std::vector<strategy_row> const& rows) 
     std::snprintf(r.data() + at, static_cast<std::size_t>(n) + 1, format, v...);
     r.pop_back();  // the terminator snprintf wrote
   };
-  line("  %-32s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms", "recomp ms", "activations", "device peak",
-       "host", "fits");
+  line("  %-32s %12s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms", "coll. ms", "recomp ms", "activations",
+       "device peak", "host", "fits");
   for (auto const& row : rows) {
-    line("  %-32s %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3, row.exposed_transfer_us / 1e3,
-         row.recompute_us / 1e3, format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
+    line("  %-32s %12.2f %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3, row.exposed_transfer_us / 1e3,
+         row.exposed_collective_us / 1e3, row.recompute_us / 1e3, format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
          format_bytes(static_cast<double>(row.whole_device_bytes)).c_str(), format_bytes(static_cast<double>(row.host_bytes)).c_str(),
          row.fits ? "yes" : "does not fit");
   }

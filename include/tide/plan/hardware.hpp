@@ -34,6 +34,15 @@
 //!   "Inside the NVIDIA Rubin Platform" (NVIDIA technical blog, 5 January 2026). Scale-out:
 //!   ConnectX-9, 1.6 Tb/s per GPU (DGX Vera Rubin NVL72 page; an assumption until shipped).
 //!
+//! - NVLink-C2C achieved rates: on a GH200 (480 GB LPDDR5X, 96 GB HBM3, CUDA 12.4) copies reached
+//!   375 GB/s host to device and 297 GB/s device to host, 0.83 and 0.66 of the 450 GB/s per
+//!   direction. G. Schieffer, J. Wahlgren, J. Ren, J. Faj, I. Peng, "Harnessing Integrated
+//!   CPU-GPU System Memory for HPC: a first look into Grace Hopper", arXiv:2407.07850 (2024), as
+//!   reported by HPCwire. The presets with NVLink-C2C take these shares; for GB200 and Vera Rubin
+//!   that is an assumption (the same link generation and DMA engines, not measured there). Other
+//!   measurements differ: nvbandwidth's copy engines on 4 x GH200 gave 412-421 GB/s to the device
+//!   and 170 GB/s from it (NVIDIA/Megatron-LM issue 6491, 2026), so calibrate where it matters.
+//!
 //! Achieved rates are below these peaks. `mfu` (the share of peak FLOP/s a layer's matrix
 //! products reach), `link_efficiency` (the share of nominal link bandwidth a pinned copy
 //! reaches), `collective_efficiency` (the share of fabric bandwidth a large collective reaches)
@@ -84,17 +93,22 @@ struct hardware_spec {
   //! 0.5 is a typical model-FLOP utilization for large dense training runs; replace with yours.
   double mfu = 0.5;
   //! Share of nominal link bandwidth a large pinned copy reaches (PCIe packet overhead and DMA
-  //! efficiency). 0.85 is an assumption; `calibrate_link` measures it.
+  //! efficiency), both directions unless one is set below. 0.85 is an assumption;
+  //! `calibrate_link` measures it.
   double link_efficiency = 0.85;
+  double h2d_link_efficiency = 0;  //!< host to device (prefetches); 0: `link_efficiency`
+  double d2h_link_efficiency = 0;  //!< device to host (offloads); 0: `link_efficiency`
   //! Share of the fabric's bandwidth a large collective reaches (NCCL bus bandwidth over link
   //! bandwidth). 0.8 is an assumption; measure it with nccl-tests.
   double collective_efficiency = 0.8;
   std::string_view source{};  //!< where the numbers come from
 
-  //! The host link as the cost model uses it: achieved rates, this GPU's share.
+  //! The host link as the cost model uses it: achieved rates per direction, this GPU's share.
   constexpr host_link link() const noexcept {
-    auto const bw = link_bytes_per_second * link_efficiency / (link_shared_by == 0 ? 1 : link_shared_by);
-    return {{bw, link_latency_us}, {bw, link_latency_us}, link_full_duplex};
+    auto const rate = [&](double efficiency) {
+      return link_bytes_per_second * (efficiency > 0 ? efficiency : link_efficiency) / (link_shared_by == 0 ? 1 : link_shared_by);
+    };
+    return {{rate(d2h_link_efficiency), link_latency_us}, {rate(h2d_link_efficiency), link_latency_us}, link_full_duplex};
   }
   //! Pinned host bytes one GPU may use (no cap when `host_bytes` is unknown).
   constexpr std::size_t pinnable_host_bytes() const noexcept {
@@ -117,6 +131,8 @@ namespace hardware {
 
 inline constexpr double pcie5_x16_bytes_per_second = 32e9 * 16 * 128.0 / 130.0 / 8.0;  //!< 63.0 GB/s per direction (PCIe 5.0 base spec)
 inline constexpr double nvlink_c2c_bytes_per_second = 450e9;                         //!< per direction (900 GB/s bidirectional, GH200 datasheet)
+inline constexpr double nvlink_c2c_h2d_efficiency = 375.0 / 450;  //!< measured on GH200 (Schieffer et al. 2024; file comment)
+inline constexpr double nvlink_c2c_d2h_efficiency = 297.0 / 450;  //!< measured on GH200 (Schieffer et al. 2024; file comment)
 inline constexpr std::size_t gb = std::size_t{1000} * 1000 * 1000;  //!< a decimal gigabyte, as datasheets count
 
 //! H100 SXM5 80 GB with a PCIe Gen5 x16 host link, in a DGX H100 (8 GPUs, 2 TB of host memory).
@@ -155,7 +171,9 @@ constexpr hardware_spec gh200() {
           .scale_up_bytes_per_second = 450e9,
           .scale_up_gpus = 1,  // an assumption: GH200 nodes joined by the network only
           .scale_out_bytes_per_second = 50e9,
-          .source = "NVIDIA GH200 Grace Hopper Superchip datasheet"};
+          .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency,
+          .source = "NVIDIA GH200 Grace Hopper Superchip datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)"};
 }
 //! One Blackwell GPU of a GB200 NVL72. The superchip's NVLink-C2C and its Grace's 480 GB are
 //! shared by its two GPUs, which run the same step: each gets half the link and 240 GB.
@@ -172,7 +190,9 @@ constexpr hardware_spec gb200() {
           .scale_up_bytes_per_second = 900e9,
           .scale_up_gpus = 72,
           .scale_out_bytes_per_second = 50e9,
-          .source = "NVIDIA GB200 NVL72 datasheet"};
+          .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency,
+          .source = "NVIDIA GB200 NVL72 datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)"};
 }
 //! One Rubin GPU of a Vera Rubin NVL72 (preliminary figures). NVLink-C2C (1.8 TB/s both
 //! directions) and the Vera CPU's 1.5 TB are shared by the superchip's two GPUs.
@@ -189,7 +209,9 @@ constexpr hardware_spec vera_rubin() {
           .scale_up_bytes_per_second = 1.8e12,
           .scale_up_gpus = 72,
           .scale_out_bytes_per_second = 200e9,
-          .source = "NVIDIA Vera Rubin NVL72 (preliminary) and Rubin platform blog"};
+          .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency,
+          .source = "NVIDIA Vera Rubin NVL72 (preliminary) and Rubin platform blog; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)"};
 }
 
 }  // namespace hardware

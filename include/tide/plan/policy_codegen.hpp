@@ -159,6 +159,7 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
   if (st.collectives.before_forward) ck.push_back("tide::before_forward");
   if (st.collectives.before_backward) ck.push_back("tide::before_backward");
   if (st.collectives.after_backward) ck.push_back("tide::after_backward");
+  if (!st.collectives.overlap) ck.push_back("tide::overlap_collectives<false>");
   knobs("collectives", ck);
   auto const& k = st.checkpoints;
   if (k.host_snapshots > 0 || !k.reversal.empty())

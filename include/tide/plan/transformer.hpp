@@ -13,15 +13,27 @@
 //! - `softmax_lse`  the attention kernel's per-row log-sum-exp (FP32), for its backward;
 //! - `mlp_input`    the residual stream after attention;
 //! - `router`       (mixture-of-experts only) the router logits (FP32);
+//! - `expert_input` (MoE only) the routed copies of the tokens on the experts' GPUs, after the
+//!   dispatch all-to-all: the experts' up projection reads them for its weight gradient;
 //! - `mlp_up`       the gate and up projections (for MoE: of the routed and shared experts);
-//! - `mlp_act`      the gated activation, input to the down projection.
+//! - `mlp_act`      the gated activation, input to the down projection;
+//! - `expert_out`   (MoE only) the routed experts' outputs back on the tokens' GPUs, after the
+//!   down projection and the combine all-to-all, before the gate weights: the router's gradient
+//!   reads them.
 //!
 //! Compute: a layer's forward is the sum of its matrix products (2 FLOPs per multiply-add) and
 //! causal attention over `hardware_spec::mfu` of peak, plus elementwise work over HBM
-//! bandwidth. Backward is twice the matrix work and 2.5 times the attention (flash-attention's
-//! backward recomputes the scores). Recomputing a slot costs its producing op. `layer_input` is
-//! the layer's input (`slot_spec::input`): only rerunning the previous layers could rebuild it,
-//! so it is kept or offloaded, never rematerialized.
+//! bandwidth (a MoE layer's token permutations before the dispatch and after the combine
+//! included). Backward is twice the matrix work and 2.5 times the attention (flash-attention's
+//! backward recomputes the scores). Recomputing a slot costs its producing op, once per op
+//! (`layer_cost::slot_producer`: `attn_out` and `softmax_lse` come from one attention kernel),
+//! with the collectives before it: so rematerializing every slot but the input reruns the whole
+//! forward but the shared expert's down projection and the residual add, which no backward reads
+//! (MaxText's `remat_policy: full`). `layer_input` is the layer's input (`slot_spec::input`): only
+//! rerunning the previous layers could rebuild it, so it is kept or offloaded, never
+//! rematerialized. A layer's memory-bound share (`layer_cost::memory_bound_share`) is its
+//! elementwise time over its forward: host copies beside it slow it (`cost_table::
+//! hbm_bytes_per_second`, the preset's HBM bandwidth).
 
 #include <algorithm>
 #include <cstddef>
@@ -142,6 +154,9 @@ struct transformer_slot {
   double attention_flops = 0;
   double memory_bytes = 0;  //!< HBM traffic of the producing op when elementwise
   bool whole_forward = false;
+  std::uint16_t producer = 0;  //!< the producing op (slots of one op share it)
+  //! The collectives before the producing op, as tensor-parallel exchanges and all-to-alls.
+  std::uint8_t tp_exchanges = 0, all_to_alls = 0;
 };
 
 struct transformer_layer {
@@ -169,6 +184,7 @@ inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
   };
   L.slots.push_back({"layer_input", T * h / tp * e, 0, 0, 0, true});
   L.slots.push_back(elementwise("attn_norm", h));
+  L.slots.back().tp_exchanges = 1;  // the gather before
   double d_qk = m.head_dim, d_v = m.v_head_dim > 0 ? m.v_head_dim : m.head_dim;
   if (m.latent_attention) {
     d_qk = m.qk_nope_head_dim + m.qk_rope_head_dim;
@@ -190,13 +206,20 @@ inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
   // Causal attention: each token attends to seq/2 keys on average, QK^T then PV.
   double const attn = 2 * T * (seq / 2) * H * (d_qk + d_v);
   L.slots.push_back({"attn_out", T * H * d_v * e, 0, attn});
-  L.slots.push_back({"softmax_lse", T * H * 4, 0, attn});
-  // The residual after attention needs the output projection again.
+  L.slots.push_back({"softmax_lse", T * H * 4, 0, attn});  // the same kernel: producer set below
+  // The residual after attention needs the output projection again (and the scatter after it).
   L.slots.push_back({"mlp_input", T * h / tp * e, 2 * T * H * d_v * h, 0, 3 * T * h / tp * e});
+  L.slots.back().tp_exchanges = 1;
   double width = 0;
+  double const routed_width = static_cast<double>(m.top_k) * static_cast<double>(m.expert_ffn) / tp;
+  double const routed = T * m.top_k * h * e / tp;  // the routed copies of the tokens
   if (moe) {
     width = static_cast<double>(m.top_k + m.shared_experts) * static_cast<double>(m.expert_ffn) / tp;
     L.slots.push_back({"router", T * m.experts * 4.0, 2 * T * h * m.experts});
+    // The dispatch: the tokens permuted by expert (read and write), the gather before, the all-to-all.
+    L.slots.push_back({"expert_input", routed, 0, 0, 2 * routed});
+    L.slots.back().tp_exchanges = 1;
+    L.slots.back().all_to_alls = 1;
     L.params += 3 * h * static_cast<double>(m.shared_experts * m.expert_ffn) + h * m.experts;
     L.expert_params = 3 * h * static_cast<double>(m.experts) * static_cast<double>(m.expert_ffn);
   } else {
@@ -204,9 +227,20 @@ inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
     L.params += 3 * h * static_cast<double>(m.ffn);
   }
   L.slots.push_back({"mlp_up", T * 2 * width * e, 2 * T * h * 2 * width});
+  if (!moe) L.slots.back().tp_exchanges = 1;  // the gather before (a MoE layer's is the dispatch's)
   L.slots.push_back(elementwise("mlp_act", width));
-  L.extra_flops = 2 * T * width * h;  // down projection
+  if (moe) {
+    // The routed experts' down projection, the combine all-to-all, the tokens permuted back.
+    L.slots.push_back({"expert_out", routed, 2 * T * routed_width * h, 0, 2 * routed});
+    L.slots.back().all_to_alls = 1;
+    L.extra_flops = 2 * T * (width - routed_width) * h;  // the shared experts' down projection
+  } else {
+    L.extra_flops = 2 * T * width * h;  // down projection
+  }
   L.extra_memory_bytes = 2 * T * h / tp * e;  // the residual add after the MLP
+  for (std::size_t k = 0; k < L.slots.size(); ++k) L.slots[k].producer = static_cast<std::uint16_t>(k);
+  auto const lse = std::find_if(L.slots.begin(), L.slots.end(), [](auto const& x) { return x.name == "softmax_lse"; });
+  lse->producer = (lse - 1)->producer;  // attention writes its output and log-sum-exp at once
   return L;
 }
 
@@ -300,6 +334,7 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
   else check_tensor_parallel(m);
   cost_table c;
   c.link = hw.link();
+  c.hbm_bytes_per_second = hw.hbm_bytes_per_second;  // host copies take their share of it
   double const T = static_cast<double>(m.tokens());
   double const h = static_cast<double>(m.hidden), e = m.bytes_per_element, tp = m.tensor_parallel;
   // Tensor parallel (sequence parallel): each all-gather or reduce-scatter moves the full-width
@@ -341,11 +376,12 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
     lc.backward_us = (hw.matmul_seconds(2 * mat, m.matmul) + hw.matmul_seconds(2.5 * attn) + hw.memory_seconds(2 * mem)) * 1e6 +
                      comm_fwd;
     lc.recompute_us = lc.forward_us;
+    lc.memory_bound_share = fwd > 0 ? hw.memory_seconds(mem) / fwd : 0;
     for (auto const& s : desc.slots) {
       double r = (hw.matmul_seconds(s.flops, m.matmul) + hw.matmul_seconds(s.attention_flops) + hw.memory_seconds(s.memory_bytes)) * 1e6;
-      if (s.name == "attn_norm" || s.name == "mlp_input") r += tp_us;  // the gather before, the scatter after
-      if (s.name == "mlp_up") r += tp_us + a2a_us;                     // the gather before; the dispatch
+      r += s.tp_exchanges * tp_us + s.all_to_alls * a2a_us;
       lc.slot_recompute_us.push_back(s.whole_forward ? lc.forward_us : r);
+      lc.slot_producer.push_back(s.producer);
     }
     // FSDP: the layer's weights gathered (its tensor-parallel share; of the routed experts, the
     // ones this GPU runs), and its gradients reduce-scattered, each over the group sharding them,

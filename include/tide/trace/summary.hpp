@@ -25,7 +25,7 @@ struct step_summary {
   double backward_us = 0;            //!< of which backward
   double copy_us = 0;                //!< time any copy was running (union of intervals)
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
-  double exposed_collective_us = 0;  //!< compute-stream time spent waiting for collectives
+  double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
   double overlap_fraction = 1;       //!< share of copy time hidden behind compute
   std::size_t predicted_device_bytes = 0;  //!< the schedule's device arena
   std::size_t predicted_host_bytes = 0;    //!< the schedule's pinned host arena
@@ -166,6 +166,8 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
     if (o.stream != stream_role::compute) continue;
     if (is_copy(o.kind)) {
       r.exposed_transfer_us += dur;  // a copy on the compute stream is never hidden
+    } else if (is_collective(o.kind)) {
+      r.exposed_collective_us += dur;  // nor a collective (`collective_spec::overlap` false)
     } else if (o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::advance ||
                o.kind == op_kind::backward) {
       r.compute_us += dur;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -30,26 +31,46 @@ struct layer_cost {
   //! producing op). A recompute then costs the sum over the rematted slots, capped at
   //! `full_recompute_us()`, because a partial recompute runs only the ops it needs.
   std::vector<double> slot_recompute_us = {};
+  //! Optional, one per slot: which op of the layer produces it (any numbering). Slots with one
+  //! producer come from one run of it (attention's output and its log-sum-exp from one kernel),
+  //! so a recompute of several of them charges that op once: the largest of their
+  //! `slot_recompute_us`. Empty: each slot its own op.
+  std::vector<std::uint16_t> slot_producer = {};
   double gather_us = 0;      //!< the collective before the layer's forward (e.g. a weight gather)
   double reduce_us = 0;  //!< the reduce hook after the layer's backward (e.g. a gradient reduce)
   double regather_us = 0;    //!< the collective before the layer's recompute and backward (the weights again)
+  //! Share of the layer's compute time bound by HBM bandwidth (elementwise work, in [0, 1]): a
+  //! host copy overlapping it slows it (`cost_table::hbm_bytes_per_second`). 0: compute-bound.
+  double memory_bound_share = 0;
 
   //! A recompute of the whole layer: `recompute_us`, or `forward_us` where that is below zero.
   constexpr double full_recompute_us() const noexcept { return recompute_us < 0 ? forward_us : recompute_us; }
   //! Recompute time when the slots bound as `remat` in `slots` are rematted.
   constexpr double recompute_time_us(std::span<slot_binding const> slots) const noexcept {
-    if (slot_recompute_us.size() != slots.size()) return full_recompute_us();
-    double t = 0;
-    for (std::size_t k = 0; k < slots.size(); ++k)
-      if (slots[k].where == placement::remat) t += slot_recompute_us[k];
-    return std::min(t, full_recompute_us());
+    return recompute_time_us_if(slots.size(), [&](std::size_t k) { return slots[k].where == placement::remat; });
   }
   //! Recompute time when the slots flagged in `remat` (one flag per slot) are rematted.
-  double recompute_time_us(std::span<bool const> remat) const noexcept {
-    if (slot_recompute_us.size() != remat.size()) return full_recompute_us();
+  constexpr double recompute_time_us(std::span<bool const> remat) const noexcept {
+    return recompute_time_us_if(remat.size(), [&](std::size_t k) { return static_cast<bool>(remat[k]); });
+  }
+  //! The cost slot `k` adds to a recompute of the slots flagged by `remat(j)`, taken in order:
+  //! its own, less what an earlier flagged slot of its producer already charged.
+  template <class Remat>
+  constexpr double added_recompute_us(std::size_t k, Remat&& remat) const noexcept {
+    if (slot_producer.size() != slot_recompute_us.size()) return slot_recompute_us[k];
+    double charged = 0;
+    for (std::size_t j = 0; j < k; ++j)
+      if (slot_producer[j] == slot_producer[k] && remat(j)) charged = std::max(charged, slot_recompute_us[j]);
+    return std::max(0.0, slot_recompute_us[k] - charged);
+  }
+
+ private:
+  template <class Remat>
+  constexpr double recompute_time_us_if(std::size_t n, Remat&& remat) const noexcept {
+    if (slot_recompute_us.size() != n) return full_recompute_us();
     double t = 0;
-    for (std::size_t k = 0; k < remat.size(); ++k)
-      if (remat[k]) t += slot_recompute_us[k];
+    for (std::size_t k = 0; k < n; ++k)
+      if (remat(k)) t += added_recompute_us(k, remat);
     return std::min(t, full_recompute_us());
   }
 };
@@ -66,6 +87,12 @@ struct cost_table {
   double sync_latency_us = 0;
   //! Time a stream spends between two ops of its own (dispatch; launch overhead on a GPU).
   double op_overhead_us = 0;
+  //! The device's HBM bandwidth (bytes per second). Above zero, a host copy running beside a
+  //! compute op takes its share of it: a DMA reads (to the host) or writes (from it) device
+  //! memory at the link's rate, which the op's memory-bound part (`layer_cost::
+  //! memory_bound_share`) loses, so the op runs longer by the overlap times that share times the
+  //! copy's rate over this bandwidth. 0: copies never slow compute.
+  double hbm_bytes_per_second = 0;
 
   //! `layers.size()`, as the schedule's layer index type.
   std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
@@ -80,6 +107,9 @@ struct cost_table {
     if (layers.size() != stack.layer_count())
       throw cost_model_error("tide: the cost table has " + std::to_string(layers.size()) + " layers but the stack has " +
                            std::to_string(stack.layer_count()) + ": give one layer_cost per layer");
+    if (!(hbm_bytes_per_second >= 0) || hbm_bytes_per_second == std::numeric_limits<double>::infinity())
+      throw cost_model_error("tide: the cost table's hbm_bytes_per_second is " + std::to_string(hbm_bytes_per_second) +
+                             ": give a finite bandwidth, or 0 for copies that never slow compute");
     for (std::uint32_t l = 0; l < stack.layer_count(); ++l) {
       auto const& c = layers[l];
       if (!c.slot_recompute_us.empty() && c.slot_recompute_us.size() != stack.layer(l).slots.size())
@@ -87,8 +117,15 @@ struct cost_table {
                              std::to_string(c.slot_recompute_us.size()) + " slot recompute costs but layer type '" +
                              std::string(stack.layer(l).name) + "' has " +
                              std::to_string(stack.layer(l).slots.size()) + " slots");
+      if (!c.slot_producer.empty() && c.slot_producer.size() != c.slot_recompute_us.size())
+        throw cost_model_error("tide: layer " + std::to_string(l) + " of the cost table has " +
+                               std::to_string(c.slot_producer.size()) + " slot producers but " +
+                               std::to_string(c.slot_recompute_us.size()) + " slot recompute costs: give one of each per slot");
       if (c.forward_us < 0 || c.backward_us < 0)
         throw cost_model_error("tide: layer " + std::to_string(l) + " of the cost table has a negative compute time");
+      if (!(c.memory_bound_share >= 0 && c.memory_bound_share <= 1))
+        throw cost_model_error("tide: layer " + std::to_string(l) + " of the cost table has memory_bound_share " +
+                               std::to_string(c.memory_bound_share) + ": give a share in [0, 1]");
     }
   }
 };

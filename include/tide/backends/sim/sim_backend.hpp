@@ -117,7 +117,9 @@ class sim_backend {
       case op_kind::reduce: d = c.reduce_us; break;
       default: break;
     }
-    advance(r, i, ready_[index(r)] + costs_->op_overhead_us, d);
+    auto const begin = ready_[index(r)] + costs_->op_overhead_us;
+    if (!is_collective(o.kind)) d += contention_us(begin, d, c.memory_bound_share);
+    advance(r, i, begin, d);
   }
   //! Stream `r` resumes once every stream is free (plus `sync_latency_us` when it waited); the
   //! task is not called.
@@ -133,6 +135,8 @@ class sim_backend {
     auto& busy = link_us_[link.full_duplex && !d2h ? 1 : 0];
     auto const begin = std::max(ready_[index(r)] + costs_->op_overhead_us, busy);
     busy = advance(r, i, begin, (d2h ? link.d2h : link.h2d).time_us(n));
+    if (costs_->hbm_bytes_per_second > 0 && busy > begin && r != stream_role::compute)
+      copies_.push_back({begin, busy, static_cast<double>(n) / ((busy - begin) * 1e-6) / costs_->hbm_bytes_per_second});
   }
   //! Does nothing: the debug checks it would run need data.
   void host_task(stream_role, task) noexcept {}
@@ -150,6 +154,7 @@ class sim_backend {
     }
     ready_.fill(0);
     link_us_.fill(0);
+    copies_.clear();
     std::fill(event_us_.begin(), event_us_.end(), never);
     step_us_ = 0;
     if (timeline_) timeline_->clear();
@@ -167,6 +172,18 @@ class sim_backend {
   }
   static constexpr double never = std::numeric_limits<double>::lowest();  // an event not recorded this step
   static std::size_t index(stream_role r) noexcept { return static_cast<std::size_t>(r); }
+  // HBM contention (`cost_table::hbm_bytes_per_second`): the time a compute op of `d` from `begin`
+  // loses to the host copies running beside it, each taking its rate's share of HBM from the
+  // op's memory-bound part. One pass in issue order sees the copies issued before the op: an
+  // offload is issued after the forward it follows and before the next, a prefetch before the
+  // backward work it feeds, so these are the copies that overlap it.
+  double contention_us(double begin, double d, double memory_bound_share) {
+    if (copies_.empty() || memory_bound_share <= 0 || d <= 0) return 0;
+    std::erase_if(copies_, [&](copy_span const& c) { return c.end <= begin; });  // compute starts only later
+    double lost = 0;
+    for (auto const& c : copies_) lost += std::max(0.0, std::min(c.end, begin + d) - std::max(c.begin, begin)) * c.share;
+    return lost * memory_bound_share;
+  }
   double advance(stream_role r, std::uint32_t i, double begin, double d) {
     auto const end = begin + d;
     ready_[index(r)] = end;
@@ -181,6 +198,11 @@ class sim_backend {
   std::vector<double> event_us_;
   std::array<double, stream_count> ready_{};
   std::array<double, 2> link_us_{};
+  struct copy_span {
+    double begin, end;
+    double share;  // of HBM bandwidth: the copy's rate over hbm_bytes_per_second
+  };
+  std::vector<copy_span> copies_;  // host copies that may still overlap a compute op
   double step_us_ = 0;
   std::size_t device_bytes_ = 0, host_bytes_ = 0;
   timeline* timeline_ = nullptr;

@@ -90,15 +90,22 @@ constexpr std::uint32_t builder::emit_layer_op(op o, std::int32_t in, std::int32
   return idx;
 }
 
+// Collective hooks run on the communication stream, or, without overlap, on the compute stream
+// just before the op that needs them.
+constexpr stream_role builder::collective_stream() const {
+  return how.collectives.overlap ? stream_role::comm : stream_role::compute;
+}
+
 constexpr void builder::emit_gather(std::uint32_t l) {
-  gather_op[l] = w.emit({op_kind::gather, stream_role::comm, no_slot, l});
+  gather_op[l] = w.emit({op_kind::gather, collective_stream(), no_slot, l});
 }
 
 constexpr void builder::emit_forward(std::uint32_t l, std::int32_t in, std::int32_t out) {
   auto const& collectives = how.collectives;
   // Gathers run one layer ahead and no further: the gather of layer l + 1 waits for the forward
   // of layer l - 1, so two receive buffers suffice.
-  if (collectives.before_forward && l + 1 < L) {
+  if (collectives.before_forward && !collectives.overlap && l > 0) emit_gather(l);
+  if (collectives.before_forward && collectives.overlap && l + 1 < L) {
     if (l >= 1) w.wait(forward_op[l - 1]);
     emit_gather(l + 1);
   }
@@ -144,14 +151,16 @@ constexpr void builder::emit_prefetches_at(std::uint32_t t) {
 // Regathers (before backward) run one layer ahead like the gathers, continuing their sequence:
 // each waits for the user of the gather two before it, so the hook needs two receive buffers.
 constexpr void builder::emit_regather(std::uint32_t l, std::int64_t after) {
-  regather_op[l] = w.emit_aside({op_kind::regather, stream_role::comm, no_slot, l}, after);
+  regather_op[l] = w.emit_aside({op_kind::regather, collective_stream(), no_slot, l}, after);
 }
 
 constexpr void builder::emit_backward(std::uint32_t l, std::int32_t in) {
   auto const& collectives = how.collectives;
   auto const compute = stream_role::compute;
   auto const& lb = s.layers[l];
-  if (collectives.before_backward) {
+  if (collectives.before_backward && !collectives.overlap) {
+    emit_regather(l, -1);
+  } else if (collectives.before_backward) {
     auto const forward_of = [&](std::uint32_t m) { return collectives.before_forward ? forward_op[m] : -1; };
     if (l == L - 1) emit_regather(l, L >= 2 ? forward_of(L - 2) : -1);
     if (l >= 1) emit_regather(l - 1, l + 1 < L ? backward_op[l + 1] : forward_of(L - 1));
@@ -173,7 +182,7 @@ constexpr void builder::emit_backward(std::uint32_t l, std::int32_t in) {
   if (carries && l == L - 1) cbuf[1].readers[static_cast<std::size_t>(compute)] = backward_op[l];
   if (collectives.after_backward) {
     w.wait(backward_op[l]);
-    w.emit({op_kind::reduce, stream_role::comm, no_slot, l});
+    w.emit({op_kind::reduce, collective_stream(), no_slot, l});
   }
   if (l > 0) emit_prefetches_at(l - 1);
 }

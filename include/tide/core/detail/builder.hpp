@@ -132,6 +132,7 @@ struct builder {
   constexpr void wait_to_write(std::int32_t b);
   constexpr void note(std::uint32_t idx, std::int32_t read, std::int32_t wrote);
   constexpr std::uint32_t emit_layer_op(op o, std::int32_t in, std::int32_t out);
+  [[nodiscard]] constexpr stream_role collective_stream() const;
   constexpr void emit_gather(std::uint32_t l);
   constexpr void emit_forward(std::uint32_t l, std::int32_t in, std::int32_t out);
   constexpr void emit_prefetches_of(std::uint32_t l);

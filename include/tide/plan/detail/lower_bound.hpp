@@ -28,7 +28,8 @@ struct remat_segment {
 };
 
 //! The least recomputation as a function of the bytes rematerialized, from below: per layer the
-//! lower convex hull of (bytes, cost) over its non-input slots taken cheapest per byte first,
+//! lower convex hull of (bytes, cost) over its non-input slots taken cheapest per byte first
+//! (slots of one producer sharing its cost),
 //! each cost capped at the layer's full recompute (a recompute of a set of slots costs their sum
 //! capped so); then every layer's pieces by cost per byte. The hull lies under the fractional
 //! knapsack's curve and under the cap, so it never exceeds what any set of slots costs.
@@ -42,10 +43,24 @@ class remat_envelope {
       auto const& c = costs.layers[l];
       double const full = std::max(0.0, c.full_recompute_us());
       bool const per_slot = c.slot_recompute_us.size() == slots.size();
+      // Slots of one producer (`layer_cost::slot_producer`) share its cost: each counts the
+      // cheapest member's over the group's size, so any set of them costs no more than it does.
+      bool const grouped = per_slot && c.slot_producer.size() == slots.size();
+      auto const cost_of = [&](std::size_t k) {
+        if (!per_slot) return full;
+        if (!grouped) return std::max(0.0, c.slot_recompute_us[k]);
+        double least = std::max(0.0, c.slot_recompute_us[k]);
+        std::size_t members = 0;
+        for (std::size_t j = 0; j < slots.size(); ++j)
+          if (c.slot_producer[j] == c.slot_producer[k] && !slots[j].input && slots[j].bytes > 0) {
+            ++members;
+            least = std::min(least, std::max(0.0, c.slot_recompute_us[j]));
+          }
+        return least / static_cast<double>(std::max<std::size_t>(members, 1));
+      };
       items.clear();
       for (std::size_t k = 0; k < slots.size(); ++k)
-        if (!slots[k].input && slots[k].bytes > 0)
-          items.push_back({static_cast<double>(slots[k].bytes), per_slot ? std::max(0.0, c.slot_recompute_us[k]) : full});
+        if (!slots[k].input && slots[k].bytes > 0) items.push_back({static_cast<double>(slots[k].bytes), cost_of(k)});
       if (items.empty()) continue;
       std::sort(items.begin(), items.end(), [](auto const& a, auto const& b) { return a.us * b.bytes < b.us * a.bytes; });
       hull.assign(1, {0.0, 0.0});
