@@ -301,4 +301,15 @@ TEST(Model, PublishedRowsModelWhatTheStudyRan) {
   auto const without = evaluate_strategy(st, no_contention, lhs_strategy, o, "lhs", "lhs");
   EXPECT_GT(with.step_us, without.step_us);
   EXPECT_GT(c.memory_bound_share, 0);
+  // Item 9: the ceiling. Full remat over the latency-hidden run is at most 1 + F / (F + B) when
+  // the remat run exposes nothing; the model is under it, and so is the published 1.57x not.
+  auto const ceiling = published::ceiling_of(ds_setup, hw, rows, 1.57);
+  EXPECT_NEAR(ceiling.bound, 1 + lhs.forward_ms / (lhs.forward_ms + lhs.backward_ms), 1e-12);
+  EXPECT_GT(ceiling.bound, 1.3);
+  EXPECT_LT(ceiling.bound, 1.4);
+  EXPECT_LE(ceiling.ratio, ceiling.bound);
+  EXPECT_GT(1.57, ceiling.bound);
+  // The what-if: the remat run's collectives not overlapped expose them, but not the 1.57x's gap.
+  EXPECT_GT(ceiling.remat_without_overlap_ms, get("full-remat").step_ms);
+  EXPECT_GT(ceiling.exposed_needed_ms, ceiling.remat_without_overlap_ms - get("full-remat").step_ms);
 }

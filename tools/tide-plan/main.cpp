@@ -253,7 +253,11 @@ int run(int argc, char** argv) {
   std::optional<strategy> user_policy;
   if (!a.policy.empty()) try {
       user_policy = io::read_policy_file(a.policy, p.stack);
-      user_policy->collectives = p.options.collectives;  // the model's hooks, as every row has them
+      // The model's hooks, as every row has them; a file that turns their overlap off keeps that
+      // (a run without latency hiding, to compare against).
+      auto const overlap = user_policy->collectives.overlap;
+      user_policy->collectives = p.options.collectives;
+      user_policy->collectives.overlap = overlap && p.options.collectives.overlap;
       (void)build_schedule(p.stack, *user_policy);  // names an unused rule or a bad field before planning
     } catch (tide::error const& e) {
       bad_input(e.what());
