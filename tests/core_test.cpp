@@ -793,6 +793,12 @@ TEST(Codegen, ToCppTypesPrintsOneStrategyOf) {
   EXPECT_TRUE(has(t, "tide::pipeline<tide::latency_hiding<false>, tide::prefetch_distance<0>, "
                      "tide::max_offloads_in_flight<1>>")) << t;
   EXPECT_TRUE(has(t, "tide::collectives<tide::before_forward, tide::after_backward>")) << t;
+  // Collectives not overlapped, printed and compiled (`printed_serial` below).
+  all.collectives.overlap = false;
+  EXPECT_TRUE(has(to_cpp_types(all), "tide::collectives<tide::before_forward, tide::after_backward, tide::overlap_collectives<false>>"))
+      << to_cpp_types(all);
+  using printed_serial = tide::collectives<tide::before_forward, tide::after_backward, tide::overlap_collectives<false>>;
+  EXPECT_EQ(printed_serial::spec(), all.collectives);
   // Keep-all with default parts: only the empty policy.
   EXPECT_EQ(to_cpp_types(strategy{}, "keep"), "using keep = tide::strategy_of<\n    tide::policy<>>;\n");
 }

@@ -14,8 +14,9 @@
 // --json: the tables as JSON on stdout. --trace FILE: the Chrome trace of the last planned
 // schedule in the sim, and FILE.host.json the measured host run of the calibration.
 // --published: the published GB200 experiment from physics (published.hpp): per strategy the step
-// and its parts (forward, backward, recompute, exposed copies and collectives), model TFLOP/s per device, whole-device and activation peaks, host bytes, whether it fits and
-// the largest micro-batch that fits; with --json the same rows as JSON.
+// and its parts (forward, backward, recompute, exposed copies and collectives), model TFLOP/s per
+// device, whole-device and activation peaks, host bytes, whether it fits and the largest
+// micro-batch that fits, then the ceiling and a what-if; with --json the rows as JSON.
 #include "example.hpp"
 #include "published.hpp"
 

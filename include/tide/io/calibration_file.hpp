@@ -75,7 +75,8 @@ inline layer_cost layer_cost_from(node const& n) {
   }
   if (n.has("slot_producer")) {
     auto const p = n.at("slot_producer");
-    if (!n.has("slot_recompute_us") || p.size() != c.slot_recompute_us.size())
+    if (!n.has("slot_recompute_us")) p.fail("slot_producer needs slot_recompute_us beside it (one cost per slot)");
+    if (p.size() != c.slot_recompute_us.size())
       p.fail("expected one producer per entry of slot_recompute_us (" + std::to_string(c.slot_recompute_us.size()) + "), found " +
              std::to_string(p.size()));
     for (std::size_t k = 0; k < p.size(); ++k)

@@ -50,10 +50,8 @@ inline json to_json(strategy const& st) {
                    {"chunk_bytes", p.chunk_bytes},
                    {"max_offloads_in_flight", p.max_offloads_in_flight}};
   auto const& c = st.collectives;
-  j["collectives"] = {{"before_forward", c.before_forward},
-                      {"before_backward", c.before_backward},
-                      {"after_backward", c.after_backward},
-                      {"overlap", c.overlap}};
+  j["collectives"] = {{"before_forward", c.before_forward}, {"before_backward", c.before_backward}, {"after_backward", c.after_backward}};
+  if (!c.overlap) j["collectives"]["overlap"] = false;  // written only when off: 0.3.0 readers read the rest
   auto const& k = st.checkpoints;
   if (!(k == checkpoint_spec{})) {
     json ck;

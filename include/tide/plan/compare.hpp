@@ -58,15 +58,16 @@ struct strategy_row {
   std::string key{};
   tide::strategy strategy{};         //!< what `build_schedule` built the row's schedule from
   double step_us = 0;                //!< simulated step time
-  double forward_us = 0;             //!< compute time spent in forwards
-  double backward_us = 0;            //!< compute time spent in backwards
-  double recompute_us = 0;           //!< compute time spent recomputing
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
-  double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
+  double recompute_us = 0;           //!< compute time spent recomputing
   std::size_t activation_bytes = 0;  //!< the schedule's device peak
   std::size_t whole_device_bytes = 0;  //!< the whole device's: resident bytes plus activations (0.2: device_bytes)
   std::size_t host_bytes = 0;        //!< the schedule's pinned host peak
   bool fits = false;                 //!< `activation_bytes` and `host_bytes` are within the budgets
+  // Added after 0.3.0, last, so that positional initializers keep their meaning.
+  double forward_us = 0;             //!< compute time spent in forwards
+  double backward_us = 0;            //!< compute time spent in backwards
+  double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
 };
 
 namespace detail {
@@ -112,9 +113,12 @@ inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const&
 //! `compare_strategies` adds as its planner row.
 inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
                            std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds = {}) {
+  // Each seed with `opt.collectives` as they are: a row without latency hiding turns their
+  // overlap off to compare against, which is no choice for a plan.
   std::vector<tide::strategy> seeds;
   for (auto const& r : rows) seeds.push_back(r.strategy);
   for (auto& s : extra_seeds) seeds.push_back(std::move(s));
+  for (auto& s : seeds) s.collectives = opt.collectives;
   return make_plan(stack, costs,
                    {.device_budget = opt.device_budget,
                     .host_budget = opt.host_budget,

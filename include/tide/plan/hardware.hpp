@@ -55,6 +55,7 @@
 #include <string_view>
 
 #include <tide/backends/sim/cost_table.hpp>
+#include <tide/core/error.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -96,12 +97,13 @@ struct hardware_spec {
   //! efficiency), both directions unless one is set below. 0.85 is an assumption;
   //! `calibrate_link` measures it.
   double link_efficiency = 0.85;
-  double h2d_link_efficiency = 0;  //!< host to device (prefetches); 0: `link_efficiency`
-  double d2h_link_efficiency = 0;  //!< device to host (offloads); 0: `link_efficiency`
   //! Share of the fabric's bandwidth a large collective reaches (NCCL bus bandwidth over link
   //! bandwidth). 0.8 is an assumption; measure it with nccl-tests.
   double collective_efficiency = 0.8;
   std::string_view source{};  //!< where the numbers come from
+  // Added after 0.3.0, last, so that positional initializers keep their meaning.
+  double h2d_link_efficiency = 0;  //!< host to device (prefetches), in (0, 1]; 0: `link_efficiency`
+  double d2h_link_efficiency = 0;  //!< device to host (offloads), in (0, 1]; 0: `link_efficiency`
 
   //! The host link as the cost model uses it: achieved rates per direction, this GPU's share.
   constexpr host_link link() const noexcept {
@@ -125,6 +127,19 @@ struct hardware_spec {
   //! Seconds to stream `bytes` through HBM (read plus write counted by the caller).
   constexpr double memory_seconds(double bytes) const noexcept { return bytes / hbm_bytes_per_second; }
 };
+
+//! Throws `cost_model_error` naming the field when `hw`'s link efficiencies are not shares a copy
+//! can reach: `link_efficiency` in (0, 1], each direction's 0 (unset) or in (0, 1].
+inline void check_link_efficiency(hardware_spec const& hw) {
+  auto const check = [&](double v, char const* field, bool unset_allowed) {
+    if ((unset_allowed && v == 0) || (v > 0 && v <= 1)) return;
+    throw cost_model_error("tide: hardware '" + std::string(hw.name) + "' has " + field + " " + std::to_string(v) +
+                           (unset_allowed ? ": give a share in (0, 1], or 0 for link_efficiency" : ": give a share in (0, 1]"));
+  };
+  check(hw.link_efficiency, "link_efficiency", false);
+  check(hw.h2d_link_efficiency, "h2d_link_efficiency", true);
+  check(hw.d2h_link_efficiency, "d2h_link_efficiency", true);
+}
 
 //! Presets with public datasheet numbers (sources in the file comment of hardware.hpp).
 namespace hardware {
@@ -171,9 +186,9 @@ constexpr hardware_spec gh200() {
           .scale_up_bytes_per_second = 450e9,
           .scale_up_gpus = 1,  // an assumption: GH200 nodes joined by the network only
           .scale_out_bytes_per_second = 50e9,
+          .source = "NVIDIA GH200 Grace Hopper Superchip datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)",
           .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
-          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency,
-          .source = "NVIDIA GH200 Grace Hopper Superchip datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)"};
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency};
 }
 //! One Blackwell GPU of a GB200 NVL72. The superchip's NVLink-C2C and its Grace's 480 GB are
 //! shared by its two GPUs, which run the same step: each gets half the link and 240 GB.
@@ -190,9 +205,9 @@ constexpr hardware_spec gb200() {
           .scale_up_bytes_per_second = 900e9,
           .scale_up_gpus = 72,
           .scale_out_bytes_per_second = 50e9,
+          .source = "NVIDIA GB200 NVL72 datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)",
           .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
-          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency,
-          .source = "NVIDIA GB200 NVL72 datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)"};
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency};
 }
 //! One Rubin GPU of a Vera Rubin NVL72 (preliminary figures). NVLink-C2C (1.8 TB/s both
 //! directions) and the Vera CPU's 1.5 TB are shared by the superchip's two GPUs.
@@ -209,9 +224,9 @@ constexpr hardware_spec vera_rubin() {
           .scale_up_bytes_per_second = 1.8e12,
           .scale_up_gpus = 72,
           .scale_out_bytes_per_second = 200e9,
+          .source = "NVIDIA Vera Rubin NVL72 (preliminary) and Rubin platform blog; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)",
           .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
-          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency,
-          .source = "NVIDIA Vera Rubin NVL72 (preliminary) and Rubin platform blog; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)"};
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency};
 }
 
 }  // namespace hardware

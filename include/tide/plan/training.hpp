@@ -86,8 +86,8 @@ struct resident_memory {
   std::size_t gradient_buffer = 0;    //!< one layer's unsharded gradients before its reduce-scatter
   std::size_t workspace = 0;          //!< `training_spec::workspace_bytes`
   std::size_t logits = 0;             //!< the output head's logits for the micro-batch's tokens
-  //! The largest layer's working set beyond its saved slots: the all-to-all send and receive
-  //! buffers of a MoE layer's routed tokens.
+  //! The largest layer's working set beyond its saved slots: the all-to-all send buffer of a MoE
+  //! layer's routed tokens (the receive buffers are its saved slots `expert_input`, `expert_out`).
   std::size_t layer_workspace = 0;
   std::size_t collective_buffers = 0;  //!< `training_spec::collective_buffer_bytes`
   std::size_t fragmentation = 0;       //!< the HBM share `training_spec::fragmentation_reserve` sets aside

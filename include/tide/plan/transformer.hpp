@@ -332,6 +332,7 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
   auto const& lay = t.layout;
   if (communication) check_parallel_layout(m, lay);
   else check_tensor_parallel(m);
+  check_link_efficiency(hw);
   cost_table c;
   c.link = hw.link();
   c.hbm_bytes_per_second = hw.hbm_bytes_per_second;  // host copies take their share of it
@@ -376,7 +377,7 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
     lc.backward_us = (hw.matmul_seconds(2 * mat, m.matmul) + hw.matmul_seconds(2.5 * attn) + hw.memory_seconds(2 * mem)) * 1e6 +
                      comm_fwd;
     lc.recompute_us = lc.forward_us;
-    lc.memory_bound_share = fwd > 0 ? hw.memory_seconds(mem) / fwd : 0;
+    lc.memory_bound_share = lc.forward_us > 0 ? hw.memory_seconds(mem) * 1e6 / lc.forward_us : 0;  // of the op's time
     for (auto const& s : desc.slots) {
       double r = (hw.matmul_seconds(s.flops, m.matmul) + hw.matmul_seconds(s.attention_flops) + hw.memory_seconds(s.memory_bytes)) * 1e6;
       r += s.tp_exchanges * tp_us + s.all_to_alls * a2a_us;
@@ -490,8 +491,10 @@ inline resident_memory transformer_resident_memory(transformer_spec const& m, ha
   r.workspace = t.workspace_bytes;
   double const T = static_cast<double>(m.tokens());
   r.logits = bytes(T * static_cast<double>(m.vocab) / m.tensor_parallel * t.logit_bytes);
-  if (m.experts > 0 && lay.expert_parallel > 1)  // dispatch: send and receive; combine reuses them
-    r.layer_workspace = bytes(2 * T * m.top_k * static_cast<double>(m.hidden) * m.bytes_per_element / m.tensor_parallel);
+  // The all-to-alls' send buffer (the dispatch's, reused by the combine); their receive buffers
+  // are the saved slots `expert_input` and `expert_out`, counted as activations.
+  if (m.experts > 0 && lay.expert_parallel > 1)
+    r.layer_workspace = bytes(T * m.top_k * static_cast<double>(m.hidden) * m.bytes_per_element / m.tensor_parallel);
   r.collective_buffers = t.collective_buffer_bytes;
   r.fragmentation = bytes(static_cast<double>(hw.hbm_bytes) * t.fragmentation_reserve);
   return r;

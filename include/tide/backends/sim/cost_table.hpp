@@ -31,16 +31,17 @@ struct layer_cost {
   //! producing op). A recompute then costs the sum over the rematted slots, capped at
   //! `full_recompute_us()`, because a partial recompute runs only the ops it needs.
   std::vector<double> slot_recompute_us = {};
+  double gather_us = 0;      //!< the collective before the layer's forward (e.g. a weight gather)
+  double reduce_us = 0;  //!< the reduce hook after the layer's backward (e.g. a gradient reduce)
+  double regather_us = 0;    //!< the collective before the layer's recompute and backward (the weights again)
+  // Added after 0.3.0, last, so that positional initializers keep their meaning.
   //! Optional, one per slot: which op of the layer produces it (any numbering). Slots with one
   //! producer come from one run of it (attention's output and its log-sum-exp from one kernel),
   //! so a recompute of several of them charges that op once: the largest of their
   //! `slot_recompute_us`. Empty: each slot its own op.
   std::vector<std::uint16_t> slot_producer = {};
-  double gather_us = 0;      //!< the collective before the layer's forward (e.g. a weight gather)
-  double reduce_us = 0;  //!< the reduce hook after the layer's backward (e.g. a gradient reduce)
-  double regather_us = 0;    //!< the collective before the layer's recompute and backward (the weights again)
-  //! Share of the layer's compute time bound by HBM bandwidth (elementwise work, in [0, 1]): a
-  //! host copy overlapping it slows it (`cost_table::hbm_bytes_per_second`). 0: compute-bound.
+  //! Share of the layer's op times bound by HBM bandwidth (elementwise work, in [0, 1]): a host
+  //! copy beside it slows it (`cost_table::hbm_bytes_per_second`). 0: compute-bound.
   double memory_bound_share = 0;
 
   //! A recompute of the whole layer: `recompute_us`, or `forward_us` where that is below zero.
@@ -53,18 +54,19 @@ struct layer_cost {
   constexpr double recompute_time_us(std::span<bool const> remat) const noexcept {
     return recompute_time_us_if(remat.size(), [&](std::size_t k) { return static_cast<bool>(remat[k]); });
   }
-  //! The cost slot `k` adds to a recompute of the slots flagged by `remat(j)`, taken in order:
-  //! its own, less what an earlier flagged slot of its producer already charged.
+
+ private:
+  // The cost slot `k` adds to a recompute of the slots flagged by `remat(j)`, taken in order:
+  // its own, less what an earlier flagged slot of its producer already charged.
   template <class Remat>
   constexpr double added_recompute_us(std::size_t k, Remat&& remat) const noexcept {
     if (slot_producer.size() != slot_recompute_us.size()) return slot_recompute_us[k];
+    bool shared = false;
     double charged = 0;
     for (std::size_t j = 0; j < k; ++j)
-      if (slot_producer[j] == slot_producer[k] && remat(j)) charged = std::max(charged, slot_recompute_us[j]);
-    return std::max(0.0, slot_recompute_us[k] - charged);
+      if (slot_producer[j] == slot_producer[k] && remat(j)) shared = true, charged = std::max(charged, slot_recompute_us[j]);
+    return shared ? std::max(0.0, slot_recompute_us[k] - charged) : slot_recompute_us[k];
   }
-
- private:
   template <class Remat>
   constexpr double recompute_time_us_if(std::size_t n, Remat&& remat) const noexcept {
     if (slot_recompute_us.size() != n) return full_recompute_us();

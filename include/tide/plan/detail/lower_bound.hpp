@@ -43,20 +43,20 @@ class remat_envelope {
       auto const& c = costs.layers[l];
       double const full = std::max(0.0, c.full_recompute_us());
       bool const per_slot = c.slot_recompute_us.size() == slots.size();
-      // Slots of one producer (`layer_cost::slot_producer`) share its cost: each counts the
-      // cheapest member's over the group's size, so any set of them costs no more than it does.
+      // Slots of one producer (`layer_cost::slot_producer`) share its cost, which is their
+      // largest: ranked by cost, each counts what it adds to the members ranked under it, so any
+      // set of them counts at most its largest member's cost, and all of them exactly that.
       bool const grouped = per_slot && c.slot_producer.size() == slots.size();
+      auto const cost_at = [&](std::size_t k) { return std::max(0.0, c.slot_recompute_us[k]); };
       auto const cost_of = [&](std::size_t k) {
         if (!per_slot) return full;
-        if (!grouped) return std::max(0.0, c.slot_recompute_us[k]);
-        double least = std::max(0.0, c.slot_recompute_us[k]);
-        std::size_t members = 0;
+        if (!grouped) return cost_at(k);
+        double below = 0;
         for (std::size_t j = 0; j < slots.size(); ++j)
-          if (c.slot_producer[j] == c.slot_producer[k] && !slots[j].input && slots[j].bytes > 0) {
-            ++members;
-            least = std::min(least, std::max(0.0, c.slot_recompute_us[j]));
-          }
-        return least / static_cast<double>(std::max<std::size_t>(members, 1));
+          if (j != k && c.slot_producer[j] == c.slot_producer[k] && !slots[j].input && slots[j].bytes > 0 &&
+              (cost_at(j) < cost_at(k) || (cost_at(j) == cost_at(k) && j < k)))
+            below = std::max(below, cost_at(j));
+        return cost_at(k) - below;
       };
       items.clear();
       for (std::size_t k = 0; k < slots.size(); ++k)
