@@ -1,6 +1,6 @@
 # The interface targets of tide, shared by the installed tideConfig.cmake and the top-level
 # CMakeLists.txt (add_subdirectory, FetchContent). Expects TIDE_INCLUDE_DIR.
-#   tide::tide  header-only, C++20, threads
+#   tide::tide  header-only, C++20, threads (and liburing, when pkg-config finds it)
 #   tide::cuda  tide::tide + the CUDA runtime, CCCL's include folder and, when found, NCCL
 #               (defined when the consumer's CUDAToolkit is found)
 #   tide::json  tide::tide + nlohmann/json, for <tide/io/json.hpp> (defined when the consumer's
@@ -8,12 +8,24 @@
 include_guard(GLOBAL)
 
 find_package(Threads REQUIRED)
+# liburing, when found, gives spill files their io_uring path (otherwise pread/pwrite).
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(TIDE_LIBURING QUIET IMPORTED_TARGET liburing)
+endif()
 if(NOT TARGET tide::tide)
   add_library(tide::tide INTERFACE IMPORTED GLOBAL)
+  set(_tide_libs Threads::Threads)
+  set(_tide_defs "")
+  if(TIDE_LIBURING_FOUND)
+    list(APPEND _tide_libs PkgConfig::TIDE_LIBURING)
+    set(_tide_defs "TIDE_HAVE_LIBURING=1")
+  endif()
   set_target_properties(tide::tide PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${TIDE_INCLUDE_DIR}"
     INTERFACE_COMPILE_FEATURES cxx_std_20
-    INTERFACE_LINK_LIBRARIES Threads::Threads)
+    INTERFACE_COMPILE_DEFINITIONS "${_tide_defs}"
+    INTERFACE_LINK_LIBRARIES "${_tide_libs}")
 endif()
 
 find_package(CUDAToolkit QUIET)

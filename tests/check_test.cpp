@@ -325,7 +325,7 @@ TEST(CheckMalformed, OpIndicesOutOfRangeAreRejected) {
   expect_rejected(waits, {"structure: op #" + std::to_string(b), "has waits", "beyond the"});
   auto kept = base;
   kept.ops[o].slot = 1;  // b is kept: nothing to copy
-  expect_rejected(kept, {"copies a slot that is not offloaded (keep)"});
+  expect_rejected(kept, {"copies a slot that is neither offloaded nor spilled (keep)"});
   auto chunk = base;
   chunk.ops[o].chunk = 4;
   expect_rejected(chunk, {"claims chunk 4 of 4"});

@@ -148,7 +148,7 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
     p.allow_unused_rules = true;  // random rules often shadow one another
     auto const n_rules = uni(0, 4);
     for (std::uint64_t r = 0; r < n_rules; ++r) {
-      rule_spec rs{.where = static_cast<placement>(uni(0, 2)),
+      rule_spec rs{.where = static_cast<placement>(uni(0, 3)),  // keep, offload, remat or spill
                    .first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
                    .last_layer = all_layers,
                    .min_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
@@ -179,9 +179,13 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
   int const cases = stress_cases();
   std::mt19937_64 rng(20260611);
   auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
-  host_backend fast;
-  host_backend_options po;
+  workload::temp_dir dir;  // spilled slots go to files here
+  host_backend_options fo;
+  fo.storage = {.directory = dir.path.string(), .quiet = true};
+  host_backend fast(fo);
+  host_backend_options po = fo;
   po.d2h = po.h2d = {.bytes_per_second = 4e9, .latency_us = 20};  // a paced link: copies take long enough to race with compute
+  po.storage.io = storage_io::posix;  // and the other storage path
   host_backend paced(po);
   char const* type_names[] = {"t0", "t1", "t2", "t3"};
   std::vector<std::string_view> const derived_names = {"d0", "d1", "d2", "d3", "d4"};
@@ -215,12 +219,12 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
       if (st.has_slot(n)) present.push_back(n);
     // Never remat "input": recompute mode cannot rebuild it (it is the previous layer's output,
     // long overwritten), and the builder rejects it (see ChainWorkloadDetectsRematOfTheInput).
-    // Input is kept or offloaded; derived slots get anything.
+    // Input is kept, offloaded or spilled; derived slots get anything.
     policy_spec p;
     p.allow_unused_rules = true;  // random rules often shadow one another
     auto const n_rules = uni(0, 5);
     for (std::uint64_t r = 0; r < n_rules; ++r) {
-      rule_spec rs{.where = static_cast<placement>(uni(0, 2)),
+      rule_spec rs{.where = static_cast<placement>(uni(0, 3)),  // keep, offload, remat or spill
                    .first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
                    .last_layer = all_layers,
                    .min_bytes = uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
@@ -247,6 +251,8 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
     bs.share_phase_regions = uni(0, 1);
     bs.device_alignment = std::size_t{1} << uni(0, 12);
     bs.host_alignment = std::size_t{1} << uni(0, 8);
+    bs.spill_buffers = static_cast<std::uint32_t>(uni(1, 4));
+    bs.storage_alignment = std::size_t{512} << uni(0, 3);
     pipeline_spec pl{.latency_hiding = uni(0, 3) != 0,
                      .prefetch_distance = static_cast<std::uint32_t>(uni(0, std::min<std::uint64_t>(4, st.layer_count() - 1))),
                      .chunk_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(1, 1 << 20)),

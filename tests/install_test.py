@@ -23,9 +23,12 @@ headers = list(dest.rglob("include/tide/tide.hpp"))
 if len(pcs) != 1 or len(headers) != 1:
     sys.exit(f"expected one tide.pc and one tide/tide.hpp under {dest}, found {pcs} and {headers}")
 env = dict(os.environ, PKG_CONFIG_PATH=str(pcs[0].parent), PKG_CONFIG_SYSROOT_DIR=str(dest))
-flags = subprocess.run(["pkg-config", "--cflags", "--libs", "tide"], env=env, capture_output=True, text=True, check=True).stdout.split()
+def pkg(*what):
+    return subprocess.run(["pkg-config", *what, "tide"], env=env, capture_output=True, text=True, check=True).stdout.split()
+cflags, libs = pkg("--cflags"), pkg("--libs")  # libraries after the sources that use them (liburing)
+flags = cflags + libs
 exe = work / "consumer"
-r = subprocess.run([*cxx, *flags, str(pathlib.Path(src) / "tests" / "consumer" / "main.cpp"), "-o", str(exe)],
+r = subprocess.run([*cxx, *cflags, str(pathlib.Path(src) / "tests" / "consumer" / "main.cpp"), "-o", str(exe), *libs],
                    capture_output=True, text=True)
 if r.returncode:
     sys.exit(f"building against the installed tide failed ({' '.join(flags)}):\n{r.stderr[:3000]}")

@@ -32,6 +32,7 @@ SYSTEM_RULES = [
     (re.compile(r"^nccl(_net)?\.h$"), ("collectives/nccl.hpp",), "NCCL belongs to collectives/nccl.hpp"),
     (re.compile(r"^mpi\.h$"), ("collectives/mpi.hpp",), "MPI belongs to collectives/mpi.hpp"),
     (re.compile(r"^nlohmann/"), ("io/",), "nlohmann/json belongs to io/"),
+    (re.compile(r"^liburing\.h$"), ("storage/",), "liburing belongs to storage/"),
 ]
 THREADS = re.compile(r"^(thread|mutex|shared_mutex|condition_variable|future|barrier|latch|semaphore|stop_token)$")
 

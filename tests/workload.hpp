@@ -7,13 +7,36 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <span>
+#include <string>
 #include <stdexcept>
 #include <string_view>
 #include <vector>
 
 namespace workload {
+
+//! A fresh directory for spill files (under the system's temporary directory), removed with
+//! whatever is left in it at the end.
+struct temp_dir {
+  std::filesystem::path path;
+  temp_dir() {
+    std::string t = (std::filesystem::temp_directory_path() / "tide-spill-test-XXXXXX").string();
+    if (!::mkdtemp(t.data())) throw std::runtime_error("mkdtemp failed in " + t);
+    path = t;
+  }
+  temp_dir(temp_dir const&) = delete;
+  temp_dir& operator=(temp_dir const&) = delete;
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  //! True when nothing is in it (spill files are unlinked while open).
+  [[nodiscard]] bool empty() const { return std::filesystem::is_empty(path); }
+};
+
 
 inline std::uint64_t mix(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;

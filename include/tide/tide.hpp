@@ -18,6 +18,7 @@
 #include <tide/core/reversal.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
+#include <tide/core/storage_link.hpp>
 #include <tide/core/static_schedule.hpp>
 #include <tide/core/strategy.hpp>
 #include <tide/core/validation.hpp>
@@ -28,6 +29,7 @@
 #include <tide/executor/context.hpp>
 #include <tide/executor/executor.hpp>
 #include <tide/executor/slot_map.hpp>
+#include <tide/storage/spill_file.hpp>
 
 #include <tide/backends/host/host_backend.hpp>
 #include <tide/backends/sim/cost_table.hpp>

@@ -4,6 +4,7 @@
 // checker on; the stack names its slots as MaxText does.
 #include "task.hpp"
 #include "tide_model.hpp"
+#include "workload.hpp"
 
 #include <gtest/gtest.h>
 
@@ -101,6 +102,29 @@ TEST(TransformerUnderTide, EveryPolicyTrainsBitwiseEqualToTheModelAlone) {
   auto const two = tide::build_schedule(st, ck);
   ASSERT_GT(two.carry.host_snapshots, 0u);
   EXPECT_EQ(under_tide(c, s, data, ck, paced), want) << "deepseek-lhs, 2 device and 2 host snapshots";
+}
+
+// The storage tier: the published offload rows with their offloaded tensors spilled to a file
+// (through io_uring where the machine has it, and through pread/pwrite), the rest as published.
+TEST(TransformerUnderTide, SpilledToAFileTrainsBitwiseEqual) {
+  auto const c = small();
+  shape const s{3, 12};
+  auto const data = batches(c, s.batch, 3);
+  auto const want = reference(c, s, data);
+  workload::temp_dir dir;
+  for (auto io : {tide::storage_io::automatic, tide::storage_io::posix})
+    for (auto const& p : transformer::published_strategies()) {
+      auto how = p.strategy;
+      bool spills = false;
+      for (auto& r : how.policy.rules)
+        if (r.where == tide::placement::offload) r.where = tide::placement::spill, spills = true;
+      if (!spills) continue;
+      tide::host_backend_options o;
+      o.d2h = o.h2d = {.bytes_per_second = 2e9, .latency_us = 20};
+      o.storage = {.directory = dir.path.string(), .io = io, .quiet = true};
+      EXPECT_EQ(under_tide(c, s, data, how, o), want) << p.name << " spilled, " << tide::to_string(io);
+    }
+  EXPECT_TRUE(dir.empty());
 }
 
 TEST(TransformerUnderTide, ThePlannersChoiceTrainsBitwiseEqual) {

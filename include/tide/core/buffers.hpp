@@ -2,7 +2,7 @@
 //! \file
 //! Buffers: how storage is provided. A device arena holds kept activations and the
 //! transient regions; a ring of staging buffers receives prefetches; a pinned host arena holds
-//! offloaded data. `buffer_spec` is the value; `tide::buffers<knobs...>` spells it as a type.
+//! offloaded data and the spill ring that spilled data passes through to and from storage. `buffer_spec` is the value; `tide::buffers<knobs...>` spells it as a type.
 
 #include <cstddef>
 #include <cstdint>
@@ -22,6 +22,12 @@ struct buffer_spec {
   //! (staging ring, recompute scratch) share addresses; backward's first use waits for forward's
   //! last copy. Saves memory, may expose the tail of the last offload.
   bool share_phase_regions = true;
+  //! Pinned host buffers that spilled layers pass through on their way to and from storage: the
+  //! last this many spilled layers stay in them, the others are written out and read back
+  std::uint32_t spill_buffers = 2;
+  //! Every storage file region, and every spill ring region, starts on this boundary and is
+  //! padded to it: direct I/O (`O_DIRECT`, GPUDirect Storage) moves whole logical blocks
+  std::size_t storage_alignment = 4096;
   friend constexpr bool operator==(buffer_spec const&, buffer_spec const&) = default;
 };
 
@@ -46,14 +52,23 @@ struct guard_bytes : detail::field_knob<buffer_spec, &buffer_spec::guard_bytes, 
 template <bool On>
 struct share_phase_regions : detail::field_knob<buffer_spec, &buffer_spec::share_phase_regions, On, "share_phase_regions"> {};
 
+//! `buffer_spec::spill_buffers`.
+template <std::uint32_t N>
+struct spill_buffers : detail::field_knob<buffer_spec, &buffer_spec::spill_buffers, N, "spill_buffers"> {};
+//! `buffer_spec::storage_alignment`.
+template <std::size_t Bytes>
+struct storage_alignment : detail::field_knob<buffer_spec, &buffer_spec::storage_alignment, Bytes, "storage_alignment"> {
+  static_assert(Bytes > 0 && (Bytes & (Bytes - 1)) == 0, "tide::storage_alignment<Bytes>: the alignment must be a power of two");
+};
+
 //! Buffers from knobs in any order; an absent knob keeps `buffer_spec`'s default:
 //! `tide::buffers<tide::staging_buffers<3>, tide::guard_bytes<64>>`.
 template <class... Knobs>
 struct buffers {
   static_assert((detail::knob_for<Knobs, buffer_spec> && ...),
                 "tide::buffers<...>: each argument must be a buffer knob: tide::staging_buffers<N>, "
-                "tide::device_alignment<N>, tide::host_alignment<N>, tide::guard_bytes<N> or "
-                "tide::share_phase_regions<bool>");
+                "tide::device_alignment<N>, tide::host_alignment<N>, tide::guard_bytes<N>, "
+                "tide::share_phase_regions<bool>, tide::spill_buffers<N> or tide::storage_alignment<N>");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::buffers<...>: a knob is given twice: give each knob once");
   using tide_buffers_tag = void;  //!< Marks this type as the buffers part of `tide::strategy_of`.
   //! The `buffer_spec` the knobs spell.

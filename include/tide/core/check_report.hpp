@@ -11,6 +11,7 @@ namespace tide {
 struct check_report {
   std::size_t replayed_device_bytes = 0;  //!< arena extent the ops actually touch
   std::size_t replayed_host_bytes = 0;    //!< pinned host extent the ops actually touch
+  std::size_t replayed_storage_bytes = 0; //!< storage file extent the ops actually touch
   //! Ordering obligations proven: each access against the latest conflicting access per stream
   //! (every other overlapping read/write pair follows from these by transitivity).
   std::size_t conflicting_pairs = 0;

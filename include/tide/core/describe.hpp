@@ -31,7 +31,10 @@ inline std::string describe_pipeline(pipeline_spec const& p) {
 inline std::string describe_buffers(buffer_spec const& b) {
   return std::to_string(b.staging_buffers) + " staging buffers, device alignment " + std::to_string(b.device_alignment) +
          ", host alignment " + std::to_string(b.host_alignment) + ", guard bytes " + std::to_string(b.guard_bytes) +
-         (b.share_phase_regions ? ", phases share regions" : ", phases apart");
+         (b.share_phase_regions ? ", phases share regions" : ", phases apart") +
+         (b.spill_buffers != buffer_spec{}.spill_buffers || b.storage_alignment != buffer_spec{}.storage_alignment
+              ? ", " + std::to_string(b.spill_buffers) + " spill buffers, storage alignment " + std::to_string(b.storage_alignment)
+              : std::string());
 }
 inline std::string describe_collectives(collective_spec const& c) {
   std::string r;
@@ -103,7 +106,12 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
        format_bytes(static_cast<double>(a.remat_scratch_bytes)) +
        (a.advance_scratch_bytes > 0 ? ", advance scratch " + format_bytes(static_cast<double>(a.advance_scratch_bytes)) : "") +
        (s.buffers.share_phase_regions ? ", phases share" : "") +
-       "), peak host " + format_bytes(static_cast<double>(a.host_bytes)) + "\n";
+       "), peak host " + format_bytes(static_cast<double>(a.host_bytes)) +
+       (a.spill_buffers > 0 ? " (spill ring " + std::to_string(a.spill_buffers) + " x = " +
+                                  format_bytes(static_cast<double>(a.spill_ring_bytes)) + "), peak storage " +
+                                  format_bytes(static_cast<double>(a.storage_bytes))
+                            : std::string()) +
+       "\n";
   if (s.carry.present())
     r += "  carry '" + std::string(s.carry.name) + "' " + format_bytes(static_cast<double>(s.carry.bytes)) + ": " +
          std::to_string(s.carry.device_buffers) + " device buffers (" + format_bytes(static_cast<double>(a.carry_bytes)) +
@@ -119,6 +127,8 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
         r.append(format_bytes(static_cast<double>(b.bytes))).append(" @").append(std::to_string(b.forward_offset));
         if (b.backward_offset != b.forward_offset) r += "->" + std::to_string(b.backward_offset);
         if (b.where == placement::offload) r += " host@" + std::to_string(b.host_offset);
+        if (b.where == placement::spill)
+          r += " ring@" + std::to_string(b.host_offset) + (b.stored() ? " file@" + std::to_string(b.file_offset) : std::string(" held"));
         r += "]";
       }
       r += "\n";

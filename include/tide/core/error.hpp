@@ -40,6 +40,14 @@ struct out_of_memory : error {
       : error(std::string(e.what()) + context), requested(e.requested), budget(e.budget) {}
 };
 
+//! A storage transfer or the storage file's setup failed: the message names the file (its
+//! directory: the file itself is unlinked), the bytes and the system's reason.
+struct storage_error : error {
+  int code = 0;  //!< the `errno` value (0: not a system error)
+  //! `what` as the message, `err` the `errno` value.
+  storage_error(std::string const& what, int err) : error(what), code(err) {}
+};
+
 //! A user lambda asked for a slot that the layer does not save, or misused one it does.
 struct slot_error : error {
   using error::error;

@@ -12,7 +12,8 @@
 
 namespace tide {
 
-//! What an op does: run a user lambda, copy between arenas, or call a collective hook.
+//! What an op does: run a user lambda, copy between arenas, move bytes to or from storage, or call
+//! a collective hook.
 enum class op_kind : std::uint8_t {
   forward,     //!< the user's forward lambda of a layer (compute stream)
   recompute,   //!< the forward lambda again, producing only the layer's remat slots
@@ -23,9 +24,11 @@ enum class op_kind : std::uint8_t {
   reduce,      //!< the after-backward collective hook of a layer (communication stream)
   advance,     //!< the forward lambda again, producing only the layer's carry out (a segment recomputation)
   regather,    //!< the before-backward collective hook of a layer (communication stream)
+  store,       //!< a spilled slot's bytes from the pinned spill ring to its storage file region
+  load,        //!< a spilled slot's bytes from its storage file region back to the spill ring
 };
 //! The number of op kinds (the last one's value plus one).
-inline constexpr std::size_t op_kind_count = static_cast<std::size_t>(op_kind::regather) + 1;
+inline constexpr std::size_t op_kind_count = static_cast<std::size_t>(op_kind::load) + 1;
 
 //! The kind's name, as `describe`, traces and checker messages print it.
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -39,12 +42,16 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::reduce: return "reduce";
     case op_kind::advance: return "advance";
     case op_kind::regather: return "regather";
+    case op_kind::store: return "store";
+    case op_kind::load: return "load";
   }
   return "?";
 }
 
 //! A copy between the device and host arenas: offload or prefetch.
 constexpr bool is_copy(op_kind k) noexcept { return k == op_kind::offload || k == op_kind::prefetch; }
+//! A transfer between the host arena and the storage file: store or load.
+constexpr bool is_storage(op_kind k) noexcept { return k == op_kind::store || k == op_kind::load; }
 //! A collective hook's op: gather, regather or reduce (on the communication stream).
 constexpr bool is_collective(op_kind k) noexcept {
   return k == op_kind::gather || k == op_kind::regather || k == op_kind::reduce;
@@ -69,7 +76,7 @@ struct op {
   std::uint32_t chunks = 1;  //!< chunks the slot's copy is split into
   std::size_t device_offset = 0;  //!< copies: device arena offset of this chunk
   std::size_t host_offset = 0;    //!< copies: host arena offset of this chunk
-  std::size_t bytes = 0;          //!< copies: bytes in this chunk
+  std::size_t bytes = 0;          //!< copies: bytes in this chunk; store, load: the slot's bytes
   //! forward, advance, recompute, backward: device offset of the carry the layer reads (its
   //! input), or `no_carry`.
   std::size_t carry_in = no_carry;
@@ -79,6 +86,9 @@ struct op {
   std::uint32_t wait_begin = 0;  //!< first entry of this op's waits in `schedule::waits`
   std::uint32_t wait_count = 0;  //!< number of ops on other streams it waits for
   std::int32_t event = -1;  //!< event recorded after this op, or -1 when nothing waits on it
+  //! store, load: the slot's region in the storage file (the transfer covers `bytes` rounded up to
+  //! `buffer_spec::storage_alignment`, as direct I/O needs; the padding is the region's own)
+  std::size_t file_offset = 0;
 
   //! Field-wise equality.
   friend constexpr bool operator==(op const&, op const&) = default;

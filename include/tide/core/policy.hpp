@@ -1,6 +1,6 @@
 #pragma once
 //! \file
-//! Policies: an ordered list of rules, each choosing keep, offload or remat for the slots it
+//! Policies: an ordered list of rules, each choosing keep, offload, remat or spill for the slots it
 //! selects. The first rule that matches a (layer, slot) wins; the default is keep.
 
 #include <algorithm>
@@ -202,10 +202,10 @@ struct min_bytes : detail::field_knob<rule_spec, &rule_spec::min_bytes, Bytes, "
 template <placement Where, class... Selectors>
 struct rule {
   static_assert((detail::knob_for<Selectors, rule_spec> && ...),
-                "tide::keep/offload/remat<...>: each argument must be a selector: tide::slot_names<\"a\", ...>, "
+                "tide::keep/offload/remat/spill<...>: each argument must be a selector: tide::slot_names<\"a\", ...>, "
                 "tide::layer_range<First, Last> or tide::min_bytes<N>");
   static_assert(detail::distinct_knobs<Selectors...>(),
-                "tide::keep/offload/remat<...>: a selector is given twice: give each selector once");
+                "tide::keep/offload/remat/spill<...>: a selector is given twice: give each selector once");
   using tide_rule_tag = void;  //!< Marks this type as a rule of `tide::policy`.
   //! The `rule_spec` this rule spells.
   static constexpr rule_spec spec() {
@@ -225,6 +225,10 @@ using offload = rule<placement::offload, Selectors...>;
 //! Drops the selected slots after the forward and recomputes them before the backward.
 template <class... Selectors>
 using remat = rule<placement::remat, Selectors...>;
+//! Writes the selected slots to a storage file in the forward (through the pinned spill ring)
+//! and reads them back for the backward.
+template <class... Selectors>
+using spill = rule<placement::spill, Selectors...>;
 
 //! Lets a policy keep rules that decide nothing on some stack (`policy_spec::allow_unused_rules`):
 //! `tide::policy<tide::allow_unused_rules, tide::offload<...>>`.

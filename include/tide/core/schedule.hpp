@@ -21,14 +21,20 @@ namespace tide {
 //! Where one slot of one layer lives.
 struct slot_binding {
   std::string_view name{};            //!< the slot's name in its layer type
-  placement where = placement::keep;  //!< keep, offload or remat, as the policy decided
+  placement where = placement::keep;  //!< keep, offload, remat or spill, as the policy decided
   std::size_t bytes = 0;              //!< the slot's size (unaligned)
   std::size_t forward_offset = 0;     //!< device offset the forward lambda writes
   std::size_t backward_offset = 0;    //!< device offset recompute/backward read
-  std::size_t host_offset = 0;        //!< pinned host offset (offload only)
+  std::size_t host_offset = 0;        //!< pinned host offset (offload; spill: in the spill ring)
   //! Device offset an advance (a segment recomputation) gives the forward lambda for the slot:
   //! scratch in the backward area that nothing reads; set in the layers the reversal advances.
   std::size_t advance_offset = 0;
+  //! Spill: the slot's region in the storage file, or `not_stored` when its layer is among the
+  //! spill ring's last uses (its bytes stay in the ring from forward to backward).
+  std::size_t file_offset = not_stored;
+  static constexpr std::size_t not_stored = static_cast<std::size_t>(-1);  //!< see `file_offset`
+  //! True when the slot's bytes go to the storage file (a spilled slot outside the ring's last uses).
+  [[nodiscard]] constexpr bool stored() const noexcept { return where == placement::spill && file_offset != not_stored; }
   //! Field-wise equality.
   friend constexpr bool operator==(slot_binding const&, slot_binding const&) = default;
 };
@@ -38,9 +44,12 @@ struct layer_binding {
   std::string_view type_name{};     //!< name of the layer's type (`layer_spec::name`)
   std::uint32_t first_slot = 0;     //!< index into the schedule's slot bindings
   std::uint32_t slot_count = 0;     //!< number of slot bindings the layer has, from `first_slot`
-  std::size_t offloaded_bytes = 0;  //!< region bytes of its offloaded slots
+  std::size_t offloaded_bytes = 0;  //!< device region bytes of its offloaded and spilled slots
   std::size_t remat_bytes = 0;      //!< region bytes of its remat slots
   std::uint32_t type_index = 0;     //!< the layer's type: an index into `stack_spec::types`
+  //! Host bytes of its spilled slots in a spill ring buffer (each region aligned to the storage
+  //! alignment, so that direct I/O can move it)
+  std::size_t spilled_bytes = 0;
   //! Field-wise equality.
   friend constexpr bool operator==(layer_binding const&, layer_binding const&) = default;
 };
@@ -88,6 +97,11 @@ struct arena_layout {
   std::size_t advance_scratch_bytes = 0;
   std::size_t carry_bytes = 0;        //!< device carry buffers, at `carry.device_area`
   std::size_t host_carry_bytes = 0;   //!< host carry snapshots, at `carry.host_area`
+  std::size_t spill_area = 0;         //!< host offset of the spill ring (aligned to the storage alignment)
+  std::size_t spill_ring_bytes = 0;   //!< all spill ring buffers (each sized for its layers)
+  std::uint32_t spill_buffers = 0;    //!< host buffers in the spill ring
+  //! The storage file: every stored slot's region, each aligned: the predicted storage peak
+  std::size_t storage_bytes = 0;
   //! Field-wise equality.
   friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;
 };
@@ -111,6 +125,8 @@ struct schedule_view {
   [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   //! Predicted pinned host peak: the whole host arena.
   [[nodiscard]] constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  //! Predicted storage peak: the whole storage file (0: nothing is stored).
+  [[nodiscard]] constexpr std::size_t peak_storage_bytes() const noexcept { return arena.storage_bytes; }
   //! The slot bindings of layer `layer`.
   [[nodiscard]] constexpr std::span<slot_binding const> slots_of(std::uint32_t layer) const {
     return slots.subspan(layers[layer].first_slot, layers[layer].slot_count);
@@ -138,6 +154,8 @@ struct schedule {
   [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
   //! Predicted pinned host peak: the whole host arena.
   [[nodiscard]] constexpr std::size_t peak_host_bytes() const noexcept { return arena.host_bytes; }
+  //! Predicted storage peak: the whole storage file (0: nothing is stored).
+  [[nodiscard]] constexpr std::size_t peak_storage_bytes() const noexcept { return arena.storage_bytes; }
   //! Number of layers.
   [[nodiscard]] constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! A view of this schedule, valid while it lives.

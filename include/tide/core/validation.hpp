@@ -44,6 +44,7 @@ enum class schedule_issue_code : std::uint8_t {
   bad_reversal,               //!< the explicit reversal is not a valid reversal of the stack
   advance_without_gather,     //!< the reversal re-runs layers but the collectives gather weights
   undeclared_layer_input,     //!< a layer type's input is not accounted for (no carry, input slot or independence)
+  zero_spill_buffers,         //!< slots are spilled but there are no spill buffers
 };
 
 //! One issue with the names and numbers its message needs; converts to `true` when there is one.
@@ -142,6 +143,7 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
   if (!pow2(b.device_alignment)) return detail::issue(c::bad_alignment, "device", {}, b.device_alignment);
   if (!pow2(b.host_alignment)) return detail::issue(c::bad_alignment, "host", {}, b.host_alignment);
+  if (!pow2(b.storage_alignment)) return detail::issue(c::bad_alignment, "storage", {}, b.storage_alignment);
   return {};
 }
 constexpr schedule_issue overflow(std::string_view quantity, std::string_view type = {}, std::string_view slot = {}) {
@@ -188,6 +190,9 @@ inline std::string to_message(schedule_issue const& i) {
              "(buffer_spec::staging_buffers, tide::staging_buffers<N>)";
     case c::zero_offloads_in_flight:
       return "tide: the policy offloads slots but the pipeline allows zero offloads in flight: use at least one";
+    case c::zero_spill_buffers:
+      return "tide: the policy spills slots but the buffers have zero spill buffers: use at least one "
+             "(buffer_spec::spill_buffers, tide::spill_buffers<N>)";
     case c::bad_alignment:
       return "tide: the " + std::string(i.type_name) + " alignment " + std::to_string(i.value) +
              " is not a power of two";
@@ -277,6 +282,8 @@ consteval void static_check() {
   static_assert(issue != c::zero_staging_buffers,
                 "tide: the policy offloads slots but the buffers have zero staging buffers: use tide::staging_buffers<N> with N >= 1");
   static_assert(issue != c::zero_offloads_in_flight, "tide: the policy offloads slots but zero offloads may be in flight");
+  static_assert(issue != c::zero_spill_buffers,
+                "tide: the policy spills slots but the buffers have zero spill buffers: use tide::spill_buffers<N> with N >= 1");
   static_assert(issue != c::bad_alignment, "tide: an arena alignment is not a power of two");
   static_assert(issue != c::too_many_slots, "tide: a layer type has too many slots");
   static_assert(issue != c::too_many_chunks, "tide: the chunk size splits a slot into too many chunks: use a larger one");

@@ -29,31 +29,37 @@ enum class placement : std::uint8_t {
   keep,     //!< stays in the device arena until backward
   offload,  //!< copied to pinned host memory in forward, prefetched back for backward
   remat,    //!< dropped after forward, recomputed just before backward
+  //! written to a storage file through the pinned spill ring in forward, read back and prefetched
+  //! for backward (a layer among the ring's last uses stays in the ring and never touches the file)
+  spill,
 };
 
-//! The placement's name: "keep", "offload" or "remat".
+//! The placement's name: "keep", "offload", "remat" or "spill".
 constexpr std::string_view to_string(placement p) noexcept {
   switch (p) {
     case placement::keep: return "keep";
     case placement::offload: return "offload";
     case placement::remat: return "remat";
+    case placement::spill: return "spill";
   }
   return "?";
 }
 
-//! The four streams an executor drives: `compute` (the user's lambdas), `d2h` (offloads), `h2d`
-//! (prefetches) and `comm` (collective hooks). With latency hiding off every copy runs on `compute`.
-enum class stream_role : std::uint8_t { compute = 0, d2h = 1, h2d = 2, comm = 3 };
+//! The five streams an executor drives: `compute` (the user's lambdas), `d2h` (offloads), `h2d`
+//! (prefetches), `comm` (collective hooks) and `storage` (spill writes and reads). With latency
+//! hiding off every copy, storage transfers included, runs on `compute`.
+enum class stream_role : std::uint8_t { compute = 0, d2h = 1, h2d = 2, comm = 3, storage = 4 };
 //! The number of stream roles; `stream_role` values index arrays of this size.
-inline constexpr std::size_t stream_count = 4;
+inline constexpr std::size_t stream_count = 5;
 
-//! The stream's name: "compute", "d2h", "h2d" or "comm".
+//! The stream's name: "compute", "d2h", "h2d", "comm" or "storage".
 constexpr std::string_view to_string(stream_role s) noexcept {
   switch (s) {
     case stream_role::compute: return "compute";
     case stream_role::d2h: return "d2h";
     case stream_role::h2d: return "h2d";
     case stream_role::comm: return "comm";
+    case stream_role::storage: return "storage";
   }
   return "?";
 }

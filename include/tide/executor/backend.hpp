@@ -3,7 +3,7 @@
 //! The backend concept: what the generic executor needs from a place to run a schedule.
 //!
 //! It is shaped after CUDA streams and events, so that the CUDA backend is a direct mapping:
-//! four streams addressed by role, events addressed by index (recorded after an op, waited on by
+//! five streams addressed by role, events addressed by index (recorded after an op, waited on by
 //! another stream), user work enqueued on a stream, asynchronous copies, two arenas that stay at
 //! stable addresses across steps, and one synchronization per step, apart from the enqueueing. The host backend runs the
 //! same calls on worker threads with real data; the sim backend in virtual time.
@@ -52,10 +52,15 @@ struct backend_setup {
   std::size_t host_bytes = 0;          //!< the host arena's size
   std::size_t waits = 0;               //!< cross-stream waits in the program (timelines reserve for them)
   std::size_t device_alignment = 256;  //!< the schedule's: the device arena starts on this boundary
-  std::size_t host_alignment = 64;     //!< the schedule's: the host arena starts on this boundary
+  //! The schedule's, or its storage alignment when it spills (the spill ring's regions are aligned
+  //! to it relative to the arena's start): the host arena starts on this boundary
+  std::size_t host_alignment = 64;
+  std::size_t storage_bytes = 0;        //!< the storage file's size (0: nothing is stored)
+  std::size_t storage_alignment = 4096; //!< the schedule's: every store and load moves whole blocks of this size
 
   //! The setup of `s`: its sizes, alignments and the view itself.
   static constexpr backend_setup of(schedule_view s) noexcept {
+    auto const spills = s.arena.spill_buffers > 0;
     return {.schedule = s,
             .ops = s.ops.size(),
             .events = s.event_count,
@@ -63,7 +68,10 @@ struct backend_setup {
             .host_bytes = s.arena.host_bytes,
             .waits = s.waits.size(),
             .device_alignment = s.buffers.device_alignment,
-            .host_alignment = s.buffers.host_alignment};
+            .host_alignment = spills && s.buffers.storage_alignment > s.buffers.host_alignment ? s.buffers.storage_alignment
+                                                                                             : s.buffers.host_alignment,
+            .storage_bytes = s.arena.storage_bytes,
+            .storage_alignment = s.buffers.storage_alignment};
   }
 };
 
@@ -108,6 +116,19 @@ concept backend = requires(B& b, stream_role r, std::uint32_t i, op const& o, ta
   b.end_step();
   b.wait_step();
 };
+//! A backend with a storage tier (spilled slots) also provides, for schedules whose
+//! `backend_setup::storage_bytes` is not 0 (`setup` then opens a file of that size, or throws):
+//! - `store(role, op_index, op, src)`: writes `op.bytes` rounded up to the storage alignment from
+//!   pinned host memory `src` to the file at `op.file_offset`, in stream order;
+//! - `load(role, op_index, op, dst)`: the reverse.
+//! A failed transfer fails the step (`wait_step` throws `storage_error` naming the file, the
+//! offset and the bytes).
+template <class B>
+concept storage_backend = backend<B> && requires(B& b, stream_role r, std::uint32_t i, op const& o, void* dst, void const* src) {
+  b.store(r, i, o, src);
+  b.load(r, i, o, dst);
+};
+
 //! Fails with a message that says what to do when `B` is not a backend.
 template <class B>
 constexpr bool check_backend() {

@@ -71,6 +71,11 @@ class executor {
   executor(Backend& backend, schedule_view s, executor_options opt = {})
       : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern) {
     if (opt_.check_schedule) check_schedule(s_);
+    if constexpr (!storage_backend<Backend>)
+      if (s_.arena.storage_bytes > 0)
+        throw error("tide::executor: the schedule stores " + std::to_string(s_.arena.storage_bytes) +
+                    " bytes of spilled slots in a file, but this backend has no storage tier (tide::storage_backend): "
+                    "run it on host_backend, cuda_backend or sim_backend, or spill nothing");
     if (opt_.timeline) backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
     try {
@@ -84,7 +89,7 @@ class executor {
                                  std::to_string(c.host_snapshots) +
                                  " snapshots: store fewer carries (checkpoint_spec::device_snapshots, host_snapshots)");
     }
-    checks_.attach(arenas_.device, &failed_, this, &report_debug);
+    checks_.attach(arenas_.device, arenas_.host, &failed_, this, &report_debug);
   }
   //! Waits for a step still enqueued (its errors cannot be thrown from here; its hooks, which may
   //! be gone, are not told).
@@ -484,6 +489,12 @@ class executor {
         break;
       case op_kind::prefetch:
         backend_.copy(role, i, o, arenas_.device + o.device_offset, arenas_.host + o.host_offset, o.bytes);
+        break;
+      case op_kind::store:
+        if constexpr (storage_backend<Backend>) backend_.store(role, i, o, arenas_.host + o.host_offset);
+        break;
+      case op_kind::load:
+        if constexpr (storage_backend<Backend>) backend_.load(role, i, o, arenas_.host + o.host_offset);
         break;
     }
     if (debug) checks_.after(backend_, role, o, i);

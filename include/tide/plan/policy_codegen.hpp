@@ -60,7 +60,7 @@ inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<pl
   };
   policy_spec p;
   std::map<std::tuple<placement, std::uint32_t, std::uint32_t>, std::size_t> rule_of;  // (action, first, last) -> rule
-  for (auto action : {placement::offload, placement::remat})
+  for (auto action : {placement::offload, placement::remat, placement::spill})
     for (auto n : names) {
       std::uint32_t l = 0;
       while (l < L) {
@@ -145,6 +145,9 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
   if (b.guard_bytes != b0.guard_bytes) bk.push_back("tide::guard_bytes<" + std::to_string(b.guard_bytes) + ">");
   if (b.share_phase_regions != b0.share_phase_regions)
     bk.push_back(std::string("tide::share_phase_regions<") + (b.share_phase_regions ? "true" : "false") + ">");
+  if (b.spill_buffers != b0.spill_buffers) bk.push_back("tide::spill_buffers<" + std::to_string(b.spill_buffers) + ">");
+  if (b.storage_alignment != b0.storage_alignment)
+    bk.push_back("tide::storage_alignment<" + std::to_string(b.storage_alignment) + ">");
   knobs("buffers", bk);
   pipeline_spec const p0;
   auto const& p = st.pipeline;

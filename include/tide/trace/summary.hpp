@@ -31,6 +31,8 @@ struct step_summary {
   std::size_t predicted_host_bytes = 0;    //!< the schedule's pinned host arena
   std::size_t measured_device_bytes = 0;   //!< peak of device bytes live at once, from the timeline
   std::size_t measured_host_bytes = 0;     //!< peak of host bytes live at once, from the timeline
+  double storage_us = 0;                   //!< time any store or load was running (union of intervals)
+  std::size_t predicted_storage_bytes = 0; //!< the schedule's storage file
 };
 
 //! One step of an occupancy curve: from `t_us` on, `bytes` are live.
@@ -76,13 +78,14 @@ inline std::vector<occupancy_point> sweep(std::vector<std::pair<double, std::ptr
 //! writes it to the end of the op that last reads it: kept slots from their forward to their
 //! backward, offload sources until their last chunk is copied out, staging buffers from the
 //! first prefetched chunk to the backward, remat slots during their forward and from their
-//! recompute to their backward, host copies from the first offloaded chunk to the last prefetch.
+//! recompute to their backward, host copies from the first offloaded chunk to the last prefetch
+//! (a stored spilled slot's until its store, and again from its load).
 inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
   detail::op_times ot(t, s.ops.size());
   auto const L = s.layer_count();
   std::vector<std::int64_t> fwd(L, -1), bwd(L, -1), rec(L, -1);
   std::vector<std::int64_t> first_off(s.slots.size(), -1), last_off(s.slots.size(), -1),
-      first_pre(s.slots.size(), -1), last_pre(s.slots.size(), -1);
+      first_pre(s.slots.size(), -1), last_pre(s.slots.size(), -1), stored(s.slots.size(), -1), loaded(s.slots.size(), -1);
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     auto const& o = s.ops[i];
     if (o.slot == carry_slot) continue;  // the carry's copies: below
@@ -99,6 +102,8 @@ inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
         if (first_pre[b] < 0) first_pre[b] = i;
         last_pre[b] = i;
         break;
+      case op_kind::store: stored[b] = i; break;
+      case op_kind::load: loaded[b] = i; break;
       default: break;
     }
   }
@@ -122,6 +127,16 @@ inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
         case placement::remat:
           live(dev, fwd[l], true, fwd[l], b.bytes);
           live(dev, rec[l], true, bwd[l], b.bytes);
+          break;
+        case placement::spill:  // in the ring until stored, and again from its load
+          live(dev, fwd[l], true, last_off[bi], b.bytes);
+          live(dev, first_pre[bi], true, bwd[l], b.bytes);
+          if (b.stored()) {
+            live(host, first_off[bi], true, stored[bi], b.bytes);
+            live(host, loaded[bi], true, last_pre[bi], b.bytes);
+          } else {
+            live(host, first_off[bi], true, last_pre[bi], b.bytes);
+          }
           break;
       }
     }
@@ -155,17 +170,19 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
   step_summary r;
   r.predicted_device_bytes = s.arena.device_bytes;
   r.predicted_host_bytes = s.arena.host_bytes;
+  r.predicted_storage_bytes = s.arena.storage_bytes;
   detail::op_times ot(t, s.ops.size());
-  std::vector<std::pair<double, double>> copies;
+  std::vector<std::pair<double, double>> copies, transfers;
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     if (!ot.has(i)) continue;
     auto const& o = s.ops[i];
     auto const dur = ot.end[i] - ot.begin[i];
     r.step_us = std::max(r.step_us, ot.end[i]);
     if (is_copy(o.kind)) copies.push_back({ot.begin[i], ot.end[i]});
+    if (is_storage(o.kind)) transfers.push_back({ot.begin[i], ot.end[i]});
     if (o.stream != stream_role::compute) continue;
-    if (is_copy(o.kind)) {
-      r.exposed_transfer_us += dur;  // a copy on the compute stream is never hidden
+    if (is_copy(o.kind) || is_storage(o.kind)) {
+      r.exposed_transfer_us += dur;  // a copy (or storage transfer) on the compute stream is never hidden
     } else if (is_collective(o.kind)) {
       r.exposed_collective_us += dur;  // nor a collective (`collective_spec::overlap` false)
     } else if (o.kind == op_kind::forward || o.kind == op_kind::recompute || o.kind == op_kind::advance ||
@@ -182,17 +199,22 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
   for (auto const& w : t.waits) {
     if (w.stream != stream_role::compute || w.event >= s.event_count || recorder[w.event] < 0) continue;
     auto const& by = s.ops[static_cast<std::size_t>(recorder[w.event])];
-    if (is_copy(by.kind))
+    if (is_copy(by.kind) || is_storage(by.kind))
       r.exposed_transfer_us += w.end_us - w.begin_us;
     else if (by.stream == stream_role::comm)
       r.exposed_collective_us += w.end_us - w.begin_us;
   }
-  std::sort(copies.begin(), copies.end());
-  double until = -1;
-  for (auto const& [b, e] : copies) {
-    if (b >= until) r.copy_us += e - b, until = e;
-    else if (e > until) r.copy_us += e - until, until = e;
-  }
+  auto const union_us = [](std::vector<std::pair<double, double>>& v) {
+    std::sort(v.begin(), v.end());
+    double until = -1, sum = 0;
+    for (auto const& [b, e] : v) {
+      if (b >= until) sum += e - b, until = e;
+      else if (e > until) sum += e - until, until = e;
+    }
+    return sum;
+  };
+  r.copy_us = union_us(copies);
+  r.storage_us = union_us(transfers);
   r.overlap_fraction = r.copy_us > 0 ? std::clamp(1.0 - r.exposed_transfer_us / r.copy_us, 0.0, 1.0) : 1.0;
   auto occ = measure_occupancy(t, s);
   for (auto const& p : occ.device) r.measured_device_bytes = std::max(r.measured_device_bytes, p.bytes);

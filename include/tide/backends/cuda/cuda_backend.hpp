@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -47,6 +48,7 @@
 #include <tide/core/error.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/executor/backend.hpp>
+#include <tide/storage/spill_file.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
@@ -72,6 +74,10 @@ struct cuda_backend_options {
   //! without cudaStreamNonBlocking). Off: such a stream is rejected, since work another thread
   //! puts on the legacy stream then breaks graph capture and stalls tide's step.
   bool allow_blocking_compute_stream = false;
+  //! The storage tier spilled slots go to, staged through the pinned spill ring: a file in
+  //! `storage.directory`, written and read by host functions in the storage stream's order (none
+  //! by default: a schedule that stores bytes is then refused when its executor is built)
+  storage_options storage{};
 };
 
 
@@ -228,8 +234,19 @@ class cuda_backend {
     synchronize();
     // A user resource's blocks are checked for their kind as they are allocated, before their
     // alignment (resource_allocator::check_kind; see expect_memory).
+    // The file first: a full disk or a bad directory is found before any arena is taken.
+    if (s.storage_bytes > 0) {
+      if (opt_.storage.directory.empty())
+        throw error("tide::cuda_backend: the schedule stores " + std::to_string(s.storage_bytes) +
+                    " bytes of spilled slots but the backend has no storage tier: set "
+                    "cuda_backend_options::storage.directory to a directory on the storage device");
+      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, s.storage_alignment);
+      else file_->reserve(s.storage_bytes);
+    }
     auto d = reserve_device(s.device_bytes, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
+    if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});
+    if (transfer_at_.size() < s.ops) transfer_at_.resize(s.ops);
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     while (events_.size() < s.events) {
       cudaEvent_t e = nullptr;
@@ -305,6 +322,14 @@ class cuda_backend {
     op_marks_.push_back({i, r, begin, mark(r)});
   }
 
+  //! Writes a spilled slot from the pinned ring (`src`) to the file: a host function on the
+  //! stream of `r` (staged; GPUDirect Storage would write from the device directly).
+  void store(stream_role r, std::uint32_t i, op const& o, void const* src) { transfer(r, i, o, const_cast<void*>(src)); }
+  //! Reads a spilled slot from the file into the pinned ring (`dst`), as `store` the other way.
+  void load(stream_role r, std::uint32_t i, op const& o, void* dst) { transfer(r, i, o, dst); }
+  //! The storage tier's file (nullptr until a schedule that stores bytes was set up).
+  spill_file const* storage() const noexcept { return file_ ? &*file_ : nullptr; }
+
   //! A host function in stream order (`cudaLaunchHostFunc`); it must not call CUDA.
   void host_task(stream_role r, task t) {
     auto* p = (capture_.active() ? capture_.tasks() : tasks_).acquire(t);
@@ -371,9 +396,32 @@ class cuda_backend {
       detail::throw_cuda_error(e, "a kernel launch or CUDA call during the step (reported by cudaGetLastError())",
                                __FILE__, __LINE__);
     if (timeline_ && start_) fill_timeline();
+    storage_failed_.store(false);
+    if (storage_failure_) std::rethrow_exception(std::exchange(storage_failure_, nullptr));
   }
 
  private:
+  void transfer(stream_role r, std::uint32_t i, op const& o, void* at) {
+    if (!file_) throw error("tide::cuda_backend: a store or load without a storage file (the schedule was set up without one)");
+    nvtx_op_range const range(opt_.nvtx, o, slot_name(o));
+    transfer_at_[i] = at;
+    host_task(r, task{&run_transfer, this, i});
+  }
+  // On the runtime's callback thread: an exception must not leave it. The first failure is kept
+  // for wait_step; the step's later transfers are skipped (what they would read was never written).
+  static void run_transfer(void* self, std::uint32_t i) noexcept {
+    auto& b = *static_cast<cuda_backend*>(self);
+    if (b.storage_failed_.load(std::memory_order_acquire)) return;
+    auto const& o = b.names_.ops[i];
+    try {
+      if (o.kind == op_kind::store) b.file_->write(b.transfer_at_[i], o.file_offset, o.bytes);
+      else b.file_->read(b.transfer_at_[i], o.file_offset, o.bytes);
+    } catch (...) {
+      b.storage_failure_ = std::current_exception();
+      b.storage_failed_.store(true, std::memory_order_release);
+    }
+  }
+
   struct op_mark {
     std::uint32_t index;  // op index or event index
     stream_role role;
@@ -548,6 +596,10 @@ class cuda_backend {
   cudaEvent_t start_ = nullptr;  // set while the current step is timed
   std::vector<op_mark> op_marks_, wait_marks_;
   schedule_view names_{};
+  std::optional<spill_file> file_;
+  std::vector<void*> transfer_at_;  // per op: the ring address of its store or load
+  std::exception_ptr storage_failure_;  // the step's first failed transfer (from the callback thread)
+  std::atomic<bool> storage_failed_{false};
   detail::stream_capture capture_;
   bool waited_ = true;  // the last step was waited for, or captured (nothing to wait for)
   cudaError_t launch_error_ = cudaSuccess;  // the issuing thread's last error, from end_step
@@ -556,6 +608,6 @@ class cuda_backend {
   bool watching_ = false;  // inside the watchers' loop
 };
 
-static_assert(backend<cuda_backend>);
+static_assert(storage_backend<cuda_backend>);
 
 }  // namespace tide

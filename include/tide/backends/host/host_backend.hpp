@@ -5,7 +5,8 @@
 //! The device arena is ordinary memory with a hard budget standing for the GPU's memory:
 //! it bounds the bytes held at once, arenas of live executors included (see arena_pool.hpp).
 //! An optional link model per direction paces copies, so overlap can be studied on a CPU with
-//! realistic ratios of copy time to compute time.
+//! realistic ratios of copy time to compute time. Stores and loads of spilled slots go to a
+//! `spill_file` (io_uring or `pread`/`pwrite`) on the storage stream's worker.
 
 #include <algorithm>
 #include <array>
@@ -16,7 +17,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <limits>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -31,6 +34,7 @@
 #include <tide/core/link_model.hpp>
 #include <tide/executor/arena_pool.hpp>
 #include <tide/executor/backend.hpp>
+#include <tide/storage/spill_file.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
@@ -41,6 +45,9 @@ struct host_backend_options {
   std::size_t host_budget = std::numeric_limits<std::size_t>::max();    //!< the pinned memory budget, bytes held at once
   link_direction d2h{};                                                     //!< paces offloads; the default is unpaced (as fast as `memcpy`)
   link_direction h2d{};                                                     //!< paces prefetches; the default is unpaced (as fast as `memcpy`)
+  //! The storage tier spilled slots go to: a file in `storage.directory` (none by default: a
+  //! schedule that stores bytes is then refused when its executor is built)
+  storage_options storage{};
 };
 
 namespace detail {
@@ -108,8 +115,18 @@ class host_backend {
     if (in_step_.load())
       throw error("tide::host_backend: setup while a step is enqueued on this backend: wait for it "
                   "(executor::wait) before creating another executor on the backend");
+    // The file first: a full disk or a bad directory is found before any arena is taken.
+    if (s.storage_bytes > 0) {
+      if (opt_.storage.directory.empty())
+        throw error("tide::host_backend: the schedule stores " + std::to_string(s.storage_bytes) +
+                    " bytes of spilled slots but the backend has no storage tier: set "
+                    "host_backend_options::storage.directory to a directory on the storage device");
+      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, s.storage_alignment);
+      else file_->reserve(s.storage_bytes);
+    }
     auto d = device_.reserve(s.device_bytes, s.device_alignment);
     auto h = host_.reserve(s.host_bytes, s.host_alignment);
+    if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     if (events_.size() < s.events) {
       std::vector<event> e(s.events);
@@ -163,6 +180,13 @@ class host_backend {
     it.pace = o.kind == op_kind::offload ? &opt_.d2h : &opt_.h2d;
     push(r, it);
   }
+  //! Enqueues on `r`'s worker the write of a spilled slot from the ring (`src`) to the file.
+  void store(stream_role r, std::uint32_t i, op const& o, void const* src) { push_storage(r, i, o, true, const_cast<void*>(src)); }
+  //! Enqueues on `r`'s worker the read of a spilled slot from the file into the ring (`dst`).
+  void load(stream_role r, std::uint32_t i, op const& o, void* dst) { push_storage(r, i, o, false, dst); }
+  //! The storage tier's file (nullptr until a schedule that stores bytes was set up): its path and size.
+  spill_file const* storage() const noexcept { return file_ ? &*file_ : nullptr; }
+
   //! Enqueues `t` on `r`'s worker, where it occupies the stream as an op would.
   void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
 
@@ -171,6 +195,8 @@ class host_backend {
     if (in_step_.exchange(true))
       throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
     start_ = clock::now();
+    storage_failure_ = nullptr;
+    storage_failed_.store(false);
     for (auto& t : spans_) t.clear();
     for (auto& t : wait_spans_) t.clear();
   }
@@ -190,6 +216,7 @@ class host_backend {
       for (auto& t : wait_spans_) timeline_->waits.insert(timeline_->waits.end(), t.begin(), t.end());
     }
     in_step_.store(false);
+    if (storage_failure_) std::rethrow_exception(std::exchange(storage_failure_, nullptr));
   }
 
  private:
@@ -203,7 +230,7 @@ class host_backend {
     return static_cast<std::int32_t>(value - target) >= 0;
   }
   struct item {
-    enum kind_t : std::uint8_t { run, copy, record, wait, host } kind = run;
+    enum kind_t : std::uint8_t { run, copy, record, wait, host, store, load } kind = run;
     std::uint32_t index = 0;  // op index or event index
     std::uint32_t target = 0;
     task fn{};
@@ -212,7 +239,17 @@ class host_backend {
     std::size_t bytes = 0;
     link_direction const* pace = nullptr;
     bool join = false;  // record/wait: `index` is one of `joins_`, not a schedule event
+    std::size_t file_offset = 0;  // store/load
   };
+
+  void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at) {
+    if (!file_) throw error("tide::host_backend: a store or load without a storage file (the schedule was set up without one)");
+    item it{write ? item::store : item::load, i};
+    it.dst = at;
+    it.bytes = o.bytes;
+    it.file_offset = o.file_offset;
+    push(r, it);
+  }
   struct queue {
     std::mutex mutex;
     std::condition_variable ready, idle;
@@ -329,6 +366,24 @@ class host_backend {
           if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, now_us()});
           break;
         }
+        case item::store:
+        case item::load: {
+          auto const b = now_us();
+          // After a failed transfer the step is lost: skip the rest rather than read back what
+          // was never written. The first failure is thrown by wait_step.
+          if (!storage_failed_.load(std::memory_order_acquire)) {
+            try {
+              if (it.kind == item::store) file_->write(it.dst, it.file_offset, it.bytes);
+              else file_->read(it.dst, it.file_offset, it.bytes);
+            } catch (...) {
+              storage_failure_ = std::current_exception();  // only this worker writes it during a step
+              storage_failed_.store(true, std::memory_order_release);
+            }
+          }
+          ready_at = clock::now();
+          if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
+          break;
+        }
         case item::host:
           // A host task occupies its stream as on a GPU: a paced copy behind it cannot nominally
           // start before it ends (a debug poisoning memset would otherwise shorten the copy).
@@ -349,10 +404,15 @@ class host_backend {
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;
   timeline* timeline_ = nullptr;
+  std::optional<spill_file> file_;
+  std::exception_ptr storage_failure_;  // the step's first failed transfer (written by the storage stream's worker)
+  std::atomic<bool> storage_failed_{false};
   std::size_t max_ops_ = 0;
   std::atomic<bool> in_step_{false};
   clock::time_point start_{};
   std::array<std::thread, stream_count> workers_;
 };
+
+static_assert(storage_backend<host_backend>);
 
 }  // namespace tide

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <tide/core/host_link.hpp>  // the same pacing the host backend applies
+#include <tide/core/storage_link.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
@@ -95,6 +96,8 @@ struct cost_table {
   //! memory_bound_share`) loses, so the op runs longer by the overlap times that share times the
   //! copy's rate over this bandwidth. 0: copies never slow compute.
   double hbm_bytes_per_second = 0;
+  //! What stores and loads of spilled slots cost (the storage tier); unpaced by default.
+  storage_link storage{};
 
   //! `layers.size()`, as the schedule's layer index type.
   std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }

@@ -138,6 +138,11 @@ class sim_backend {
     if (costs_->hbm_bytes_per_second > 0 && busy > begin && r != stream_role::compute)
       copies_.push_back({begin, busy, static_cast<double>(n) / ((busy - begin) * 1e-6) / costs_->hbm_bytes_per_second});
   }
+  //! A store waits for its stream and the storage path (`cost_table::storage`; both directions
+  //! share it unless it is full duplex).
+  void store(stream_role r, std::uint32_t i, op const& o, void const*) { transfer(r, i, o, true); }
+  //! A load, as a store the other way.
+  void load(stream_role r, std::uint32_t i, op const& o, void*) { transfer(r, i, o, false); }
   //! Does nothing: the debug checks it would run need data.
   void host_task(stream_role, task) noexcept {}
 
@@ -154,6 +159,7 @@ class sim_backend {
     }
     ready_.fill(0);
     link_us_.fill(0);
+    storage_us_.fill(0);
     copies_.clear();
     std::fill(event_us_.begin(), event_us_.end(), never);
     step_us_ = 0;
@@ -184,6 +190,12 @@ class sim_backend {
     for (auto const& c : copies_) lost += std::max(0.0, std::min(c.end, begin + d) - std::max(c.begin, begin)) * c.share;
     return lost * memory_bound_share;
   }
+  void transfer(stream_role r, std::uint32_t i, op const& o, bool write) {
+    auto const& st = costs_->storage;
+    auto& busy = storage_us_[st.full_duplex && !write ? 1 : 0];
+    auto const begin = std::max(ready_[index(r)] + costs_->op_overhead_us, busy);
+    busy = advance(r, i, begin, (write ? st.write : st.read).time_us(o.bytes));
+  }
   double advance(stream_role r, std::uint32_t i, double begin, double d) {
     auto const end = begin + d;
     ready_[index(r)] = end;
@@ -198,6 +210,7 @@ class sim_backend {
   std::vector<double> event_us_;
   std::array<double, stream_count> ready_{};
   std::array<double, 2> link_us_{};
+  std::array<double, 2> storage_us_{};  // when the storage path (each direction, if full duplex) is next free
   struct copy_span {
     double begin, end;
     double share;  // of HBM bandwidth: the copy's rate over hbm_bytes_per_second
@@ -207,5 +220,7 @@ class sim_backend {
   std::size_t device_bytes_ = 0, host_bytes_ = 0;
   timeline* timeline_ = nullptr;
 };
+
+static_assert(storage_backend<sim_backend>);
 
 }  // namespace tide

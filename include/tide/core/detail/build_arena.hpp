@@ -3,7 +3,8 @@
 //! The builder's arena layout: kept slots at offset 0, then the forward area (the offload source
 //! ring, then forward remat scratch) and the backward area (the staging ring, then recompute
 //! scratch or an advance's slots), shared when `buffer_spec::share_phase_regions`; every transient
-//! slot's offsets resolved into them; the carries' place after them.
+//! slot's offsets resolved into them; the spill ring after the host arena's offloaded regions and
+//! the storage file's regions; the carries' place after them.
 
 #include <algorithm>
 #include <cstddef>
@@ -54,6 +55,39 @@ constexpr schedule_issue builder::lay_out_arena() {
   a.backward_area = buffers.share_phase_regions ? kept : kept + forward_size;  // <= device_bytes: cannot wrap
   a.host_bytes = host;
 
+  // The spill ring, after the offloaded slots' host regions: spilled layer j passes through
+  // buffer j % R in both phases, so a slot's host offset is static. The last R spilled layers are
+  // each their buffer's last forward user and first backward user: their bytes stay in the ring
+  // and never reach the file; the others are stored and loaded back.
+  auto const salign = buffers.storage_alignment;
+  if (n_sp > 0) {
+    a.spill_buffers = std::min<std::uint32_t>(n_sp, hiding ? buffers.spill_buffers : 1);
+    spill_buf.assign(a.spill_buffers + 1, 0);
+    for (std::uint32_t j = 0; j < n_sp; ++j) {
+      auto& b = spill_buf[j % a.spill_buffers + 1];
+      b = std::max(b, s.layers[spilled[j]].spilled_bytes);
+    }
+    for (std::size_t i = 1; i < spill_buf.size(); ++i)
+      if (!checked_add(spill_buf[i], spill_buf[i - 1], spill_buf[i])) return overflow("spill ring");
+    a.spill_ring_bytes = spill_buf.back();
+    if (!checked_align_up(host, salign, a.spill_area) || !checked_add(a.spill_area, a.spill_ring_bytes, a.host_bytes))
+      return overflow("pinned host arena with its spill ring");
+    for (std::uint32_t j = 0; j < n_sp; ++j) {
+      auto const& lb = s.layers[spilled[j]];
+      bool const stored = j + a.spill_buffers < n_sp;
+      for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+        auto& b = s.slots[lb.first_slot + k];
+        if (b.where != placement::spill) continue;
+        b.host_offset += a.spill_area + spill_buf[j % a.spill_buffers];  // below host_bytes: cannot wrap
+        if (!stored) continue;
+        b.file_offset = a.storage_bytes;
+        std::size_t region = 0;
+        if (!checked_align_up(b.bytes, salign, region) || !checked_add(a.storage_bytes, region, a.storage_bytes))
+          return overflow("storage file", lb.type_name, b.name);
+      }
+    }
+  }
+
   // Device offsets of transient slots (each below device_bytes: cannot wrap).
   for (std::uint32_t l = 0; l < L; ++l) {
     auto const& lb = s.layers[l];
@@ -67,7 +101,7 @@ constexpr schedule_issue builder::lay_out_arena() {
           return overflow("size plus guard bytes", lb.type_name, b.name);
         scratch += region;
       }
-      if (b.where == placement::offload) {
+      if (b.where == placement::offload || b.where == placement::spill) {
         auto const j = ring_index[l];
         b.forward_offset += a.forward_area + offload_buf[j % a.offload_buffers];
         b.backward_offset += a.backward_area + staging_buf[(n_off - 1 - j) % a.staging_buffers];

@@ -1,7 +1,7 @@
 #pragma once
 //! \file
-//! The builder's stage 1, placement: the policy's deciding rule for each slot (keep, offload or
-//! remat), each slot's region size and each layer's region totals, with overflow checks.
+//! The builder's stage 1, placement: the policy's deciding rule for each slot (keep, offload,
+//! remat or spill), each slot's region size and each layer's region totals, with overflow checks.
 
 #include <cstddef>
 #include <cstdint>
@@ -42,15 +42,27 @@ constexpr schedule_issue builder::place() {
           b.forward_offset = b.backward_offset = kept;
           if (!checked_add(kept, region, kept)) return overflow("total of kept slots", type.name, sl.name);
           break;
-        case placement::offload: {
+        case placement::offload:
+        case placement::spill: {
+          // A spilled slot leaves the device as an offloaded one does; on the host it lands in
+          // the spill ring rather than in a region of its own.
           any_offload = true;
           b.forward_offset = b.backward_offset = lb.offloaded_bytes;  // layer-local until the arena is laid out
           if (!checked_add(lb.offloaded_bytes, region, lb.offloaded_bytes))
             return overflow("total of one layer's offloaded slots", type.name, sl.name);
-          b.host_offset = host;
           std::size_t host_region = 0;
-          if (!checked_align_up(sl.bytes, buffers.host_alignment, host_region) || !checked_add(host, host_region, host))
-            return overflow("pinned host arena", type.name, sl.name);
+          if (b.where == placement::spill) {
+            any_spill = true;
+            b.host_offset = lb.spilled_bytes;  // layer-local until the ring is laid out
+            if (!checked_align_up(sl.bytes, buffers.storage_alignment, host_region) ||
+                !checked_add(lb.spilled_bytes, host_region, lb.spilled_bytes))
+              return overflow("total of one layer's spilled slots, aligned to the storage alignment,", type.name, sl.name);
+            ++transfers;
+          } else {
+            b.host_offset = host;
+            if (!checked_align_up(sl.bytes, buffers.host_alignment, host_region) || !checked_add(host, host_region, host))
+              return overflow("pinned host arena", type.name, sl.name);
+          }
           auto const chunks = pipeline.chunk_bytes == 0 ? 1 : ceil_div(sl.bytes, pipeline.chunk_bytes);
           // Chunk and op indices are 32-bit: refuse chunk sizes that split a slot absurdly fine.
           if (chunks > max_chunks_per_slot) return issue(c::too_many_chunks, type.name, sl.name, chunks, max_chunks_per_slot);
@@ -70,7 +82,8 @@ constexpr schedule_issue builder::place() {
     layer_region.push_back(all);
     s.layers.push_back(lb);
   }
-  n_ops = 6 * std::size_t{L} + 2 * copies;  // forward, recompute, backward, gather, regather, reduce
+  // forward, recompute, backward, gather, regather, reduce; a store and a load per spilled slot
+  n_ops = 6 * std::size_t{L} + 2 * copies + 2 * transfers;
   if (n_ops > max_ops) return issue(c::too_many_ops, {}, {}, n_ops, max_ops);
   if (!policy.allow_unused_rules)
     for (std::size_t i = 0; i < rule_used.size(); ++i)
@@ -86,6 +99,7 @@ constexpr schedule_issue builder::place() {
     if (buffers.staging_buffers == 0) return issue(c::zero_staging_buffers);
     if (pipeline.max_offloads_in_flight == 0) return issue(c::zero_offloads_in_flight);
   }
+  if (any_spill && buffers.spill_buffers == 0) return issue(c::zero_spill_buffers);
 
   ring_index.assign(L, 0);
   for (std::uint32_t l = 0; l < L; ++l)
@@ -94,6 +108,13 @@ constexpr schedule_issue builder::place() {
       offloaded.push_back(l);
     }
   n_off = static_cast<std::uint32_t>(offloaded.size());
+  spill_index.assign(L, 0);
+  for (std::uint32_t l = 0; l < L; ++l)
+    if (s.layers[l].spilled_bytes > 0) {
+      spill_index[l] = static_cast<std::uint32_t>(spilled.size());
+      spilled.push_back(l);
+    }
+  n_sp = static_cast<std::uint32_t>(spilled.size());
   return {};
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 //! \file
 //! The builder's stage 4, the op program: what the reversal's walk emits for a layer's forward
-//! (its gather ahead, its offloads), its backward (the regather, prefetches, recompute, reduce),
-//! and the carry buffers' hand-out and ordering.
+//! (its gather ahead, its offloads and stores), its backward (the regather, loads, prefetches,
+//! recompute, reduce), and the carry buffers' hand-out and ordering.
 
 #include <algorithm>
 #include <cstddef>
@@ -30,13 +30,14 @@ constexpr op builder::chunk_op(op_kind kind, stream_role stream, slot_binding co
   return o;
 }
 
-// Calls f(k, binding, c, n) for chunk c of n of every offloaded slot k of layer l, in order.
+// Calls f(k, binding, c, n) for chunk c of n of every offloaded or spilled slot k of layer l, in
+// order.
 template <class F>
 constexpr void builder::for_each_offloaded_chunk(std::uint32_t l, F&& f) const {
   auto const& lb = s.layers[l];
   for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
     auto const& b = s.slots[lb.first_slot + k];
-    if (b.where != placement::offload) continue;
+    if (b.where != placement::offload && b.where != placement::spill) continue;
     auto const n = chunk_count(b.bytes);
     for (std::uint32_t c = 0; c < n; ++c) f(k, b, c, n);
   }
@@ -75,7 +76,7 @@ constexpr void builder::note(std::uint32_t idx, std::int32_t read, std::int32_t 
   if (wrote >= 0) {
     auto& x = cbuf[static_cast<std::size_t>(wrote)];
     x.writer = idx;
-    x.readers = {-1, -1, -1, -1};
+    x.readers.fill(-1);
   }
 }
 
@@ -117,10 +118,49 @@ constexpr void builder::emit_forward(std::uint32_t l, std::int32_t in, std::int3
   for_each_offloaded_chunk(l, [&](std::uint32_t k, slot_binding const& b, std::uint32_t c, std::uint32_t n) {
     auto const o = chunk_op(op_kind::offload, d2h, b, b.forward_offset, k, l, c, n);
     w.wait(forward_op[l]);
+    // The spill buffer's previous layer must be on its way to the file before it is overwritten.
+    if (b.where == placement::spill && spill_index[l] >= s.arena.spill_buffers)
+      w.wait(last_store_of_layer[spilled[spill_index[l] - s.arena.spill_buffers]]);
     auto const idx = w.emit(o);
     if (c == 0) first_chunk_op[lb.first_slot + k] = idx;
     last_offload_of_layer[l] = last_offload = idx;
   });
+  if (lb.spilled_bytes > 0) emit_stores_of(l);
+}
+
+// A spilled slot outside the ring's last uses goes to the file once all of its chunks have
+// reached the ring; the storage stream runs the stores in order.
+constexpr void builder::emit_stores_of(std::uint32_t l) {
+  auto const& lb = s.layers[l];
+  for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+    auto const g = lb.first_slot + k;
+    auto const& b = s.slots[g];
+    if (!b.stored()) continue;
+    w.wait(first_chunk_op[g] + chunk_count(b.bytes) - 1);
+    op o{op_kind::store, storage, static_cast<std::uint16_t>(k), l};
+    o.host_offset = b.host_offset;
+    o.file_offset = b.file_offset;
+    o.bytes = b.bytes;
+    last_store_of_layer[l] = store_op[g] = w.emit(o);
+  }
+}
+
+// The loads of stored spilled layer l, into its spill buffer once the buffer's previous backward
+// user (spilled layer j + R) has been prefetched from it.
+constexpr void builder::emit_loads_of(std::uint32_t l) {
+  auto const& lb = s.layers[l];
+  auto const next_user = spilled[spill_index[l] + s.arena.spill_buffers];
+  for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+    auto const g = lb.first_slot + k;
+    auto const& b = s.slots[g];
+    if (!b.stored()) continue;
+    w.wait(last_prefetch_of_layer[next_user]);
+    op o{op_kind::load, storage, static_cast<std::uint16_t>(k), l};
+    o.host_offset = b.host_offset;
+    o.file_offset = b.file_offset;
+    o.bytes = b.bytes;
+    load_op[g] = w.emit(o);
+  }
 }
 
 constexpr void builder::emit_prefetches_of(std::uint32_t l) {
@@ -130,6 +170,7 @@ constexpr void builder::emit_prefetches_of(std::uint32_t l) {
   for_each_offloaded_chunk(l, [&](std::uint32_t i, slot_binding const& b, std::uint32_t c, std::uint32_t n) {
     auto const o = chunk_op(op_kind::prefetch, h2d, b, b.backward_offset, i, l, c, n);
     w.wait(first_chunk_op[lb.first_slot + i] + c);  // the chunk's data has reached the host
+    w.wait(load_op[lb.first_slot + i]);             // ... and, when stored, come back from the file
     if (k >= staging) w.wait(backward_op[offloaded[n_off - 1 - (k - staging)]]);
     if (first_backward_area_use_h2d && how.buffers.share_phase_regions) {
       w.wait(last_offload);
@@ -138,6 +179,9 @@ constexpr void builder::emit_prefetches_of(std::uint32_t l) {
     }
     last_prefetch_of_layer[l] = w.emit(o);
   });
+  // The spill buffer this layer has just been read from is free for the layer that used it
+  // before: its loads go now, as early as the ring allows.
+  if (lb.spilled_bytes > 0 && spill_index[l] >= s.arena.spill_buffers) emit_loads_of(spilled[spill_index[l] - s.arena.spill_buffers]);
 }
 
 // The prefetches issued before the backward work of layer `t` (issue points fall monotonically

@@ -2,11 +2,12 @@
 //! \file
 //! The builder's state: what each stage of `try_build_schedule_into` decides and the next reads.
 //! The stages, in order, each in its own header:
-//! 1. placement (`build_placement.hpp`): each slot kept, offloaded or rematerialized, and each
-//!    layer's region sizes;
+//! 1. placement (`build_placement.hpp`): each slot kept, offloaded, rematerialized or spilled,
+//!    and each layer's region sizes;
 //! 2. reversal (`build_reversal.hpp`): the chain actions, and which layers they advance;
 //! 3. arena layout (`build_arena.hpp`): kept slots, the offload and staging rings, remat and
-//!    advance scratch, every transient slot's offsets, and where the carries live;
+//!    advance scratch, every transient slot's offsets, the spill ring and the storage file's
+//!    regions, and where the carries live;
 //! 4. the reversal walked action by action (`build_reversal.hpp`), emitting the op program;
 //!    what it emits for each layer, with its waits, is in `build_program.hpp`;
 //! 5. the carry's buffers, after everything else in both arenas (`build_reversal.hpp`).
@@ -35,7 +36,7 @@ struct builder {
   bool hiding = false;        // copies on their own streams
   bool carries = false;       // the stack has a carry
   std::size_t dalign = 1;     // device alignment
-  stream_role d2h = stream_role::compute, h2d = stream_role::compute;
+  stream_role d2h = stream_role::compute, h2d = stream_role::compute, storage = stream_role::compute;
 
   // 1. Placement.
   std::size_t kept = 0;           // bytes of kept slots
@@ -43,14 +44,19 @@ struct builder {
   std::size_t host = 0;           // bytes of the pinned host arena's slot part
   std::size_t copies = 0;         // offload chunks (each has a prefetch)
   std::size_t n_ops = 0;          // ops at 6 per layer plus the copies
-  bool any_offload = false;
-  std::vector<std::uint32_t> offloaded{};   // offloaded layers in forward order j (backward order: n_off - 1 - j)
+  bool any_offload = false;  // offloaded or spilled slots (both leave the device)
+  bool any_spill = false;
+  std::size_t transfers = 0;  // spilled slots (each has at most a store and a load)
+  std::vector<std::uint32_t> offloaded{};   // layers with offloaded or spilled slots in forward order j (backward order: n_off - 1 - j)
   std::vector<std::uint32_t> ring_index{};  // per layer: its j among the offloaded layers
   std::uint32_t n_off = 0;
+  std::vector<std::uint32_t> spilled{};     // layers with spilled slots, in forward order
+  std::vector<std::uint32_t> spill_index{}; // per layer: its index among the spilled layers
+  std::uint32_t n_sp = 0;
   std::vector<std::size_t> layer_region{};  // per layer: all of its slots' regions (an advance's scratch)
 
   // 3. Arena layout: ring buffer b of each ring at prefix offset [b], sized for its largest layer.
-  std::vector<std::size_t> offload_buf{}, staging_buf{};
+  std::vector<std::size_t> offload_buf{}, staging_buf{}, spill_buf{};
 
   // 2. Reversal.
   std::vector<chain_action> actions{};
@@ -65,6 +71,9 @@ struct builder {
   std::vector<std::int64_t> last_offload_of_layer{}, forward_op{}, backward_op{}, last_prefetch_of_layer{}, gather_op{},
       regather_op{};
   std::int64_t last_offload = -1, last_forward = -1;
+  // Per spilled layer: its last store (the next user of its spill buffer waits for it); per
+  // stored slot binding: its store and load.
+  std::vector<std::int64_t> last_store_of_layer{}, load_op{}, store_op{};
   std::vector<std::int64_t> issue_at{};  // per offloaded layer: the layer before whose backward its prefetch issues
   std::uint32_t next_prefetch = 0;       // prefetches issue in backward order: one cursor
   bool first_backward_area_use_h2d = true, first_backward_area_use_compute = true;
@@ -74,7 +83,7 @@ struct builder {
   // is reused in place (no copies): its next writer waits for its last writer and readers.
   struct carry_buffer {
     std::int64_t writer = -1;
-    std::array<std::int64_t, stream_count> readers{-1, -1, -1, -1};
+    std::array<std::int64_t, stream_count> readers{-1, -1, -1, -1, -1};
     std::uint32_t refs = 0;  // device snapshot slots holding it
   };
   static constexpr std::int32_t none = -1;
@@ -102,6 +111,7 @@ struct builder {
         dalign(h.buffers.device_alignment), w(out) {
     d2h = hiding ? stream_role::d2h : stream_role::compute;
     h2d = hiding ? stream_role::h2d : stream_role::compute;
+    storage = hiding ? stream_role::storage : stream_role::compute;
   }
 
   // The stages.
@@ -135,6 +145,8 @@ struct builder {
   [[nodiscard]] constexpr stream_role collective_stream() const;
   constexpr void emit_gather(std::uint32_t l);
   constexpr void emit_forward(std::uint32_t l, std::int32_t in, std::int32_t out);
+  constexpr void emit_stores_of(std::uint32_t l);
+  constexpr void emit_loads_of(std::uint32_t l);
   constexpr void emit_prefetches_of(std::uint32_t l);
   constexpr void emit_prefetches_at(std::uint32_t t);
   constexpr void emit_regather(std::uint32_t l, std::int64_t after);

@@ -57,7 +57,7 @@ class byte_state_tree {
     bool assign = false;  // first: the whole range was written by `op` with `data`
     std::uint8_t stream = 0;
     std::int32_t op = -1, data = -1;
-    std::array<std::int32_t, stream_count> reader{-1, -1, -1, -1};  // then: read by these (max)
+    std::array<std::int32_t, stream_count> reader{-1, -1, -1, -1, -1};  // then: read by these (max)
   };
   static summary empty() {
     summary r;

@@ -19,9 +19,11 @@ namespace tide::detail {
 //! Bindings: the slot table and every slot's ranges, before anything indexes through them.
 inline void check_bindings(schedule_view const& s) {
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
-  if (!pow2(s.buffers.device_alignment) || !pow2(s.buffers.host_alignment))
-    check_fail("buffers: the device alignment " + std::to_string(s.buffers.device_alignment) + " or host alignment " +
-               std::to_string(s.buffers.host_alignment) + " is not a power of two");
+  if (!pow2(s.buffers.device_alignment) || !pow2(s.buffers.host_alignment) || !pow2(s.buffers.storage_alignment))
+    check_fail("buffers: the device alignment " + std::to_string(s.buffers.device_alignment) + ", host alignment " +
+               std::to_string(s.buffers.host_alignment) + " or storage alignment " +
+               std::to_string(s.buffers.storage_alignment) + " is not a power of two");
+  auto const salign = s.buffers.storage_alignment;
   if (s.layers.size() > std::numeric_limits<std::uint32_t>::max())
     check_fail("binding: " + std::to_string(s.layers.size()) + " layers, more than 32-bit layer indices name");
   constexpr auto unowned = std::numeric_limits<std::uint32_t>::max();
@@ -45,8 +47,11 @@ inline void check_bindings(schedule_view const& s) {
       owner[g] = l;
       auto const& b = s.slots[g];
       auto const what = [&] { return slot_label(s, l, k); };
-      if (b.where != placement::keep && b.where != placement::offload && b.where != placement::remat)
+      if (b.where != placement::keep && b.where != placement::offload && b.where != placement::remat &&
+          b.where != placement::spill)
         check_fail("binding: " + what() + " has no valid placement");
+      if (b.where != placement::spill && b.file_offset != slot_binding::not_stored)
+        check_fail("binding: " + what() + " is " + std::string(to_string(b.where)) + " but has a storage file offset");
       if (b.bytes == 0) check_fail("binding: " + what() + " has zero bytes");
       // The executor writes guard bytes after forward and recompute regions; replay counts them.
       auto const with_guard = add_or_fail(b.bytes, guard, [&] { return "binding: the size plus guard of " + what(); });
@@ -55,6 +60,16 @@ inline void check_bindings(schedule_view const& s) {
       add_or_fail(b.advance_offset, b.bytes, [&] { return "binding: the advance range of " + what(); });
       if (b.where == placement::offload)
         add_or_fail(b.host_offset, b.bytes, [&] { return "binding: the host range of " + what(); });
+      if (b.where == placement::spill) {
+        // Stores and loads move the slot padded to the storage alignment: its regions start on it.
+        auto const padded = add_or_fail(b.bytes, salign - 1, [&] { return "binding: the padded size of " + what(); }) / salign * salign;
+        add_or_fail(b.host_offset, padded, [&] { return "binding: the spill ring range of " + what(); });
+        if (b.host_offset % salign != 0 || (b.stored() && b.file_offset % salign != 0))
+          check_fail("binding: " + what() + " is spilled at host offset " + std::to_string(b.host_offset) +
+                     (b.stored() ? " and file offset " + std::to_string(b.file_offset) : std::string()) +
+                     ", not on the storage alignment " + std::to_string(salign) + " direct I/O needs");
+        if (b.stored()) add_or_fail(b.file_offset, padded, [&] { return "binding: the storage file range of " + what(); });
+      }
     }
     // One forward (or recompute, or backward) touches all of a layer's slots at once: they must
     // not alias.

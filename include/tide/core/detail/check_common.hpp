@@ -25,16 +25,21 @@ std::size_t add_or_fail(std::size_t a, std::size_t b, Message const& what) {
   return a + b;
 }
 
+//! The address spaces the checker follows: the device arena, the pinned host arena, the storage file.
+enum space : std::uint8_t { device_space = 0, host_space = 1, storage_space = 2 };
+inline constexpr std::size_t space_count = 3;
+
 struct access {
   std::uint32_t op;
-  bool host;
+  std::uint8_t host;  //!< the access's `space` (named for its first two: device 0, host 1)
   bool write;
   std::size_t begin, end;
   std::uint32_t layer;
   std::uint16_t slot;
   std::uint64_t shift{};  //!< slot-relative offset of a byte minus its address (mod 2^64): equal shifts, same bytes
   //! The guard bytes after `slot`, written by the executor's debug checks around the op: data of
-  //! their own, never the slot's (no read has it).
+  //! their own, never the slot's (no read has it). Also a spilled region's padding to the storage
+  //! alignment, which a store or load moves with the slot's bytes.
   bool guard = false;
   bool same_data(access const& o) const noexcept {
     return layer == o.layer && slot == o.slot && shift == o.shift && guard == o.guard;
@@ -64,7 +69,9 @@ inline std::string op_name(schedule_view const& s, std::uint32_t i) {
   return "op #" + std::to_string(i) + " (" + op_label(s, o) + " on " + std::string(to_string(o.stream)) + ")";
 }
 
-inline std::string space_name(bool host) { return host ? "host" : "device"; }
+inline std::string space_name(std::uint8_t space) {
+  return space == host_space ? "host" : space == storage_space ? "storage file" : "device";
+}
 inline std::string bytes_text(std::size_t b, std::size_t e) {
   // Appended piecewise: "[" + std::to_string(b) trips GCC 12's -Wrestrict (PR 105651).
   std::string r(1, '[');

@@ -55,6 +55,19 @@ inline void check_layout(schedule_view const& s) {
     }
   }
 
+  // Stores and loads move exactly their slot, between where the bindings place it in the spill
+  // ring and in the file.
+  for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
+    auto const& o = s.ops[i];
+    if (!is_storage(o.kind)) continue;
+    auto const& b = s.slots_of(o.layer)[o.slot];  // a stored spilled slot: proven by check_program
+    if (o.bytes != b.bytes || o.host_offset != b.host_offset || o.file_offset != b.file_offset)
+      check_fail("storage geometry: " + op_name(s, i) + " moves host " + bytes_text(o.host_offset, o.host_offset + o.bytes) +
+                 " and file " + bytes_text(o.file_offset, o.file_offset + o.bytes) + ", but " + slot_label(s, o.layer, o.slot) +
+                 " lies at host " + bytes_text(b.host_offset, b.host_offset + b.bytes) + " and file " +
+                 bytes_text(b.file_offset, b.file_offset + b.bytes) + ": a store or load moves its whole slot, where the bindings place it");
+  }
+
   // Guarded regions of one op do not overlap: the slots a forward writes, each with its guard,
   // at forward offsets; the slots a recompute or backward touches at backward offsets, remat
   // slots with their guard. (Overlaps of the slots' bytes alone were rejected by check_bindings:

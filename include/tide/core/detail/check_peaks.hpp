@@ -1,7 +1,7 @@
 #pragma once
 //! \file
 //! The checker's peak pass (core/check.hpp): replaying the ops' byte ranges reproduces the
-//! predicted device and host peaks.
+//! predicted device, host and storage peaks.
 
 #include <algorithm>
 #include <cstddef>
@@ -16,16 +16,25 @@ namespace tide::detail {
 //! Peaks: the extent the accesses touch (device ranges plus guard, aligned) is the prediction.
 inline void replay_peaks(schedule_view const& s, checked_program const& p, check_report& report) {
   auto const guard = s.buffers.guard_bytes;
+  auto const& ar = s.arena;
   for (auto const& a : p.accesses) {
-    if (a.guard) continue;  // the guard is counted after the access it follows, as predicted
+    if (a.guard) continue;  // the guard (or padding) is counted after the access it follows, as predicted
     // No overflow: proven by check_program. Carries have no guard.
-    auto const end = a.host || a.slot == carry_slot ? a.end : a.end + guard;
-    auto const align = a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
+    auto const end = a.host != device_space || a.slot == carry_slot ? a.end : a.end + guard;
+    // Spill ring and file regions are padded to the storage alignment.
+    bool const padded = a.host == storage_space ||
+                        (a.host == host_space && a.begin >= ar.spill_area && a.begin - ar.spill_area < ar.spill_ring_bytes);
+    auto const align = padded ? s.buffers.storage_alignment : a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
     auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
                          align * align;
-    auto& r = a.host ? report.replayed_host_bytes : report.replayed_device_bytes;
+    auto& r = a.host == storage_space ? report.replayed_storage_bytes
+              : a.host                ? report.replayed_host_bytes
+                                      : report.replayed_device_bytes;
     r = std::max(r, aligned);
   }
+  if (report.replayed_storage_bytes != ar.storage_bytes)
+    check_fail("peak: replaying the ops touches " + std::to_string(report.replayed_storage_bytes) +
+               " storage file bytes but the predicted peak is " + std::to_string(ar.storage_bytes));
   if (report.replayed_device_bytes != s.arena.device_bytes)
     check_fail("peak: replaying the ops touches " + std::to_string(report.replayed_device_bytes) +
                " device bytes but the predicted peak is " + std::to_string(s.arena.device_bytes));

@@ -23,7 +23,7 @@ namespace tide::detail {
 inline void check_races_and_data_flow(schedule_view const& s, checked_program const& p, check_report& report) {
   auto const& acc = p.accesses;
   // Elementary intervals per arena: the sorted distinct boundaries of every access.
-  std::array<std::vector<std::size_t>, 2> bounds;
+  std::array<std::vector<std::size_t>, space_count> bounds;
   for (auto const& a : acc) {
     bounds[a.host].push_back(a.begin);
     bounds[a.host].push_back(a.end);
@@ -32,7 +32,7 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
     std::sort(b.begin(), b.end());
     b.erase(std::unique(b.begin(), b.end()), b.end());
   }
-  auto leaf = [&](bool host, std::size_t x) {
+  auto leaf = [&](std::uint8_t host, std::size_t x) {
     return static_cast<std::size_t>(std::lower_bound(bounds[host].begin(), bounds[host].end(), x) - bounds[host].begin());
   };
   // Data ids: equal exactly when `same_data`.
@@ -47,8 +47,9 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
     data[by_data[j]] = ids;
   }
 
-  std::array<byte_state_tree, 2> trees{byte_state_tree(bounds[0].empty() ? 0 : bounds[0].size() - 1),
-                                       byte_state_tree(bounds[1].empty() ? 0 : bounds[1].size() - 1)};
+  std::array<byte_state_tree, space_count> trees{byte_state_tree(bounds[0].empty() ? 0 : bounds[0].size() - 1),
+                                                 byte_state_tree(bounds[1].empty() ? 0 : bounds[1].size() - 1),
+                                                 byte_state_tree(bounds[2].empty() ? 0 : bounds[2].size() - 1)};
   // The input (carry 0) is written by the user before the step: data no op wrote, ordered
   // before every op.
   if (s.carry.present())

@@ -56,8 +56,8 @@ inline checked_program check_program(schedule_view const& s) {
     if (is_copy(o.kind) && !carry_copy) {
       auto const& b = s.slots_of(o.layer)[o.slot];
       auto const what = [&] { return "structure: " + op_name(s, i); };
-      if (b.where != placement::offload)
-        check_fail(what() + " copies a slot that is not offloaded (" + std::string(to_string(b.where)) + ")");
+      if (b.where != placement::offload && b.where != placement::spill)
+        check_fail(what() + " copies a slot that is neither offloaded nor spilled (" + std::string(to_string(b.where)) + ")");
       if (o.chunks == 0 || o.chunk >= o.chunks)
         check_fail(what() + " claims chunk " + str(o.chunk) + " of " + str(o.chunks));
       if (o.bytes == 0) check_fail(what() + " copies no bytes");
@@ -74,6 +74,16 @@ inline checked_program check_program(schedule_view const& s) {
       auto const dev_end = add_or_fail(o.device_offset, o.bytes, [&] { return what() + ": its device range"; });
       add_or_fail(dev_end, guard, [&] { return what() + ": its device range plus guard"; });
       add_or_fail(o.host_offset, o.bytes, [&] { return what() + ": its host range"; });
+    }
+    if (is_storage(o.kind)) {
+      auto const what = [&] { return "structure: op #" + str(i) + " (" + std::string(to_string(o.kind)) + " L" + str(o.layer) + ")"; };
+      if (o.slot == no_slot || o.slot == carry_slot) check_fail(what() + " moves no slot");
+      auto const& b = s.slots_of(o.layer)[o.slot];
+      if (!b.stored())
+        check_fail("structure: " + op_name(s, i) + " moves a slot that is not stored (" + std::string(to_string(b.where)) +
+                   (b.where == placement::spill ? ", held in the spill ring" : "") + ")");
+      if (o.chunks != 1 || o.chunk != 0) check_fail("structure: " + op_name(s, i) + " claims chunk " + str(o.chunk) + " of " + str(o.chunks));
+      if (o.carry_in != no_carry || o.carry_out != no_carry) check_fail("structure: " + op_name(s, i) + " names a carry");
     }
     if (o.event >= 0) {
       if (static_cast<std::uint32_t>(o.event) >= s.event_count)
@@ -106,7 +116,8 @@ inline checked_program check_program(schedule_view const& s) {
   for (auto& v : by_kind) v.assign(L, absent);
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];
-    if (is_copy(o.kind) || o.kind == op_kind::advance) continue;  // advances: as many as the reversal needs
+    // Advances: as many as the reversal needs; copies and storage transfers: per slot, below.
+    if (is_copy(o.kind) || is_storage(o.kind) || o.kind == op_kind::advance) continue;
     auto& at = by_kind[static_cast<std::size_t>(o.kind)][o.layer];
     if (at != absent)
       check_fail("completeness: layer " + str(o.layer) + " has two " + std::string(to_string(o.kind)) + " ops, " +
@@ -181,7 +192,8 @@ inline checked_program check_program(schedule_view const& s) {
   for (std::uint32_t l = 0; l < L; ++l)
     for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
       auto const g = s.layers[l].first_slot + k;
-      if (s.slots[g].where != placement::offload) continue;  // copies of other slots were rejected above
+      // Copies of other slots were rejected above.
+      if (s.slots[g].where != placement::offload && s.slots[g].where != placement::spill) continue;
       for (bool prefetch : {false, true}) {
         auto const kind = prefetch ? "prefetch" : "offload";
         auto const [first, last] =
@@ -210,10 +222,34 @@ inline checked_program check_program(schedule_view const& s) {
       }
     }
 
+  // Completeness of storage transfers: a stored slot is stored once and loaded once (what orders
+  // them is the data flow's to prove); other slots were rejected above.
+  {
+    std::vector<std::array<std::uint32_t, 2>> moves(s.slots.size(), {absent, absent});
+    for (std::uint32_t i = 0; i < n; ++i)
+      if (auto const& o = s.ops[i]; is_storage(o.kind)) {
+        auto& at = moves[s.layers[o.layer].first_slot + o.slot][o.kind == op_kind::load];
+        if (at != absent)
+          check_fail("completeness: " + slot_label(s, o.layer, o.slot) + " has two " + std::string(to_string(o.kind)) +
+                     " ops, " + op_name(s, at) + " and " + op_name(s, i));
+        at = i;
+      }
+    for (std::uint32_t l = 0; l < L; ++l)
+      for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
+        auto const g = s.layers[l].first_slot + k;
+        if (!s.slots[g].stored()) continue;
+        if (moves[g][0] == absent)
+          check_fail("completeness: " + slot_label(s, l, k) + " is stored but no store op writes it to the file");
+        if (moves[g][1] == absent)
+          check_fail("completeness: " + slot_label(s, l, k) + " is stored but no load op reads it back before its backward");
+      }
+  }
+
   // Byte accesses, in op order (their count is bounded first: indices into them are 32-bit).
   std::uint64_t total = 0;
   for (auto const& o : s.ops)
-    total += is_copy(o.kind)                                                ? 2
+    total += is_storage(o.kind)                                             ? 4
+             : is_copy(o.kind)                                              ? 2
              : is_collective(o.kind)                                  ? 0
                                                                           : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u) + 2;
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
@@ -226,11 +262,11 @@ inline checked_program check_program(schedule_view const& s) {
     auto const slots = s.slots_of(o.layer);
     auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * chunk_bytes : 0;
     auto const slot = static_cast<std::uint16_t>(o.slot);
-    auto add = [&](bool host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
+    auto add = [&](std::uint8_t host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
       p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
     };
     // Carry `state` at `addr`: its data is the state's, wherever it lies.
-    auto add_carry = [&](bool host, bool write, std::size_t addr, std::uint32_t state) {
+    auto add_carry = [&](std::uint8_t host, bool write, std::size_t addr, std::uint32_t state) {
       p.accesses.push_back({i, host, write, addr, addr + s.carry.bytes, state, carry_slot, std::uint64_t{0} - addr});
     };
     if (o.carry_in != no_carry) add_carry(false, false, o.carry_in, o.layer);
@@ -278,6 +314,22 @@ inline checked_program check_program(schedule_view const& s) {
         add(true, false, o.host_offset, o.bytes, slot, chunk_start);
         add(false, true, o.device_offset, o.bytes, slot, chunk_start);
         break;
+      case op_kind::store:
+      case op_kind::load: {
+        // The slot's bytes, and its region's padding to the storage alignment (which the transfer
+        // moves too: data of its own, as guard bytes are). No overflow: proven by check_bindings.
+        auto const salign = s.buffers.storage_alignment;
+        auto const pad = (salign - o.bytes % salign) % salign;
+        bool const store = o.kind == op_kind::store;
+        auto const from = store ? host_space : storage_space, to = store ? storage_space : host_space;
+        add(from, false, store ? o.host_offset : o.file_offset, o.bytes, slot, 0);
+        add(to, true, store ? o.file_offset : o.host_offset, o.bytes, slot, 0);
+        if (pad > 0) {
+          auto const at = (store ? o.file_offset : o.host_offset) + o.bytes;
+          p.accesses.push_back({i, static_cast<std::uint8_t>(to), true, at, at + pad, o.layer, slot, 0, true});
+        }
+        break;
+      }
       case op_kind::gather:
       case op_kind::regather:
       case op_kind::reduce: break;

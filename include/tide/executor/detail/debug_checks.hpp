@@ -39,11 +39,13 @@ class debug_checks {
   debug_checks& operator=(debug_checks const&) = delete;
 
   //! Where the checks read and write (the device arena, host-visible on the backends that run
-  //! the byte checks), the flag that says an op of the step failed, and the failure sink. Called
+  //! the byte checks; the pinned host arena, whose spill ring a store leaves dead), the flag that says an op of the step failed, and the failure sink. Called
   //! once the schedule is checked (`executor_options::check_schedule`): it indexes the bindings
   //! by the ops' layers and slots.
-  void attach(std::byte* device, std::atomic<bool> const* failed, void* owner, void (*report)(void*, debug_failure)) noexcept {
+  void attach(std::byte* device, std::byte* host, std::atomic<bool> const* failed, void* owner,
+              void (*report)(void*, debug_failure)) noexcept {
     device_ = device;
+    host_ = host;
     failed_ = failed;
     owner_ = owner;
     report_ = report;
@@ -79,6 +81,9 @@ class debug_checks {
       if (o.kind == op_kind::forward || o.kind == op_kind::backward || (o.kind == op_kind::offload && !carry_copy))
         backend.host_task(role, task{&poison, this, i});
     }
+    // The spill ring's copy of a stored slot is dead until its load: a prefetch without one would
+    // hand the backward the poison. Pinned host memory is host-accessible on every backend.
+    if (o.kind == op_kind::store) backend.host_task(role, task{&poison, this, i});
   }
 
   //! Throws the `debug_check_error` that `f` describes.
@@ -156,7 +161,7 @@ class debug_checks {
     auto const first = e.s_.layers[o.layer].first_slot;
     auto const slots = e.s_.slots_of(o.layer);
     for (std::uint32_t k = 0; k < slots.size(); ++k) {
-      if (slots[k].where != placement::offload) continue;
+      if (slots[k].where != placement::offload && slots[k].where != placement::spill) continue;
       auto const p = e.first_prefetch_[first + k];
       auto const chunks = e.s_.ops[p].chunks;
       if (e.prefetched_[first + k].load(std::memory_order_acquire) < chunks) {
@@ -176,6 +181,10 @@ class debug_checks {
       std::memset(e.device_ + o.device_offset, p, o.bytes);
       return;
     }
+    if (o.kind == op_kind::store) {  // the ring's copy is dead once in the file
+      std::memset(e.host_ + o.host_offset, p, o.bytes);
+      return;
+    }
     for (auto const& b : e.s_.slots_of(o.layer)) {
       if (o.kind == op_kind::forward && b.where == placement::remat)
         std::memset(e.device_ + b.forward_offset, p, b.bytes);  // forward scratch is dead
@@ -188,6 +197,7 @@ class debug_checks {
   std::vector<std::atomic<std::uint32_t>> prefetched_;  // per slot binding: chunks prefetched this step
   std::vector<std::uint32_t> first_prefetch_;           // per offloaded slot binding: its first prefetch op
   std::byte* device_ = nullptr;
+  std::byte* host_ = nullptr;
   std::atomic<bool> const* failed_ = nullptr;
   void* owner_ = nullptr;
   void (*report_)(void*, debug_failure) = nullptr;

@@ -175,7 +175,7 @@ Enum enum_from(node const& n, std::string_view const (&names)[N]) {
   n.fail("unknown value '" + echo(s) + "' (expected one of: " + list + ")");
 }
 
-inline constexpr std::string_view placement_names[] = {"keep", "offload", "remat"};
+inline constexpr std::string_view placement_names[] = {"keep", "offload", "remat", "spill"};
 
 inline std::string slot_list(stack_spec const& stack) {
   std::string r;

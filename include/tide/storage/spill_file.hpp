@@ -1,0 +1,338 @@
+#pragma once
+//! \file
+//! The storage tier's file: where spilled slots live between their store in forward and their load
+//! in backward. One file per backend, created in a directory the user names and unlinked at once
+//! (`O_TMPFILE` where the file system has it), so that nothing is left behind, even after a crash;
+//! preallocated, so that a full disk is found when the executor is built, not in the middle of a
+//! step. Transfers go through io_uring (liburing) with `O_DIRECT` and registered buffers where the
+//! kernel, the sandbox and the file system allow, and through `pread`/`pwrite` otherwise; which path
+//! is used is in `description()`, and a fallback is said once on stderr (`storage_options::quiet`).
+//! A failed transfer throws `storage_error` naming the directory, the offset, the bytes and the
+//! system's reason. One transfer at a time: a backend runs them in its storage stream's order.
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#include <tide/core/error.hpp>
+#include <tide/core/vocabulary.hpp>
+
+namespace tide {
+
+//! How a spill file moves bytes.
+enum class storage_io : std::uint8_t {
+  automatic,  //!< io_uring when the build, the kernel and the sandbox allow it, else `pread`/`pwrite`
+  io_uring,   //!< io_uring or an error saying why not
+  posix,      //!< `pread`/`pwrite` on the storage stream's thread
+};
+
+//! The path's name: "automatic", "io_uring" or "posix".
+constexpr std::string_view to_string(storage_io i) noexcept {
+  switch (i) {
+    case storage_io::automatic: return "automatic";
+    case storage_io::io_uring: return "io_uring";
+    case storage_io::posix: return "posix";
+  }
+  return "?";
+}
+
+//! Where and how a backend keeps its storage tier.
+struct storage_options {
+  //! The directory the spill file is created in (on the storage device); empty: the backend has
+  //! no storage tier, and a schedule that stores bytes is refused when the executor is built.
+  std::string directory{};
+  storage_io io = storage_io::automatic;  //!< which path moves the bytes
+  //! Open with `O_DIRECT` (the page cache would hold a second copy of what the ring just held);
+  //! a file system that refuses it (tmpfs, some overlays) gets buffered I/O, said in `description()`.
+  bool direct = true;
+  std::size_t request_bytes = std::size_t{1} << 20;  //!< a transfer goes as requests of this size, in flight together
+  std::uint32_t queue_depth = 32;                    //!< io_uring: requests in flight at once
+  bool quiet = false;  //!< take a fallback without a line on stderr (`description()` still says it)
+};
+
+//! A preallocated, unlinked file the storage stream writes spilled slots to and reads them from.
+class spill_file {
+ public:
+  //! Creates the file in `opt.directory` and reserves `bytes` of it (throws `storage_error` naming
+  //! the directory and the bytes when it cannot). `alignment`: every transfer's offset, length and
+  //! buffer address are multiples of it (direct I/O moves whole logical blocks).
+  spill_file(storage_options opt, std::size_t bytes, std::size_t alignment) : opt_(std::move(opt)), alignment_(alignment) {
+    if (opt_.directory.empty())
+      throw storage_error("tide: a spill file needs a directory (storage_options::directory) on the storage device", EINVAL);
+    if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
+      throw storage_error("tide: the storage alignment " + std::to_string(alignment_) + " is not a power of two", EINVAL);
+    if (opt_.request_bytes < alignment_ || opt_.request_bytes % alignment_ != 0)
+      throw storage_error("tide: storage_options::request_bytes (" + std::to_string(opt_.request_bytes) +
+                              ") must be a positive multiple of the storage alignment (" + std::to_string(alignment_) + ")",
+                          EINVAL);
+    open_file();
+    try {
+      reserve(bytes);
+      start_io();
+    } catch (...) {
+      close_all();
+      throw;
+    }
+  }
+  spill_file(spill_file const&) = delete;
+  spill_file& operator=(spill_file const&) = delete;
+  ~spill_file() { close_all(); }
+
+  //! Grows the file to hold `bytes` (a no-op when it does); throws `storage_error` on a full disk.
+  void reserve(std::size_t bytes) {
+    if (bytes <= size_) return;
+    std::size_t want = 0;
+    if (!checked_align_up(bytes, alignment_, want) || want > static_cast<std::size_t>(std::numeric_limits<off_t>::max()))
+      throw storage_error(where() + ": " + std::to_string(bytes) + " bytes do not fit in a file offset", EFBIG);
+    int err = ::fallocate(fd_, 0, 0, static_cast<off_t>(want)) == 0 ? 0 : errno;
+    if (err == EOPNOTSUPP) err = ::posix_fallocate(fd_, 0, static_cast<off_t>(want));  // writes zeros where it must
+    if (err != 0) {
+      std::string free_text;
+      if (struct statvfs v; ::fstatvfs(fd_, &v) == 0)
+        free_text = " (" + std::to_string(static_cast<unsigned long long>(v.f_bavail) * v.f_frsize) + " bytes free)";
+      throw storage_error(where() + ": cannot reserve " + std::to_string(want) + " bytes" + free_text + ": " +
+                              std::strerror(err) + (err == ENOSPC ? ": free space on that device or name another directory" : ""),
+                          err);
+    }
+    size_ = want;
+  }
+
+  //! The pinned host memory transfers use: registered with io_uring where it allows (fixed
+  //! buffers skip the per-request page pinning); transfers from elsewhere still work, unregistered.
+  void register_memory(std::span<std::byte> host) noexcept {
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+    if (!uring_ || host.empty() || (host.data() == registered_.data() && host.size() == registered_.size())) return;
+    if (!registered_.empty()) io_uring_unregister_buffers(&ring_);
+    registered_ = {};
+    std::vector<iovec> iov;
+    for (std::size_t at = 0; at < host.size(); at += register_piece)
+      iov.push_back({host.data() + at, std::min(register_piece, host.size() - at)});
+    int const r = io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size()));
+    if (r == 0) registered_ = host;
+    register_note_ = r == 0 ? "" : std::string(", unregistered buffers (") + std::strerror(-r) + ")";
+    describe();
+#else
+    (void)host;
+#endif
+  }
+
+  //! Writes `bytes` (rounded up to the alignment) from `src` to the file at `offset`.
+  void write(void const* src, std::size_t offset, std::size_t bytes) {
+    transfer(true, static_cast<std::byte*>(const_cast<void*>(src)), offset, bytes);
+  }
+  //! Reads `bytes` (rounded up to the alignment) from the file at `offset` into `dst`.
+  void read(void* dst, std::size_t offset, std::size_t bytes) { transfer(false, static_cast<std::byte*>(dst), offset, bytes); }
+
+  //! Bytes reserved.
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  //! The path in use: `io_uring` or `posix` (never `automatic`).
+  [[nodiscard]] storage_io io() const noexcept { return uring_ ? storage_io::io_uring : storage_io::posix; }
+  //! True when the file is open with `O_DIRECT`.
+  [[nodiscard]] bool direct() const noexcept { return direct_; }
+  //! True when transfers from the registered memory use io_uring's fixed buffers.
+  [[nodiscard]] bool registered() const noexcept { return !registered_.empty(); }
+  //! The directory the (unlinked) file is in.
+  [[nodiscard]] std::string const& directory() const noexcept { return opt_.directory; }
+  //! Which path moves the bytes and why: "io_uring, O_DIRECT, registered buffers: spill file in /x (unlinked), 4096 bytes".
+  [[nodiscard]] std::string const& description() const noexcept { return description_; }
+
+ private:
+  static constexpr std::size_t register_piece = std::size_t{1} << 30;  // io_uring's largest registered buffer
+
+  std::string where() const { return "tide: spill file in '" + opt_.directory + "'"; }
+
+  void say(std::string const& line) const {
+    if (!opt_.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+  void open_file() {
+    direct_ = opt_.direct;
+    auto const flags = O_RDWR | O_CLOEXEC;
+    auto const dir = opt_.directory.c_str();
+    fd_ = ::open(dir, O_TMPFILE | flags | (direct_ ? O_DIRECT : 0), 0600);
+    if (fd_ < 0 && direct_ && errno == EINVAL) {  // the file system refuses O_DIRECT (tmpfs before 6.6, some overlays)
+      fd_ = ::open(dir, O_TMPFILE | flags, 0600);
+      if (fd_ >= 0) {
+        direct_ = false;
+        open_note_ = ", buffered (the file system refuses O_DIRECT)";
+      }
+    }
+    if (fd_ < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+      // No O_TMPFILE here: a named file, unlinked as soon as it is open.
+      std::string path = opt_.directory + "/.tide-spill-XXXXXX";
+      fd_ = ::mkostemp(path.data(), O_CLOEXEC | (direct_ ? O_DIRECT : 0));
+      if (fd_ < 0 && direct_ && errno == EINVAL) {
+        direct_ = false;
+        open_note_ = ", buffered (the file system refuses O_DIRECT)";
+        path = opt_.directory + "/.tide-spill-XXXXXX";
+        fd_ = ::mkostemp(path.data(), O_CLOEXEC);
+      }
+      if (fd_ >= 0) ::unlink(path.c_str());
+    }
+    if (fd_ < 0) {
+      int const err = errno;
+      throw storage_error(where() + ": cannot create it: " + std::strerror(err) +
+                              (err == ENOENT ? " (no such directory)" : err == ENOTDIR ? " (not a directory)" : ""),
+                          err);
+    }
+  }
+
+  void start_io() {
+    std::string why;
+    if (opt_.io != storage_io::posix) {
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+      int const r = io_uring_queue_init(std::max<std::uint32_t>(opt_.queue_depth, 1), &ring_, 0);
+      if (r == 0) uring_ = true;
+      else why = std::strerror(-r);
+      if (r == -ENOSYS || r == -EPERM) why += " (the kernel or a sandbox forbids io_uring)";
+#else
+      why = "tide was built without liburing (install liburing-dev and rebuild)";
+#endif
+      if (!uring_ && opt_.io == storage_io::io_uring)
+        throw storage_error(where() + ": io_uring is not available: " + why, ENOSYS);
+    }
+    describe();
+    if (!uring_ && opt_.io == storage_io::automatic) say(description_ + " (io_uring unavailable: " + why + ")");
+    if (!direct_ && opt_.direct) say(description_);
+  }
+
+  void describe() {
+    description_ = std::string(uring_ ? "io_uring" : "pread/pwrite") + (direct_ ? ", O_DIRECT" : "") +
+                   (registered() ? ", registered buffers" : "") + register_note_ + open_note_ + ": spill file in '" +
+                   opt_.directory + "' (unlinked), " + std::to_string(size_) + " bytes";
+  }
+
+  void close_all() noexcept {
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+    if (uring_) io_uring_queue_exit(&ring_);
+    uring_ = false;
+#endif
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  [[noreturn]] void fail(bool write, std::size_t offset, std::size_t bytes, int err) const {
+    throw storage_error(where() + ": " + (write ? "writing " : "reading ") + std::to_string(bytes) + " bytes at offset " +
+                            std::to_string(offset) + " failed: " + std::strerror(err),
+                        err);
+  }
+
+  void transfer(bool write, std::byte* buf, std::size_t offset, std::size_t bytes) {
+    std::size_t len = 0;
+    if (!checked_align_up(bytes, alignment_, len) || offset % alignment_ != 0 || len > size_ || offset > size_ - len)
+      throw storage_error(where() + ": a transfer of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
+                              " does not lie on the alignment " + std::to_string(alignment_) + " within the file's " +
+                              std::to_string(size_) + " bytes",
+                          EINVAL);
+    if (len == 0) return;
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+    if (uring_) return uring_transfer(write, buf, offset, len);
+#endif
+    for (std::size_t done = 0; done < len;) {
+      auto const n = write ? ::pwrite(fd_, buf + done, len - done, static_cast<off_t>(offset + done))
+                           : ::pread(fd_, buf + done, len - done, static_cast<off_t>(offset + done));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) fail(write, offset, len, errno);
+      if (n == 0) fail(write, offset, len, write ? ENOSPC : EIO);  // the file was reserved: an end here is the device's
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+  // Requests of `request_bytes` in flight together, up to the queue depth; a short one is
+  // resubmitted for its rest. Every request is reaped before an error is thrown: the kernel must
+  // not touch the buffer once the caller has it back.
+  void uring_transfer(bool write, std::byte* buf, std::size_t offset, std::size_t len) {
+    pending_.clear();
+    auto const base = registered_.data();
+    bool const fixed = !registered_.empty() && buf >= base && buf + len <= base + registered_.size();
+    for (std::size_t at = 0; at < len;) {
+      auto n = std::min(opt_.request_bytes, len - at);
+      if (fixed) n = std::min(n, register_piece - static_cast<std::size_t>(buf + at - base) % register_piece);  // one iovec each
+      pending_.push_back({buf + at, offset + at, n});
+      at += n;
+    }
+    std::size_t next = 0, in_flight = 0;
+    int err = 0;
+    auto const depth = std::max<std::uint32_t>(opt_.queue_depth, 1);
+    while ((next < pending_.size() && err == 0) || in_flight > 0) {
+      while (err == 0 && next < pending_.size() && in_flight < depth) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        if (!sqe) break;
+        auto const& p = pending_[next];
+        auto const idx = fixed ? static_cast<int>(static_cast<std::size_t>(p.buf - base) / register_piece) : -1;
+        auto const n = static_cast<unsigned>(p.len);
+        if (write && fixed) io_uring_prep_write_fixed(sqe, fd_, p.buf, n, p.offset, idx);
+        else if (write) io_uring_prep_write(sqe, fd_, p.buf, n, p.offset);
+        else if (fixed) io_uring_prep_read_fixed(sqe, fd_, p.buf, n, p.offset, idx);
+        else io_uring_prep_read(sqe, fd_, p.buf, n, p.offset);
+        sqe->user_data = next++;
+        ++in_flight;
+      }
+      int r = io_uring_submit_and_wait(&ring_, 1);
+      if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
+        // Nothing more can be submitted; reap what is in flight before reporting.
+        err = -r;
+        if (in_flight == 0) break;
+      }
+      io_uring_cqe* cqe = nullptr;
+      while (in_flight > 0 && io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe) {
+        auto const i = static_cast<std::size_t>(cqe->user_data);
+        int const res = cqe->res;
+        io_uring_cqe_seen(&ring_, cqe);
+        --in_flight;
+        auto const p = pending_[i];  // a copy: the pushes below may move the vector
+        if (res == -EINTR || res == -EAGAIN) {
+          pending_.push_back(p);  // again, at the back
+        } else if (res < 0) {
+          if (err == 0) err = -res;
+        } else if (res == 0) {
+          if (err == 0) err = write ? ENOSPC : EIO;
+        } else if (static_cast<std::size_t>(res) < p.len) {
+          pending_.push_back({p.buf + res, p.offset + static_cast<std::size_t>(res), p.len - static_cast<std::size_t>(res)});
+        }
+      }
+      if (err != 0 && in_flight > 0 && r < 0) {
+        io_uring_wait_cqe(&ring_, &cqe);  // nothing submittable: block for the rest
+      }
+    }
+    if (err != 0) fail(write, offset, len, err);
+  }
+  struct request {
+    std::byte* buf;
+    std::size_t offset, len;
+  };
+  std::vector<request> pending_;
+  io_uring ring_{};
+#endif
+
+  storage_options opt_;
+  std::size_t alignment_ = 4096;
+  int fd_ = -1;
+  std::size_t size_ = 0;
+  bool uring_ = false;
+  bool direct_ = false;
+  std::span<std::byte> registered_{};
+  std::string open_note_, register_note_, description_;
+};
+
+}  // namespace tide
