@@ -117,7 +117,10 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
   int const cases = stress_cases();
   std::mt19937_64 rng(20261129);
   auto uni = [&](std::uint64_t lo, std::uint64_t hi) { return std::uniform_int_distribution<std::uint64_t>(lo, hi)(rng); };
-  host_backend b;
+  workload::temp_dir dir;  // spilled slots go to files here
+  host_backend_options o;
+  o.storage = {.directory = dir.path.string(), .quiet = true};
+  host_backend b(o);
   for (int i = 0; i < cases; ++i) {
     // A random stack of 1..64 layers of up to 3 types, slot sizes log-uniform in [1 B, 8 MiB],
     // with at most 24 MiB in all so the suite stays fast.

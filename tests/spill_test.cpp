@@ -317,6 +317,28 @@ TEST(SpillRun, PacedLinkAndTimelineShowTheStorageLane) {
   EXPECT_NE(json.str().find("\"storage\""), std::string::npos);
 }
 
+// One backend, one file, schedules of different storage alignments (the file was opened for the
+// first): each pads its transfers to its own regions, so no transfer spills into a neighbour's.
+TEST(SpillRun, OneBackendServesSchedulesOfEveryAlignment) {
+  temp_dir dir;
+  auto const st = chain_stack(6, 3000);  // regions far smaller than 4096: padding matters
+  host_backend plain;
+  auto const keep = build_schedule(st, strategy{});
+  auto const want = workload::run_chain(plain, keep, 2);
+  host_backend b(storage_in(dir.path));
+  for (std::size_t align : {4096u, 512u, 1024u, 8192u, 512u}) {
+    auto how = spill_strategy();
+    how.buffers.storage_alignment = align;
+    auto const s = build_schedule(st, how);
+    EXPECT_EQ(workload::run_chain(b, s, 2, {.debug_checks = true}), want) << "alignment " << align;
+  }
+  auto how = spill_strategy();
+  how.buffers.storage_alignment = 256;  // a valid schedule, but below what direct I/O moves
+  auto const s = build_schedule(st, how);
+  auto const m = error_of([&] { executor e(b, s); });
+  EXPECT_NE(m.find("storage alignment (256) is below the 512 bytes"), std::string::npos) << m;
+}
+
 // The debug checks poison the ring's copy once stored: a program whose prefetch reads the ring
 // without the load would hand the backward poison, and the gradients would differ.
 TEST(SpillRun, ThePoisonedRingExposesAMissingLoad) {

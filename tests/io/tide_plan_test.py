@@ -193,6 +193,33 @@ for doc_file in (src / "README.md", src / "docs" / "planning.md"):
         r = run(*preset, "--quiet", "--policy", f)
         check("policy file" in r.stdout, f"{doc_file.name}'s JSON block {i} was not evaluated:\n{r.stdout}{r.stderr}")
 
+# The storage tier (issue 25): a host budget too small for what the device budget pushes out, and a
+# spill file. Without the file no schedule fits; with it the plan spills (and says so) and fits the
+# three budgets, and its policy file (with "spill" rules) is valid and evaluates to the same row.
+tiers = ["--model-file", model, "--hardware", "h100", "--device-memory", "21.5", "--host-budget", "0.3", "--quiet", "--json"]
+without = run(*tiers, want=2)
+check("no schedule fits" in without.stderr, f"without a spill file: {without.stderr}")
+spill_policy = work / "spill_policy.json"
+with_file = run(*tiers, "--storage-budget", "4", "--policy-out", spill_policy)
+try:
+    b = json.loads(with_file.stdout)
+    check(b["storage_budget_bytes"] == 4 << 30, f"storage budget not reported: {b.get('storage_budget_bytes')}")
+    check(0 < b["plan"]["storage_bytes"] <= 4 << 30, f"the plan with a spill file stores nothing or too much: {b['plan']}")
+    check(b["plan"]["host_bytes"] <= int(0.3 * (1 << 30)), f"the spilling plan exceeds the host budget: {b['plan']}")
+    policy = json.loads(spill_policy.read_text())
+    valid(policy, "policy", "the spilling plan's policy file")
+    check(any(r.get("where") == "spill" for r in policy["rules"]), f"no spill rule in {policy['rules']}")
+    again = json.loads(run(*tiers, "--storage-budget", "4", "--policy", spill_policy).stdout)
+    row = [r for r in again["rows"] if r["key"] == "policy-file"]
+    check(len(row) == 1 and row[0]["fits"] and row[0]["storage_bytes"] == b["plan"]["storage_bytes"]
+          and abs(row[0]["step_us"] - b["plan"]["step_us"]) < 1e-6 * b["plan"]["step_us"],
+          f"the policy file does not evaluate to the plan: {row} vs {b['plan']}")
+    text = run(*tiers[:-1], "--storage-budget", "4").stdout
+    check("spilled of" in text and "storage budget 4.00 GiB (spill file; write 3.8 GB/s, read 6.4 GB/s)" in text,
+          f"the text table does not show the storage tier:\n{text}")
+except (ValueError, KeyError) as e:
+    check(False, f"the storage tier's JSON: {e!r}\n{with_file.stdout[-1500:]}")
+
 # Bad input: a message naming what is wrong, exit code 2, nothing written.
 bad = work / "bad"
 bad.mkdir()
@@ -217,6 +244,9 @@ cases = [
     (["--model", "deepseek-v3", "--model-file", model], "give one of --model NAME and --model-file FILE"),
     (["--model-file", model, "--micro-batch", "4"], "describe a preset"),
     (["--frobnicate"], "unknown argument '--frobnicate'"),
+    (["--model", "deepseek-v3", "--storage-budget", "-1"], "--storage-budget are GiB from 0 to 16777216"),
+    (["--model", "deepseek-v3", "--storage-budget", "nan"], "--storage-budget"),
+    (["--model-file", model, "--hardware", "gh200", "--storage-budget", "10"], "has no NVMe figures"),
     ([], "give one of --model NAME and --model-file FILE"),
 ]
 for args, says in cases:

@@ -427,6 +427,55 @@ TEST(Planner, HostCapThatDoesNotBindIsNeverWorseOnDeepSeekV3Gb200) {
   EXPECT_LE(tight.step_us, 1.01 * free.step_us);
 }
 
+// The storage tier: a host budget too small for the offloads a device budget needs leaves no plan
+// (or a slow one); a storage budget lets the planner spill the earliest layers' offloads to the
+// file. The plan fits all three budgets, builds, passes the checker, its simulated step is the
+// plan's, and the bound stays under it; spilled slots are priced at the drive's rate (a slower
+// drive never gives a faster plan).
+TEST(Planner, AStorageBudgetSpillsWhatTheHostCannotHold) {
+  stack_spec st;
+  st.independent_layers = true;
+  st.append(layer_spec{"blk", {{"a", std::size_t{64} << 20}, {"b", std::size_t{32} << 20}}}, 12);
+  cost_table costs;
+  for (int l = 0; l < 12; ++l) costs.layers.push_back({.forward_us = 8000, .backward_us = 16000, .recompute_us = 8000,
+                                                      .slot_recompute_us = {6000, 6000}});
+  costs.link = host_link::symmetric(20e9, 5);
+  costs.storage = {.write = {12e9, 100}, .read = {14e9, 100}};  // four drives' worth: a layer's 96 MiB in 8 ms
+  plan_options opt;
+  opt.device_budget = std::size_t{300} << 20;  // of 1.1 GiB kept
+  opt.host_budget = std::size_t{256} << 20;
+  opt.method = plan_method::heuristic;
+  opt.local_search_max_decisions = 0;  // the orders of moves alone: this is about the tiers, not the search
+  auto const host_only = make_plan(st, costs, opt);
+  opt.storage_budget = std::size_t{2} << 30;
+  auto const tiered = make_plan(st, costs, opt);
+  ASSERT_TRUE(host_only.fits);  // by rematerializing what the host cannot hold
+  ASSERT_TRUE(tiered.fits);
+  EXPECT_LT(tiered.step_us, 0.95 * host_only.step_us) << "host only " << host_only.step_us << " us, with storage " << tiered.step_us << " us";
+  EXPECT_GT(std::count(tiered.decisions.begin(), tiered.decisions.end(), placement::spill), 0);
+  EXPECT_LE(tiered.activation_bytes, opt.device_budget);
+  EXPECT_LE(tiered.host_bytes, opt.host_budget);
+  EXPECT_LE(tiered.storage_bytes, opt.storage_budget);
+  EXPECT_GT(tiered.storage_bytes, 0u);
+  auto const s = tiered.build(st);
+  check_schedule(s);
+  EXPECT_EQ(s.peak_storage_bytes(), tiered.storage_bytes);
+  EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), tiered.step_us);
+  EXPECT_LE(tiered.lower_bound_us, tiered.step_us);
+  // A tenth of the drive's rate: the same decisions cost more, and no plan is faster than before.
+  auto slow = costs;
+  slow.storage = {.write = {12e8, 100}, .read = {14e8, 100}};
+  EXPECT_GT(simulate_step_us(s, slow), tiered.step_us);
+  auto const slower = make_plan(st, slow, opt);
+  EXPECT_GE(slower.step_us, tiered.step_us);
+  // A storage budget the plan cannot use (no host cap) changes nothing.
+  opt.host_budget = std::numeric_limits<std::size_t>::max();
+  auto const free = make_plan(st, costs, opt);
+  EXPECT_EQ(std::count(free.decisions.begin(), free.decisions.end(), placement::spill), 0);
+  std::printf("12 layers of 96 MiB, 300 MiB device, 256 MiB host: %.1f ms host only, %.1f ms with a 2 GiB spill file (%.0f MiB stored)\n",
+              host_only.step_us / 1e3, tiered.step_us / 1e3, static_cast<double>(tiered.storage_bytes) / (1 << 20));
+}
+
 // The same on random stacks (with and without the local search): a cap at or above the host
 // bytes of the uncapped plan gives the same or a better step time.
 TEST(Planner, HostCapAtOrAboveTheUncappedPlansHostBytesIsNeverWorse) {

@@ -39,7 +39,7 @@ struct args {
   std::uint64_t seq = 0, micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
   bool fp8 = false;
   static constexpr double preset = -std::numeric_limits<double>::max();  // not given: the hardware preset's
-  double device_memory_gib = preset, host_budget_gib = preset;
+  double device_memory_gib = preset, host_budget_gib = preset, storage_budget_gib = 0;
   std::string offload, policy, policy_out, cpp, trace;
   bool json = false, quiet = false, help = false;
 };
@@ -64,6 +64,9 @@ class command_line {
            "device memory for the whole step, in GiB (2^30 bytes; default: the GPU's HBM; the presets' 141 GB is 131.3 GiB)");
     option("--host-budget", a.host_budget_gib, "GIB", "pinned host memory for offloaded data, in GiB (default: the preset's pinnable share; "
                                                        "0: none)");
+    option("--storage-budget", a.storage_budget_gib, "GIB",
+           "spill file for offloaded data the host budget cannot hold, in GiB (default 0: no storage tier; the link is the "
+           "preset's NVMe, or the calibration's)");
     option("--offload", a.offload, "SLOTS", "the slots the offload rows offload, comma separated (default: the preset's choice, "
                                              "or every slot but the layer inputs)");
     option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row (with the model's collective hooks)");
@@ -185,8 +188,8 @@ inline void check_args(args const& a) {
   if (a.tp > 1024) throw usage_error("--tp is at most 1024");
   if (a.fsdp > a.gpus || a.ep > a.gpus || a.pp > a.gpus) throw usage_error("--fsdp, --ep and --pp cannot exceed --gpus");
   auto gib_ok = [](double g) { return g == args::preset || (std::isfinite(g) && g >= 0 && g <= double(1u << 24)); };
-  if (!gib_ok(a.device_memory_gib) || !gib_ok(a.host_budget_gib))
-    throw usage_error("--device-memory and --host-budget are GiB from 0 to 16777216");
+  if (!gib_ok(a.device_memory_gib) || !gib_ok(a.host_budget_gib) || !gib_ok(a.storage_budget_gib) || a.storage_budget_gib == args::preset)
+    throw usage_error("--device-memory, --host-budget and --storage-budget are GiB from 0 to 16777216");
   if (a.device_memory_gib == 0) throw usage_error("--device-memory 0 leaves nothing for the step");
   if (a.cpp == "-" && a.json) throw usage_error("--cpp - and --json both write to stdout: give --cpp a file");
   if (a.json)  // --json writes the model file's path (as the name) and the outputs' paths as JSON strings

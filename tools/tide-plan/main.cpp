@@ -185,6 +185,11 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
   p.options.device_budget = device_memory - p.options.resident_bytes;
   p.options.host_budget =
       a.host_budget_gib >= 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
+  p.options.storage_budget = static_cast<std::size_t>(a.storage_budget_gib * double(1ull << 30));
+  if (p.costs.storage.unpaced()) p.costs.storage = hw.storage();  // a model file's or calibration's table: the preset's drives
+  if (p.options.storage_budget > 0 && p.costs.storage.unpaced())
+    bad_input("--storage-budget needs a storage link: the hardware '" + std::string(hw.name) +
+              "' has no NVMe figures: give --hardware h100, h200, gb200 or vera-rubin");
   return p;
 }
 
@@ -348,6 +353,7 @@ int run(int argc, char** argv) {
     j["resident_bytes"] = p.options.resident_bytes;
     j["device_budget_bytes"] = p.options.device_budget;
     j["host_budget_bytes"] = p.options.host_budget == static_cast<std::size_t>(-1) ? io::json(nullptr) : io::json(p.options.host_budget);
+    j["storage_budget_bytes"] = p.options.storage_budget;
     j["rows"] = io::json::array();
     for (auto const& row : r.rows)
       j["rows"].push_back({{"key", row.key},
@@ -361,11 +367,13 @@ int run(int argc, char** argv) {
                            {"activation_bytes", row.activation_bytes},
                            {"whole_device_bytes", row.whole_device_bytes},
                            {"host_bytes", row.host_bytes},
+                           {"storage_bytes", row.storage_bytes},
                            {"fits", row.fits}});
     j["plan"] = {{"step_us", planned.step_us},
                  {"activation_bytes", pl.activation_bytes},
                  {"whole_device_bytes", pl.whole_device_bytes()},
                  {"host_bytes", pl.host_bytes},
+                 {"storage_bytes", pl.storage_bytes},
                  {"exact", pl.exact},
                  {"lower_bound_ms", pl.lower_bound_us / 1e3},
                  {"gap_to_bound", pl.gap_to_bound()},
@@ -377,15 +385,21 @@ int run(int argc, char** argv) {
     return 0;
   }
   std::printf("%s on %s (%u layers)\n", p.name.c_str(), std::string(hw.name).c_str(), p.stack.layer_count());
+  if (p.options.storage_budget)
+    std::printf("  storage budget %s (spill file; write %.1f GB/s, read %.1f GB/s)\n",
+                format_bytes(static_cast<double>(p.options.storage_budget)).c_str(), p.costs.storage.write.bytes_per_second / 1e9,
+                p.costs.storage.read.bytes_per_second / 1e9);
   std::printf("  resident %s; activation budget %s; host budget %s\n", format_bytes(static_cast<double>(p.options.resident_bytes)).c_str(),
               format_bytes(static_cast<double>(p.options.device_budget)).c_str(),
               p.options.host_budget == static_cast<std::size_t>(-1) ? "unlimited" : format_bytes(static_cast<double>(p.options.host_budget)).c_str());
   for (auto const& n : p.notes) std::printf("  %s\n", n.c_str());
   std::printf("%s", format_strategy_table(r.rows).c_str());
-  std::size_t off = 0, rem = 0;
-  for (auto d : pl.decisions) off += d == placement::offload, rem += d == placement::remat;
-  std::printf("  plan: %zu offloaded, %zu rematerialized of %zu (layer, slot) pairs; step %.2f ms, device peak %.1f GiB, host %.1f GiB\n",
-              off, rem, pl.decisions.size(), planned.step_us / 1e3, gib(pl.whole_device_bytes()), gib(pl.host_bytes));
+  std::size_t off = 0, rem = 0, spill = 0;
+  for (auto d : pl.decisions) off += d == placement::offload, rem += d == placement::remat, spill += d == placement::spill;
+  std::printf("  plan: %zu offloaded, %zu rematerialized%s of %zu (layer, slot) pairs; step %.2f ms, device peak %.1f GiB, host %.1f GiB%s\n",
+              off, rem, spill ? (", " + std::to_string(spill) + " spilled").c_str() : "", pl.decisions.size(), planned.step_us / 1e3,
+              gib(pl.whole_device_bytes()), gib(pl.host_bytes),
+              p.options.storage_budget ? (", storage " + format_bytes(static_cast<double>(pl.storage_bytes))).c_str() : "");
   std::printf("  lower bound %.2f ms: no schedule within these budgets steps faster; the plan is within %.2f%% of it\n",
               pl.lower_bound_us / 1e3, 100 * pl.gap_to_bound());
   for (auto const& w : wrote) std::printf("  wrote %s\n", w.c_str());

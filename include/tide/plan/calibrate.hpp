@@ -4,11 +4,14 @@
 //! and recompute times come from timelines of keep-all and remat-all steps; the link comes from
 //! a line fitted (latency + bytes / bandwidth) to the copies of offload-all steps, whole and
 //! chunked so that sizes vary. Any backend works: timelines are part of the backend concept.
+//! `calibrate_storage` measures the storage tier's path (a spill file) the same way.
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <new>
 #include <span>
 #include <vector>
 
@@ -16,8 +19,10 @@
 #include <tide/core/error.hpp>
 #include <tide/core/build.hpp>
 #include <tide/core/schedule.hpp>
+#include <tide/core/storage_link.hpp>
 #include <tide/core/strategy.hpp>
 #include <tide/executor/executor.hpp>
+#include <tide/storage/spill_file.hpp>
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/trace/timeline.hpp>
 
@@ -170,6 +175,54 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     c.sync_latency_us = detail::median(gaps);
   }
   return c;
+}
+
+//! What `calibrate_storage` measures.
+struct storage_calibration_options {
+  //! Transfer sizes: each is written and read back `repeats` times through one spill file; the
+  //! line through them (latency plus bytes over bandwidth) is the storage link.
+  std::vector<std::size_t> sizes = {std::size_t{1} << 20, std::size_t{8} << 20, std::size_t{64} << 20};
+  std::uint32_t repeats = 3;  //!< transfers per size and direction; each time is the median
+};
+
+//! Measures the storage path of `where` (a spill file in `where.directory`, io_uring or
+//! `pread`/`pwrite` as `where.io` says): writes then reads of each size, fitted per direction to
+//! latency plus bytes over bandwidth. With `O_DIRECT` the reads come from the device; on a file
+//! system without it (tmpfs) they come from the page cache, and so does the figure. Throws
+//! `storage_error` as `spill_file` does.
+[[nodiscard]] inline storage_link calibrate_storage(storage_options const& where, storage_calibration_options const& opt = {}) {
+  std::size_t largest = 0;
+  for (auto s : opt.sizes) largest = std::max(largest, s);
+  if (largest == 0 || opt.repeats == 0) throw cost_model_error("tide: calibrate_storage needs a positive size and repeats");
+  constexpr std::size_t align = 4096;
+  std::size_t padded = 0;
+  if (!checked_align_up(largest, align, padded)) throw cost_model_error("tide: calibrate_storage: a size too large");
+  spill_file file(where, padded, align);
+  auto* buf = static_cast<std::byte*>(::operator new(padded, std::align_val_t{align}));
+  struct release {
+    std::byte* p;
+    ~release() { ::operator delete(p, std::align_val_t{4096}); }
+  } guard{buf};
+  for (std::size_t i = 0; i < padded; ++i) buf[i] = static_cast<std::byte>(i * 2654435761u >> 24);  // not compressible
+  file.register_memory({buf, padded});
+  std::vector<std::pair<double, double>> wr, rd;
+  using clock = std::chrono::steady_clock;
+  auto us = [](clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  for (auto s : opt.sizes) {
+    std::vector<double> w, r;
+    for (std::uint32_t k = 0; k < opt.repeats; ++k) {
+      auto const t0 = clock::now();
+      file.write(buf, 0, s);
+      auto const t1 = clock::now();
+      file.read(buf, 0, s);
+      auto const t2 = clock::now();
+      w.push_back(us(t1 - t0));
+      r.push_back(us(t2 - t1));
+    }
+    wr.push_back({static_cast<double>(s), detail::median(w)});
+    rd.push_back({static_cast<double>(s), detail::median(r)});
+  }
+  return {.write = detail::fit_link(wr), .read = detail::fit_link(rd), .full_duplex = false};
 }
 
 }  // namespace tide

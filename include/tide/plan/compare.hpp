@@ -46,6 +46,8 @@ struct strategy_options {
   std::uint32_t deep_prefetch_distance = 3;
   std::size_t chunk_bytes = 0;  //!< chunk size of the chunked row (0: `default_chunk_bytes`)
   bool include_plan = true;  //!< add the planner's row (seeded with the others; shown when it fits)
+  // Added after 0.3.0, last, so that positional initializers keep their meaning.
+  std::size_t storage_budget = 0;  //!< bytes of spill file a row may use (the planner's `plan_options::storage_budget`)
 };
 
 //! One simulated strategy of the table.
@@ -68,6 +70,7 @@ struct strategy_row {
   double forward_us = 0;             //!< compute time spent in forwards
   double backward_us = 0;            //!< compute time spent in backwards
   double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
+  std::size_t storage_bytes = 0;     //!< the schedule's storage file (spilled slots)
 };
 
 namespace detail {
@@ -104,7 +107,8 @@ inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const&
   r.activation_bytes = s.peak_device_bytes();
   r.whole_device_bytes = opt.resident_bytes + r.activation_bytes;
   r.host_bytes = s.peak_host_bytes();
-  r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget;
+  r.storage_bytes = s.peak_storage_bytes();
+  r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget && r.storage_bytes <= opt.storage_budget;
   return r;
 }
 
@@ -124,7 +128,8 @@ inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, str
                     .host_budget = opt.host_budget,
                     .candidates = default_candidates(stack, opt.chunk_bytes, opt.collectives),
                     .resident_bytes = opt.resident_bytes,
-                    .seeds = std::move(seeds)});
+                    .seeds = std::move(seeds),
+                    .storage_budget = opt.storage_budget});
 }
 
 //! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,

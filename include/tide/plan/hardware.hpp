@@ -43,6 +43,16 @@
 //!   measurements differ: nvbandwidth's copy engines on 4 x GH200 gave 412-421 GB/s to the device
 //!   and 170 GB/s from it (NVIDIA/Megatron-LM issue 6491, 2026), so calibrate where it matters.
 //!
+//! - Local NVMe (the storage tier): a DGX H100 has 8 x 3.84 TB NVMe U.2 data drives for its 8
+//!   GPUs (NVIDIA DGX H100/H200 User Guide, component descriptions), one drive per GPU. The drive's
+//!   rates are an assumption: a PCIe Gen4 U.2 enterprise drive such as Samsung's PM1733 is rated
+//!   6.4 GB/s sequential read and 3.8 GB/s write (Samsung's announcement, as reported by
+//!   Hardwareluxx, 2019); the user guide does not name the model. A GB200 NVL72 compute tray (4
+//!   GPUs) has 4 E1.S NVMe drives "typically used as a fast, local cache" (NVIDIA NVL72 Enterprise
+//!   Reference Architecture, components), one per GPU; their model, rates and capacity are not
+//!   given: the preset takes the same drive class as an assumption. Vera Rubin: the same assumption.
+//!   `calibrate_storage` measures the path on the machine at hand.
+//!
 //! Achieved rates are below these peaks. `mfu` (the share of peak FLOP/s a layer's matrix
 //! products reach), `link_efficiency` (the share of nominal link bandwidth a pinned copy
 //! reaches), `collective_efficiency` (the share of fabric bandwidth a large collective reaches)
@@ -56,6 +66,7 @@
 
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/error.hpp>
+#include <tide/core/storage_link.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -104,6 +115,11 @@ struct hardware_spec {
   // Added after 0.3.0, last, so that positional initializers keep their meaning.
   double h2d_link_efficiency = 0;  //!< host to device (prefetches), in (0, 1]; 0: `link_efficiency`
   double d2h_link_efficiency = 0;  //!< device to host (offloads), in (0, 1]; 0: `link_efficiency`
+  // The storage tier (spilled slots), per GPU: its share of the node's local NVMe drives.
+  double storage_read_bytes_per_second = 0;   //!< sequential read (loads); 0: no storage tier
+  double storage_write_bytes_per_second = 0;  //!< sequential write (stores); 0: no storage tier
+  double storage_latency_us = 100;            //!< per transfer (a flash read is tens of microseconds); an assumption
+  std::size_t storage_bytes = 0;              //!< capacity per GPU (0: none)
 
   //! The host link as the cost model uses it: achieved rates per direction, this GPU's share.
   constexpr host_link link() const noexcept {
@@ -111,6 +127,15 @@ struct hardware_spec {
       return link_bytes_per_second * (efficiency > 0 ? efficiency : link_efficiency) / (link_shared_by == 0 ? 1 : link_shared_by);
     };
     return {{rate(d2h_link_efficiency), link_latency_us}, {rate(h2d_link_efficiency), link_latency_us}, link_full_duplex};
+  }
+  //! The storage path as the cost model uses it: this GPU's share of the drives, each direction;
+  //! a drive's reads and writes share its flash (not full duplex).
+  constexpr storage_link storage() const noexcept {
+    return {{storage_write_bytes_per_second, storage_latency_us}, {storage_read_bytes_per_second, storage_latency_us}, false};
+  }
+  //! True when the preset describes a storage tier.
+  [[nodiscard]] constexpr bool has_storage() const noexcept {
+    return storage_bytes > 0 && storage_read_bytes_per_second > 0 && storage_write_bytes_per_second > 0;
   }
   //! Pinned host bytes one GPU may use (no cap when `host_bytes` is unknown).
   constexpr std::size_t pinnable_host_bytes() const noexcept {
@@ -149,10 +174,21 @@ inline constexpr double nvlink_c2c_bytes_per_second = 450e9;                    
 inline constexpr double nvlink_c2c_h2d_efficiency = 375.0 / 450;  //!< measured on GH200 (Schieffer et al. 2024; file comment)
 inline constexpr double nvlink_c2c_d2h_efficiency = 297.0 / 450;  //!< measured on GH200 (Schieffer et al. 2024; file comment)
 inline constexpr std::size_t gb = std::size_t{1000} * 1000 * 1000;  //!< a decimal gigabyte, as datasheets count
+inline constexpr double nvme_read_bytes_per_second = 6.4e9;   //!< one PCIe Gen4 U.2 drive (assumption: PM1733 class; file comment)
+inline constexpr double nvme_write_bytes_per_second = 3.8e9;  //!< one PCIe Gen4 U.2 drive (assumption: PM1733 class; file comment)
+inline constexpr std::size_t nvme_drive_bytes = 3840 * gb;     //!< a 3.84 TB drive (DGX H100 user guide)
+
+//! `hw` with one local NVMe drive per GPU (the storage tier).
+constexpr hardware_spec with_nvme_per_gpu(hardware_spec hw) {
+  hw.storage_read_bytes_per_second = nvme_read_bytes_per_second;
+  hw.storage_write_bytes_per_second = nvme_write_bytes_per_second;
+  hw.storage_bytes = nvme_drive_bytes;
+  return hw;
+}
 
 //! H100 SXM5 80 GB with a PCIe Gen5 x16 host link, in a DGX H100 (8 GPUs, 2 TB of host memory).
 constexpr hardware_spec h100_sxm() {
-  return {.name = "H100 SXM + PCIe Gen5 x16",
+  return with_nvme_per_gpu({.name = "H100 SXM + PCIe Gen5 x16",
           .dense_flops = 989e12,
           .fp8_dense_flops = 1979e12,
           .hbm_bytes = 80 * gb,
@@ -162,7 +198,7 @@ constexpr hardware_spec h100_sxm() {
           .scale_up_bytes_per_second = 450e9,
           .scale_up_gpus = 8,
           .scale_out_bytes_per_second = 50e9,
-          .source = "NVIDIA H100 and DGX H100 datasheets; PCIe 5.0 base specification"};
+          .source = "NVIDIA H100 and DGX H100 datasheets; PCIe 5.0 base specification; NVMe: DGX H100 user guide, drive rates assumed (PM1733 class)"});
 }
 //! H200 SXM 141 GB with a PCIe Gen5 x16 host link, in a DGX H200 (8 GPUs, 2 TB of host memory).
 constexpr hardware_spec h200_sxm() {
@@ -170,7 +206,7 @@ constexpr hardware_spec h200_sxm() {
   h.name = "H200 SXM + PCIe Gen5 x16";
   h.hbm_bytes = 141 * gb;
   h.hbm_bytes_per_second = 4.8e12;
-  h.source = "NVIDIA H200 and DGX H200 datasheets; PCIe 5.0 base specification";
+  h.source = "NVIDIA H200 and DGX H200 datasheets; PCIe 5.0 base specification; NVMe: DGX H100/H200 user guide, drive rates assumed (PM1733 class)";
   return h;
 }
 //! GH200 Grace Hopper superchip (96 GB HBM3) with NVLink-C2C to its own Grace's 480 GB.
@@ -193,7 +229,7 @@ constexpr hardware_spec gh200() {
 //! One Blackwell GPU of a GB200 NVL72. The superchip's NVLink-C2C and its Grace's 480 GB are
 //! shared by its two GPUs, which run the same step: each gets half the link and 240 GB.
 constexpr hardware_spec gb200() {
-  return {.name = "GB200 NVL72 (NVLink-C2C)",
+  return with_nvme_per_gpu({.name = "GB200 NVL72 (NVLink-C2C)",
           .dense_flops = 2.5e15,
           .fp8_dense_flops = 5e15,
           .hbm_bytes = 186 * gb,
@@ -205,14 +241,15 @@ constexpr hardware_spec gb200() {
           .scale_up_bytes_per_second = 900e9,
           .scale_up_gpus = 72,
           .scale_out_bytes_per_second = 50e9,
-          .source = "NVIDIA GB200 NVL72 datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)",
+          .source = "NVIDIA GB200 NVL72 datasheet; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024); NVMe: NVL72 "
+                    "reference architecture (one E1.S drive per GPU), drive rates and capacity assumed",
           .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
-          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency};
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency});
 }
 //! One Rubin GPU of a Vera Rubin NVL72 (preliminary figures). NVLink-C2C (1.8 TB/s both
 //! directions) and the Vera CPU's 1.5 TB are shared by the superchip's two GPUs.
 constexpr hardware_spec vera_rubin() {
-  return {.name = "Vera Rubin NVL72 (NVLink-C2C)",
+  return with_nvme_per_gpu({.name = "Vera Rubin NVL72 (NVLink-C2C)",
           .dense_flops = 4e15,
           .fp8_dense_flops = 17.5e15,
           .hbm_bytes = 288 * gb,
@@ -224,9 +261,10 @@ constexpr hardware_spec vera_rubin() {
           .scale_up_bytes_per_second = 1.8e12,
           .scale_up_gpus = 72,
           .scale_out_bytes_per_second = 200e9,
-          .source = "NVIDIA Vera Rubin NVL72 (preliminary) and Rubin platform blog; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024)",
+          .source = "NVIDIA Vera Rubin NVL72 (preliminary) and Rubin platform blog; NVLink-C2C rates measured on GH200 (Schieffer et al. 2024); "
+                    "NVMe: drive class assumed",
           .h2d_link_efficiency = nvlink_c2c_h2d_efficiency,
-          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency};
+          .d2h_link_efficiency = nvlink_c2c_d2h_efficiency});
 }
 
 }  // namespace hardware

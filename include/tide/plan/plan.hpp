@@ -93,6 +93,11 @@ struct plan_options {
   //! Strategies the heuristic also evaluates, with every candidate pipeline, and starts its local
   //! search from (e.g. the strategy table's rows): the plan is never slower than one that fits.
   std::vector<strategy> seeds{};
+  // Added after 0.3.0, last, so that positional initializers keep their meaning.
+  //! Bytes of the storage tier (a spill file) the schedule may use: with a host budget that binds,
+  //! the planner moves the offloads of the earliest layers to the file (`placement::spill`);
+  //! 0: no storage tier. The cost table's `storage` link prices the stores and loads.
+  std::size_t storage_budget = 0;
 };
 
 //! A planner's answer.
@@ -110,6 +115,8 @@ struct plan {
   //! No schedule of the stack within the budgets steps faster than this (`step_lower_bound`, with
   //! the candidates and seeds as its strategies); microseconds.
   double lower_bound_us = 0;
+  // Added after 0.3.0, last, so that positional initializers keep their meaning.
+  std::size_t storage_bytes = 0;          //!< the schedule's storage file (spilled slots)
 
   //! How far the plan can be from the best possible: `step_us / lower_bound_us - 1` (0 when it
   //! does not fit or there is no bound).

@@ -1,8 +1,9 @@
 #pragma once
 //! \file
-//! The planner: chooses keep, offload or remat for every (layer, slot) and the pipeline
+//! The planner: chooses keep, offload, remat or spill for every (layer, slot) and the pipeline
 //! parameters (prefetch distance, chunk size, staging buffers), minimizing the simulated step
-//! time while the schedule's device peak fits the budget (and its host bytes the host cap).
+//! time while the schedule's device peak fits the budget (its host bytes the host cap, and its
+//! storage file the storage budget).
 //!
 //! - Exact (small instances): branch and bound over the decisions, each complete assignment
 //!   evaluated in the sim with every pipeline candidate. Bounds: the step is at least the
@@ -23,6 +24,10 @@
 //!   plan). Two more orders are priced: the host holds the slots dearest to recompute per byte,
 //!   the cheapest are rematerialized. Above 64 decisions a search over classes (a layer type's
 //!   slot in every layer of the type, split points, the stack's ends, paired trades) finishes.
+//! - Storage (`plan_options::storage_budget`): where the host budget binds, the plan made as if
+//!   the host held (a share of) the storage budget too, with the earliest layers' offloads spilled
+//!   to the file until the pinned bytes fit; it stands where it is faster than the host-only plan
+//!   or the only one that fits.
 //! - Every plan carries a lower bound (`plan::lower_bound_us`, lower_bound.hpp).
 //!
 //! The result is a `strategy` that builds a schedule directly; `to_cpp_types`
@@ -43,6 +48,7 @@
 #include <tide/plan/lower_bound.hpp>
 #include <tide/plan/plan.hpp>
 #include <tide/plan/policy_codegen.hpp>
+#include <tide/plan/simulate.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -78,6 +84,84 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
   return c;
 }
 
+namespace detail {
+//! `a + b`, or SIZE_MAX when the sum does not fit (an unlimited budget stays unlimited).
+constexpr std::size_t saturating_add(std::size_t a, std::size_t b) noexcept {
+  std::size_t r = 0;
+  return checked_add(a, b, r) ? r : std::numeric_limits<std::size_t>::max();
+}
+
+//! The storage tier: `plan_slots` as if the host could pin `host_share + storage_share`, then
+//! the offloaded slots of the earliest layers go to the file instead (spilled), fewest layers
+//! first, until the pinned bytes (the offloads left and the spill ring) fit the host budget and
+//! the file the storage budget. The earliest layers' data waits longest between its forward and
+//! its backward, so their stores and loads have the most compute to hide behind. Each candidate
+//! is built and simulated (the cost table's `storage` link prices the transfers); the first that
+//! fits is the answer (spilling more only adds transfers). `fits` false when none does.
+inline plan plan_with_storage(stack_spec const& stack, cost_table const& costs, plan_options const& opt,
+                              std::size_t host_share, std::size_t storage_share) {
+  auto wide = opt;
+  wide.host_budget = saturating_add(host_share, storage_share);
+  wide.storage_budget = 0;
+  auto p = plan_slots(stack, costs, wide);
+  if (!p.fits || p.host_bytes <= opt.host_budget) {
+    p.fits = p.fits && p.host_bytes <= opt.host_budget;
+    return p;
+  }
+  auto const L = stack.layer_count();
+  std::vector<std::size_t> first(L + 1, 0);
+  for (std::uint32_t l = 0; l < L; ++l) first[l + 1] = first[l] + stack.layer(l).slots.size();
+  auto d = p.decisions;
+  for (std::uint32_t l = 0; l < L; ++l) {
+    bool moved = false;
+    for (auto i = first[l]; i < first[l + 1]; ++i)
+      if (d[i] == placement::offload) d[i] = placement::spill, moved = true;
+    if (!moved) continue;
+    // The spill ring as the strategy has it, or of one buffer (its layers' bytes are pinned twice
+    // over otherwise: a tight host budget may need the room).
+    for (std::uint32_t ring : {p.strategy.buffers.spill_buffers, 1u}) {
+      auto st = p.strategy;
+      st.policy = policy_from_decisions(stack, d);
+      st.buffers.spill_buffers = ring;
+      auto const s = build_schedule(stack, st);
+      ++p.evaluations;
+      if (s.peak_host_bytes() > opt.host_budget || s.peak_storage_bytes() > opt.storage_budget ||
+          s.peak_device_bytes() > opt.device_budget)
+        continue;
+      p.decisions = d;
+      p.strategy = std::move(st);
+      p.step_us = simulate_step_us(s, costs);
+      p.activation_bytes = s.peak_device_bytes();
+      p.host_bytes = s.peak_host_bytes();
+      p.storage_bytes = s.peak_storage_bytes();
+      return p;
+    }
+  }
+  p.fits = false;
+  return p;
+}
+
+//! `plan_slots`, and with a storage budget the plans that spill (`plan_with_storage`) with the
+//! whole budget and with halves of it down to a 128th (a drive is slower than the host link: the
+//! plan that spills everything it may is rarely the fastest), each planned with the host budget
+//! and without it (the spill ring then holds what the host pins), where one is faster or the
+//! only one that fits.
+inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_options const& opt) {
+  auto best = plan_slots(stack, costs, opt);
+  if (opt.storage_budget == 0 || opt.host_budget == std::numeric_limits<std::size_t>::max()) return best;
+  auto evaluations = best.evaluations;
+  for (std::size_t share = opt.storage_budget, k = 0; k < 8 && share > 0; ++k, share /= 2)
+    for (auto host_share : {opt.host_budget, std::size_t{0}}) {  // the host's room planned too, or left to the ring
+      auto q = plan_with_storage(stack, costs, opt, host_share, share);
+      evaluations += q.evaluations;
+      if (q.fits && (!best.fits || q.step_us < best.step_us)) best = std::move(q);
+      else if (!best.fits) best.smallest_activation_bytes = std::min(best.smallest_activation_bytes, q.smallest_activation_bytes);
+    }
+  best.evaluations = evaluations;
+  return best;
+}
+}  // namespace detail
+
 //! Plans `stack` under `costs` and `opt`: the fastest simulated schedule that fits, or
 //! `fits == false` with the smallest device peak reached. For a stack with a carry it chooses the
 //! carries' checkpoints with the slots' placements: the slots are planned for each of
@@ -101,13 +185,15 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
                          " layers): plan a representative part of the stack (its layer types in the same proportions) "
                          "and repeat the plan's rules, or raise the limit knowing planning takes minutes");
   auto const bound = [&] {
-    bound_options b{.device_budget = opt.device_budget, .host_budget = opt.host_budget,
+    // Spilled bytes cross the host link as offloaded ones do, and more besides: the bound takes
+    // the storage budget as host memory.
+    bound_options b{.device_budget = opt.device_budget, .host_budget = detail::saturating_add(opt.host_budget, opt.storage_budget),
                     .strategies = opt.candidates.empty() ? default_candidates(stack) : opt.candidates};
     b.strategies.insert(b.strategies.end(), opt.seeds.begin(), opt.seeds.end());
     return step_lower_bound(stack, costs, b).step_us;
   };
   if (!stack.has_carry()) {
-    auto p = detail::plan_slots(stack, costs, opt);
+    auto p = detail::plan_tiers(stack, costs, opt);
     p.resident_bytes = opt.resident_bytes;
     p.lower_bound_us = bound();
     return p;
@@ -131,7 +217,7 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
     auto o = opt;
     if (o.candidates.empty()) o.candidates = default_candidates(stack);
     for (auto& c : o.candidates) c.checkpoints = k;
-    auto p = detail::plan_slots(stack, costs, o);
+    auto p = detail::plan_tiers(stack, costs, o);
     evaluations += p.evaluations;
     auto const smallest = std::min(best.smallest_activation_bytes, p.smallest_activation_bytes);
     if (p.fits && (!best.fits || p.step_us < best.step_us)) best = std::move(p);

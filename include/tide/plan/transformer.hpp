@@ -335,6 +335,7 @@ inline cost_table transformer_costs(transformer_spec const& m, hardware_spec con
   check_link_efficiency(hw);
   cost_table c;
   c.link = hw.link();
+  c.storage = hw.storage();
   c.hbm_bytes_per_second = hw.hbm_bytes_per_second;  // host copies take their share of it
   double const T = static_cast<double>(m.tokens());
   double const h = static_cast<double>(m.hidden), e = m.bytes_per_element, tp = m.tensor_parallel;

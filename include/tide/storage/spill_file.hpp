@@ -72,9 +72,15 @@ struct storage_options {
 //! A preallocated, unlinked file the storage stream writes spilled slots to and reads them from.
 class spill_file {
  public:
+  //! The least alignment a backend's file takes: direct I/O moves whole logical blocks, 512 bytes
+  //! on every Linux block device (4096 on many; a schedule's `buffer_spec::storage_alignment`,
+  //! 4096 by default, pads each region to its own).
+  static constexpr std::size_t least_alignment = 512;
+
   //! Creates the file in `opt.directory` and reserves `bytes` of it (throws `storage_error` naming
-  //! the directory and the bytes when it cannot). `alignment`: every transfer's offset, length and
-  //! buffer address are multiples of it (direct I/O moves whole logical blocks).
+  //! the directory and the bytes when it cannot). `alignment`: every transfer's offset and
+  //! buffer address are multiples of it, and its length is rounded up to it (direct I/O moves
+  //! whole logical blocks).
   spill_file(storage_options opt, std::size_t bytes, std::size_t alignment) : opt_(std::move(opt)), alignment_(alignment) {
     if (opt_.directory.empty())
       throw storage_error("tide: a spill file needs a directory (storage_options::directory) on the storage device", EINVAL);

@@ -240,7 +240,13 @@ class cuda_backend {
         throw error("tide::cuda_backend: the schedule stores " + std::to_string(s.storage_bytes) +
                     " bytes of spilled slots but the backend has no storage tier: set "
                     "cuda_backend_options::storage.directory to a directory on the storage device");
-      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, s.storage_alignment);
+      if (s.storage_alignment < spill_file::least_alignment)
+        throw error("tide::cuda_backend: the schedule's storage alignment (" + std::to_string(s.storage_alignment) +
+                    ") is below the " + std::to_string(spill_file::least_alignment) +
+                    " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
+      // One file for every schedule set up on the backend: each pads its transfers to its own
+      // alignment (a multiple of the file's).
+      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, spill_file::least_alignment);
       else file_->reserve(s.storage_bytes);
     }
     auto d = reserve_device(s.device_bytes, s.device_alignment);
@@ -413,9 +419,10 @@ class cuda_backend {
     auto& b = *static_cast<cuda_backend*>(self);
     if (b.storage_failed_.load(std::memory_order_acquire)) return;
     auto const& o = b.names_.ops[i];
+    auto const bytes = align_up(o.bytes, b.names_.buffers.storage_alignment);  // the region, padded as laid out
     try {
-      if (o.kind == op_kind::store) b.file_->write(b.transfer_at_[i], o.file_offset, o.bytes);
-      else b.file_->read(b.transfer_at_[i], o.file_offset, o.bytes);
+      if (o.kind == op_kind::store) b.file_->write(b.transfer_at_[i], o.file_offset, bytes);
+      else b.file_->read(b.transfer_at_[i], o.file_offset, bytes);
     } catch (...) {
       b.storage_failure_ = std::current_exception();
       b.storage_failed_.store(true, std::memory_order_release);

@@ -121,7 +121,13 @@ class host_backend {
         throw error("tide::host_backend: the schedule stores " + std::to_string(s.storage_bytes) +
                     " bytes of spilled slots but the backend has no storage tier: set "
                     "host_backend_options::storage.directory to a directory on the storage device");
-      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, s.storage_alignment);
+      if (s.storage_alignment < spill_file::least_alignment)
+        throw error("tide::host_backend: the schedule's storage alignment (" + std::to_string(s.storage_alignment) +
+                    ") is below the " + std::to_string(spill_file::least_alignment) +
+                    " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
+      // One file for every schedule set up on the backend: each pads its transfers to its own
+      // alignment (a multiple of the file's).
+      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, spill_file::least_alignment);
       else file_->reserve(s.storage_bytes);
     }
     auto d = device_.reserve(s.device_bytes, s.device_alignment);
@@ -191,12 +197,13 @@ class host_backend {
   void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
 
   //! Starts the step's clock; throws `error` when the previous step was not waited for.
-  void begin_step(schedule_view) {
+  void begin_step(schedule_view s) {
     if (in_step_.exchange(true))
       throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
     start_ = clock::now();
     storage_failure_ = nullptr;
     storage_failed_.store(false);
+    storage_alignment_ = s.buffers.storage_alignment;
     for (auto& t : spans_) t.clear();
     for (auto& t : wait_spans_) t.clear();
   }
@@ -246,7 +253,7 @@ class host_backend {
     if (!file_) throw error("tide::host_backend: a store or load without a storage file (the schedule was set up without one)");
     item it{write ? item::store : item::load, i};
     it.dst = at;
-    it.bytes = o.bytes;
+    it.bytes = align_up(o.bytes, storage_alignment_);  // the slot's region, padded as the schedule laid it out
     it.file_offset = o.file_offset;
     push(r, it);
   }
@@ -407,6 +414,7 @@ class host_backend {
   std::optional<spill_file> file_;
   std::exception_ptr storage_failure_;  // the step's first failed transfer (written by the storage stream's worker)
   std::atomic<bool> storage_failed_{false};
+  std::size_t storage_alignment_ = 4096;  // the stepping schedule's: stores and loads move whole padded regions
   std::size_t max_ops_ = 0;
   std::atomic<bool> in_step_{false};
   clock::time_point start_{};
