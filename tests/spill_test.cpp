@@ -260,6 +260,18 @@ TEST(SpillChecker, HostileEditsAreRejectedNamingTheProblem) {
     s.slots[0].file_offset = 0;
     EXPECT_NE(rejected(s).find("is keep but has a storage file offset"), std::string::npos) << rejected(s);
   }
+  {  // a store on another stream than the loads': two transfers of one file at once
+    auto s = good;
+    s.ops[find(s, op_kind::store, 1)].stream = stream_role::d2h;
+    EXPECT_NE(rejected(s).find("is a storage transfer on the d2h stream: stores and loads run on the storage stream"),
+              std::string::npos)
+        << rejected(s);
+  }
+  {  // a spilled slot outside the ring, with the peaks made to agree: a load would write past the arena
+    auto s = good;
+    s.arena.spill_ring_bytes = 0;
+    EXPECT_NE(rejected(s).find("outside the spill ring"), std::string::npos) << rejected(s);
+  }
   {  // a wrong storage peak
     auto s = good;
     s.arena.storage_bytes += 4096;

@@ -2,9 +2,9 @@
 # Installs what building and testing tide needs on Debian 12: Meson, Ninja, CMake (the CMake
 # package tests), OpenBLAS (the transformer model), GoogleTest, Google Benchmark, Open MPI,
 # nlohmann/json (policy files, tide-plan), liburing (the storage tier's io_uring), Doxygen (the API
-# reference), and Python's jsonschema and
-# matplotlib (the file formats' schemas, tide-plan's PNG). The CUDA toolkit is optional (the CUDA
-# targets are compiled when nvcc is found). Does nothing when everything is already there.
+# reference), and Python's jsonschema and matplotlib (the file formats' schemas, tide-plan's PNG).
+# The CUDA toolkit is optional (the CUDA targets are compiled when nvcc is found). Does nothing
+# when everything is already there.
 set -euo pipefail
 pkgs=(meson ninja-build g++ pkg-config python3 cmake libopenblas-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev doxygen liburing-dev)

@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#include <stdlib.h>
+#include <unistd.h>
+
 using cuda_stack::bitwise_equal;
 
 namespace {
@@ -66,6 +69,30 @@ TEST(CudaBackend, GradientsAreBitwiseEqualBetweenPolicies) {
        .buffers = {.staging_buffers = 1},
        .pipeline = {.prefetch_distance = 0, .max_offloads_in_flight = 1}}};
   EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, cuda_stack::build(small, mixed), o).grads, keep.grads));
+}
+
+// The storage tier, staged through the pinned spill ring: stores and loads as host functions on
+// the storage stream, reading and writing a spill file (io_uring where the machine has it).
+TEST(CudaBackend, SpilledSlotsAreBitwiseEqualToKeepAll) {
+  cuda_stack::model const m(small);
+  auto const cases = cuda_stack::policy_cases(small);
+  cuda_stack::run_options o;
+  o.exec.debug_checks = true;
+  auto const keep = cuda_stack::run(m, cuda_stack::build(small, cases[0]), o);
+  char dir[] = "/tmp/tide-cuda-spill-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  o.backend.storage = {.directory = dir, .quiet = true};
+  for (bool hiding : {true, false}) {
+    cuda_stack::policy_case const spill{
+        hiding ? "spill" : "spill, serial",
+        {.policy = {tide::rule_spec{.where = tide::placement::spill, .slots = {"input", "pre"}}},
+         .buffers = {.spill_buffers = 1},
+         .pipeline = {.latency_hiding = hiding, .chunk_bytes = 4096 + 256}}};
+    auto const sched = cuda_stack::build(small, spill);
+    ASSERT_GT(sched.peak_storage_bytes(), 0u);
+    EXPECT_TRUE(bitwise_equal(cuda_stack::run(m, sched, o).grads, keep.grads)) << spill.name;
+  }
+  ::rmdir(dir);
 }
 
 TEST(CudaBackend, GraphReplayEqualsEagerStep) {

@@ -100,7 +100,7 @@ struct composition {
 //! The byte stream, front to back:
 //!   types-1 (%4); per type: slots-1 (%6), per slot: name (%7; duplicates allowed), size();
 //!   layers (%13; 0 means the empty stack), per layer: its type (%types);
-//!   rules (bit 7: allow unused rules; the rest %7); per rule: where (%3), names (%4) each (%8, incl. an unknown one), first index(),
+//!   rules (bit 7: allow unused rules; the rest %7); per rule: where (%4), names (%4) each (%8, incl. an unknown one), first index(),
 //!     last: one byte (even: all_layers, else index()), min_bytes (one byte: even: 0, else size());
 //!   staging index(), device alignment(), host alignment(), guard size(), share (&1);
 //!   latency hiding (bit 0 clear: on; set: the naive pipeline), prefetch index(),
@@ -129,7 +129,7 @@ composition decode(reader& r) {
   auto const rules = (rules_byte & 0x7F) % 7;
   for (int i = 0; i < rules; ++i) {
     tide::rule_spec rs;
-    rs.where = static_cast<tide::placement>(r.u8() % 3);
+    rs.where = static_cast<tide::placement>(r.u8() % 4);  // keep, offload, remat, spill
     auto const names = r.u8() % 4;
     for (int k = 0; k < names; ++k) rs.slots.push_back(slot_pool[r.u8() % 8]);
     rs.first_layer = r.index();
@@ -161,9 +161,15 @@ composition decode(reader& r) {
   __builtin_trap();
 }
 
-//! One host backend for every input: starting its four stream threads per input would dominate.
+//! One host backend for every input: starting its five stream threads per input would dominate.
 tide::host_backend& host() {
-  static tide::host_backend b;
+  // Spilled slots go to a file in a directory of the fuzzer's own (the file is unlinked at once).
+  static workload::temp_dir dir;
+  static tide::host_backend b([] {
+    tide::host_backend_options o;
+    o.storage = {.directory = dir.path.string(), .quiet = true};
+    return o;
+  }());
   return b;
 }
 

@@ -8,7 +8,7 @@ import os
 import sys
 
 SLOTS = ["a", "b", "c", "d", "e", "f", "input", "zz_unknown"]
-KEEP, OFFLOAD, REMAT = 0, 1, 2
+KEEP, OFFLOAD, REMAT, SPILL = 0, 1, 2, 3
 
 
 def size(n):
@@ -66,6 +66,11 @@ SEEDS = {
     "collectives_not_overlapped": encode(
         [[("a", 1000), ("b", 3000)]], [0] * 4, [(OFFLOAD, ["b"], 0, None, 0), (REMAT, ["a"], 1, None, 0)],
         before=True, after=True, regather=True, overlap=False, hiding=False, prefetch=0, staging=1, inflight=1),
+    "spill_chunked_with_remat": encode(
+        [[("input", 5000), ("a", 3000), ("b", 700)]], [0] * 6,
+        [(SPILL, ["input", "a"], 0, None, 0), (REMAT, ["b"], 2, None, 0)], chunk=1024, prefetch=2, guard=8),
+    "spill_naive_one_buffer": encode([[("a", 9000), ("b", 100)]], [0] * 4, [(SPILL, [], 1, None, 0)],
+                                     hiding=False, prefetch=0, staging=1, inflight=1),
     "naive_pipeline": encode([[("a", 300), ("b", 7000)]], [0] * 3, [(OFFLOAD, ["b", "a"], 1, None, 0)],
                              hiding=False, prefetch=0, staging=1, inflight=1),
     # Bytes after the composition edit the built program (fuzz_schedule.cpp, `mutate`): what

@@ -129,6 +129,26 @@ TEST(PolicyFile, CheckpointsWithAHostTierRoundTrip) {
 }
 
 // The format, pinned: a type-level strategy, its value, its file.
+// Spill rules and the storage knobs round-trip; the knobs are written only when not the default
+// (a 0.3.0 reader reads the rest).
+TEST(PolicyFile, SpillRulesAndStorageKnobsRoundTrip) {
+  stack_spec st;
+  st.independent_layers = true;
+  st.append(layer_spec{"blk", {{"a", 5000}, {"b", 3000}}}, 5);
+  strategy how{.policy = {rule_spec{.where = placement::spill, .slots = {"a"}, .first_layer = 1}}};
+  auto const plain = io::to_json(how).dump();
+  EXPECT_EQ(plain.find("spill_buffers"), std::string::npos) << plain;
+  EXPECT_EQ(plain.find("storage_alignment"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("\"where\":\"spill\""), std::string::npos) << plain;
+  how.buffers.spill_buffers = 3;
+  how.buffers.storage_alignment = 512;
+  auto const back = through_text(how, st);
+  EXPECT_EQ(back.policy.rules[0].where, placement::spill);
+  EXPECT_EQ(back.buffers.spill_buffers, 3u);
+  EXPECT_EQ(back.buffers.storage_alignment, 512u);
+  expect_same_schedule(build_schedule(st, back), build_schedule(st, how));
+}
+
 TEST(PolicyFile, TypeLevelStrategyWritesTheDocumentedFormat) {
   using planned = strategy_of<policy<offload<slot_names<"qkv", "mlp_up">, layer_range<0, 4>, min_bytes<1024>>, remat<slot_names<"qkv">>>,
                               buffers<staging_buffers<3>>, pipeline<prefetch_distance<2>, chunk_bytes<(1 << 20)>>,
@@ -198,6 +218,9 @@ TEST(PolicyFile, BadDocumentsNameTheirJsonPath) {
            bad{R"({"buffers": {"device_alignment": 100}})", "/buffers/device_alignment", "power of two"},
            bad{R"({"pipeline": {"latency_hiding": "yes"}})", "/pipeline/latency_hiding", "expected true or false"},
            bad{R"({"collectives": {"overlap": 0}})", "/collectives/overlap", "expected true or false"},
+           bad{R"({"buffers": {"storage_alignment": 3000}})", "/buffers/storage_alignment", "power of two"},
+           bad{R"({"buffers": {"spill_buffers": -2}})", "/buffers/spill_buffers", "non-negative integer"},
+           bad{R"({"rules": [{"where": "spil"}]})", "/rules/0/where", "unknown value 'spil'"},
            bad{R"({"pipeline": {"prefetch_distance": -1}})", "/pipeline/prefetch_distance", "non-negative integer"},
            bad{R"({"pipeline": {"prefetch_distance": 1.5}})", "/pipeline/prefetch_distance", "non-negative integer"},
            bad{R"({"pipeline": {"prefetch_distance": 4294967296}})", "/pipeline/prefetch_distance", "at most 4294967295"},

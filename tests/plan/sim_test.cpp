@@ -95,6 +95,33 @@ TEST(Sim, ThreeLayerOffloadTimelineByHand) {
   EXPECT_DOUBLE_EQ(simulate_step_us(s, costs), 1100);
 }
 
+// The storage lane: a store or load takes the storage link's latency plus its bytes over the
+// direction's rate, on the storage stream; reads and writes share the drive (not full duplex), and
+// an unpaced storage link costs nothing.
+TEST(Sim, StoresAndLoadsTakeTheStorageLinksTime) {
+  stack_spec st;
+  st.independent_layers = true;
+  st.append(layer_spec{"blk", {{"a", 1000}, {"b", 3000}}}, 4);
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::spill, .slots = {"b"}}}});
+  auto costs = uniform_costs(4, {.forward_us = 100, .backward_us = 200}, host_link::symmetric(1e9));
+  costs.storage = {.write = {1e8, 7}, .read = {2e8, 3}};  // 3000 bytes: 30 us write, 15 us read
+  auto const r = simulate(s, costs);
+  std::size_t stores = 0, loads = 0;
+  for (auto const& sp : r.trace.ops) {
+    auto const& o = s.ops[sp.op];
+    if (!is_storage(o.kind)) continue;
+    EXPECT_EQ(sp.stream, stream_role::storage);
+    EXPECT_DOUBLE_EQ(sp.end_us - sp.begin_us, o.kind == op_kind::store ? 7 + 30 : 3 + 15) << op_label(s, o);
+    (o.kind == op_kind::store ? stores : loads) += 1;
+  }
+  EXPECT_EQ(stores, 2u);  // layers 0 and 1: 2 and 3 stay in the ring
+  EXPECT_EQ(loads, 2u);
+  EXPECT_GT(r.summary.storage_us, 0);
+  auto free = costs;
+  free.storage = {};
+  EXPECT_LE(simulate_step_us(s, free), r.summary.step_us);
+}
+
 TEST(Sim, NaivePipelineSerializesCopiesOnCompute) {
   auto s = build_schedule(three::spec(),
                           {.policy = offload_b::spec(), .pipeline = {.latency_hiding = false, .prefetch_distance = 0}});
@@ -180,7 +207,9 @@ TEST(Sim, HostCopiesSlowTheMemoryBoundComputeBesideThem) {
   costs.hbm_bytes_per_second = 3e8;
   auto const slowed = simulate(s, costs);
   for (auto const& sp : slowed.trace.ops)
-    if (s.ops[sp.op].kind == k::forward && s.ops[sp.op].layer == 1) EXPECT_DOUBLE_EQ(sp.end_us - sp.begin_us, 105);
+    if (s.ops[sp.op].kind == k::forward && s.ops[sp.op].layer == 1) {
+      EXPECT_DOUBLE_EQ(sp.end_us - sp.begin_us, 105);
+    }
   EXPECT_GT(slowed.summary.step_us, base.summary.step_us);
   EXPECT_LE(slowed.summary.step_us, base.summary.step_us + 0.05 * base.summary.copy_us);
   auto const naive = build_schedule(three::spec(), {.policy = offload_b::spec(), .pipeline = naive_pipeline::spec()});
@@ -282,7 +311,9 @@ TEST(Sim, CollectivesWithoutOverlapRunOnTheComputeStream) {
     check_schedule(s);
     auto r = simulate(s, costs);
     for (auto const& o : s.ops)
-      if (is_collective(o.kind)) EXPECT_EQ(o.stream, overlap ? comm : stream_role::compute) << op_label(s, o);
+      if (is_collective(o.kind)) {
+        EXPECT_EQ(o.stream, overlap ? comm : stream_role::compute) << op_label(s, o);
+      }
     if (overlap) {
       EXPECT_LT(r.summary.step_us, 2490);
       EXPECT_LT(r.summary.exposed_collective_us, 3 * (50 + 80 + 400));

@@ -119,12 +119,13 @@ inline plan plan_with_storage(stack_spec const& stack, cost_table const& costs, 
     if (!moved) continue;
     // The spill ring as the strategy has it, or of one buffer (its layers' bytes are pinned twice
     // over otherwise: a tight host budget may need the room).
-    for (std::uint32_t ring : {p.strategy.buffers.spill_buffers, 1u}) {
+    for (std::uint32_t ring : {std::max(p.strategy.buffers.spill_buffers, 1u), 1u}) {
       auto st = p.strategy;
       st.policy = policy_from_decisions(stack, d);
       st.buffers.spill_buffers = ring;
-      auto const s = build_schedule(stack, st);
+      schedule s;
       ++p.evaluations;
+      if (try_build_schedule_into(s, stack, st)) continue;  // e.g. too many ops with the transfers
       if (s.peak_host_bytes() > opt.host_budget || s.peak_storage_bytes() > opt.storage_budget ||
           s.peak_device_bytes() > opt.device_budget)
         continue;

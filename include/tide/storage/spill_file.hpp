@@ -8,7 +8,8 @@
 //! kernel, the sandbox and the file system allow, and through `pread`/`pwrite` otherwise; which path
 //! is used is in `description()`, and a fallback is said once on stderr (`storage_options::quiet`).
 //! A failed transfer throws `storage_error` naming the directory, the offset, the bytes and the
-//! system's reason. One transfer at a time: a backend runs them in its storage stream's order.
+//! system's reason. Transfers run one at a time (a lock): a backend runs them in its storage
+//! stream's order.
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +18,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -86,9 +89,10 @@ class spill_file {
       throw storage_error("tide: a spill file needs a directory (storage_options::directory) on the storage device", EINVAL);
     if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
       throw storage_error("tide: the storage alignment " + std::to_string(alignment_) + " is not a power of two", EINVAL);
-    if (opt_.request_bytes < alignment_ || opt_.request_bytes % alignment_ != 0)
+    if (opt_.request_bytes < alignment_ || opt_.request_bytes % alignment_ != 0 || opt_.request_bytes > register_piece)
       throw storage_error("tide: storage_options::request_bytes (" + std::to_string(opt_.request_bytes) +
-                              ") must be a positive multiple of the storage alignment (" + std::to_string(alignment_) + ")",
+                              ") must be a positive multiple of the storage alignment (" + std::to_string(alignment_) +
+                              ") of at most 1 GiB",
                           EINVAL);
     open_file();
     try {
@@ -126,16 +130,23 @@ class spill_file {
   //! buffers skip the per-request page pinning); transfers from elsewhere still work, unregistered.
   void register_memory(std::span<std::byte> host) noexcept {
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
-    if (!uring_ || host.empty() || (host.data() == registered_.data() && host.size() == registered_.size())) return;
+    if (!uring_) return;
+    // Always again, even at the same address: a block freed and allocated anew there has other
+    // pages, and a registration pins the pages it was given.
     if (!registered_.empty()) io_uring_unregister_buffers(&ring_);
     registered_ = {};
-    std::vector<iovec> iov;
-    for (std::size_t at = 0; at < host.size(); at += register_piece)
-      iov.push_back({host.data() + at, std::min(register_piece, host.size() - at)});
-    int const r = io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size()));
-    if (r == 0) registered_ = host;
-    register_note_ = r == 0 ? "" : std::string(", unregistered buffers (") + std::strerror(-r) + ")";
-    describe();
+    if (host.empty()) return;
+    try {
+      std::vector<iovec> iov;
+      for (std::size_t at = 0; at < host.size(); at += register_piece)
+        iov.push_back({host.data() + at, std::min(register_piece, host.size() - at)});
+      int const r = io_uring_register_buffers(&ring_, iov.data(), static_cast<unsigned>(iov.size()));
+      if (r == 0) registered_ = host;
+      register_note_ = r == 0 ? "" : std::string(", unregistered buffers (") + std::strerror(-r) + ")";
+    } catch (...) {  // no memory for the list: transfers go unregistered
+      registered_ = {};
+    }
+    describe_noexcept();
 #else
     (void)host;
 #endif
@@ -221,6 +232,12 @@ class spill_file {
     if (!direct_ && opt_.direct) say(description_);
   }
 
+  void describe_noexcept() noexcept {
+    try {
+      describe();
+    } catch (...) {
+    }
+  }
   void describe() {
     description_ = std::string(uring_ ? "io_uring" : "pread/pwrite") + (direct_ ? ", O_DIRECT" : "") +
                    (registered() ? ", registered buffers" : "") + register_note_ + open_note_ + ": spill file in '" +
@@ -243,6 +260,9 @@ class spill_file {
   }
 
   void transfer(bool write, std::byte* buf, std::size_t offset, std::size_t bytes) {
+    // One transfer at a time (the ring and its request list are one): backends issue them in one
+    // stream's order, but a hand-written program may not.
+    std::lock_guard lock(transfer_mutex_);
     std::size_t len = 0;
     if (!checked_align_up(bytes, alignment_, len) || offset % alignment_ != 0 || len > size_ || offset > size_ - len)
       throw storage_error(where() + ": a transfer of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
@@ -265,8 +285,9 @@ class spill_file {
 
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
   // Requests of `request_bytes` in flight together, up to the queue depth; a short one is
-  // resubmitted for its rest. Every request is reaped before an error is thrown: the kernel must
-  // not touch the buffer once the caller has it back.
+  // resubmitted for its rest. Every request the kernel accepted is reaped before an error is
+  // thrown (it must not touch the buffer once the caller has it back); requests prepared but never
+  // accepted are discarded with the ring, which is set up again.
   void uring_transfer(bool write, std::byte* buf, std::size_t offset, std::size_t len) {
     pending_.clear();
     auto const base = registered_.data();
@@ -277,51 +298,70 @@ class spill_file {
       pending_.push_back({buf + at, offset + at, n});
       at += n;
     }
-    std::size_t next = 0, in_flight = 0;
+    std::size_t next = 0;      // the next request to prepare
+    std::size_t in_kernel = 0;  // accepted by the kernel, not yet reaped
+    std::size_t retries = 0;    // EAGAIN and EINTR, from the submission or a request: bounded
+    constexpr std::size_t most_retries = 1000;
     int err = 0;
     auto const depth = std::max<std::uint32_t>(opt_.queue_depth, 1);
-    while ((next < pending_.size() && err == 0) || in_flight > 0) {
-      while (err == 0 && next < pending_.size() && in_flight < depth) {
+    while ((err == 0 && next < pending_.size()) || in_kernel > 0) {
+      while (err == 0 && next < pending_.size() && in_kernel + io_uring_sq_ready(&ring_) < depth) {
         io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
         if (!sqe) break;
         auto const& p = pending_[next];
         auto const idx = fixed ? static_cast<int>(static_cast<std::size_t>(p.buf - base) / register_piece) : -1;
-        auto const n = static_cast<unsigned>(p.len);
+        auto const n = static_cast<unsigned>(p.len);  // at most request_bytes: below 4 GiB (constructor)
         if (write && fixed) io_uring_prep_write_fixed(sqe, fd_, p.buf, n, p.offset, idx);
         else if (write) io_uring_prep_write(sqe, fd_, p.buf, n, p.offset);
         else if (fixed) io_uring_prep_read_fixed(sqe, fd_, p.buf, n, p.offset, idx);
         else io_uring_prep_read(sqe, fd_, p.buf, n, p.offset);
         sqe->user_data = next++;
-        ++in_flight;
       }
-      int r = io_uring_submit_and_wait(&ring_, 1);
-      if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
-        // Nothing more can be submitted; reap what is in flight before reporting.
-        err = -r;
-        if (in_flight == 0) break;
-      }
-      io_uring_cqe* cqe = nullptr;
-      while (in_flight > 0 && io_uring_peek_cqe(&ring_, &cqe) == 0 && cqe) {
-        auto const i = static_cast<std::size_t>(cqe->user_data);
-        int const res = cqe->res;
-        io_uring_cqe_seen(&ring_, cqe);
-        --in_flight;
-        auto const p = pending_[i];  // a copy: the pushes below may move the vector
-        if (res == -EINTR || res == -EAGAIN) {
-          pending_.push_back(p);  // again, at the back
-        } else if (res < 0) {
-          if (err == 0) err = -res;
-        } else if (res == 0) {
-          if (err == 0) err = write ? ENOSPC : EIO;
-        } else if (static_cast<std::size_t>(res) < p.len) {
-          pending_.push_back({p.buf + res, p.offset + static_cast<std::size_t>(res), p.len - static_cast<std::size_t>(res)});
+      if (err == 0 && io_uring_sq_ready(&ring_) > 0) {
+        int const r = io_uring_submit(&ring_);
+        if (r > 0) {
+          in_kernel += static_cast<std::size_t>(r);
+        } else if ((r == -EINTR || r == -EAGAIN || r == -EBUSY) && ++retries <= most_retries) {
+          if (in_kernel == 0) continue;  // else reap one first: it frees what the kernel lacked
+        } else if (r < 0) {
+          err = -r;
         }
       }
-      if (err != 0 && in_flight > 0 && r < 0) {
-        io_uring_wait_cqe(&ring_, &cqe);  // nothing submittable: block for the rest
+      if (in_kernel == 0) break;  // an error with nothing accepted: nothing to reap
+      io_uring_cqe* cqe = nullptr;
+      int const w = io_uring_wait_cqe(&ring_, &cqe);
+      if (w == -EINTR) continue;
+      if (w < 0 || !cqe) {  // the ring itself failed: nothing more can be reaped safely
+        if (err == 0) err = -w;
+        break;
+      }
+      auto const i = static_cast<std::size_t>(cqe->user_data);
+      int const res = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      --in_kernel;
+      auto const p = pending_[i];  // a copy: the pushes below may move the vector
+      if ((res == -EINTR || res == -EAGAIN) && ++retries <= most_retries) {
+        pending_.push_back(p);  // again, at the back
+      } else if (res < 0) {
+        if (err == 0) err = -res;
+      } else if (res == 0) {
+        if (err == 0) err = write ? ENOSPC : EIO;
+      } else if (static_cast<std::size_t>(res) < p.len) {
+        pending_.push_back({p.buf + res, p.offset + static_cast<std::size_t>(res), p.len - static_cast<std::size_t>(res)});
       }
     }
-    if (err != 0) fail(write, offset, len, err);
+    if (err != 0) {
+      if (io_uring_sq_ready(&ring_) > 0 || in_kernel > 0) restart_ring();  // never submit a failed transfer's leftovers
+      fail(write, offset, len, err);
+    }
+  }
+  // The ring again, empty (registered buffers too), or pread/pwrite when it cannot be set up.
+  void restart_ring() noexcept {
+    io_uring_queue_exit(&ring_);
+    uring_ = io_uring_queue_init(std::max<std::uint32_t>(opt_.queue_depth, 1), &ring_, 0) == 0;
+    auto const host = std::exchange(registered_, {});
+    if (uring_) register_memory(host);
+    describe_noexcept();
   }
   struct request {
     std::byte* buf;
@@ -338,7 +378,28 @@ class spill_file {
   bool uring_ = false;
   bool direct_ = false;
   std::span<std::byte> registered_{};
+  std::mutex transfer_mutex_;
   std::string open_note_, register_note_, description_;
 };
+
+namespace detail {
+//! A backend's setup of its storage tier for a schedule that stores `bytes` with regions aligned
+//! to `alignment`: refuses a backend without a directory (naming `backend`'s option) and an
+//! alignment below what direct I/O moves, then opens `file` or grows it. One file serves every
+//! schedule set up on the backend: each pads its transfers to its own alignment.
+inline void prepare_spill_file(std::optional<spill_file>& file, storage_options const& opt, std::size_t bytes,
+                               std::size_t alignment, std::string_view backend) {
+  if (opt.directory.empty())
+    throw error("tide::" + std::string(backend) + ": the schedule stores " + std::to_string(bytes) +
+                " bytes of spilled slots but the backend has no storage tier: set " + std::string(backend) +
+                "_options::storage.directory to a directory on the storage device");
+  if (alignment < spill_file::least_alignment)
+    throw error("tide::" + std::string(backend) + ": the schedule's storage alignment (" + std::to_string(alignment) +
+                ") is below the " + std::to_string(spill_file::least_alignment) +
+                " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
+  if (!file) file.emplace(opt, bytes, spill_file::least_alignment);
+  else file->reserve(bytes);
+}
+}  // namespace detail
 
 }  // namespace tide

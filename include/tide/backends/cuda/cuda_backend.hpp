@@ -235,20 +235,7 @@ class cuda_backend {
     // A user resource's blocks are checked for their kind as they are allocated, before their
     // alignment (resource_allocator::check_kind; see expect_memory).
     // The file first: a full disk or a bad directory is found before any arena is taken.
-    if (s.storage_bytes > 0) {
-      if (opt_.storage.directory.empty())
-        throw error("tide::cuda_backend: the schedule stores " + std::to_string(s.storage_bytes) +
-                    " bytes of spilled slots but the backend has no storage tier: set "
-                    "cuda_backend_options::storage.directory to a directory on the storage device");
-      if (s.storage_alignment < spill_file::least_alignment)
-        throw error("tide::cuda_backend: the schedule's storage alignment (" + std::to_string(s.storage_alignment) +
-                    ") is below the " + std::to_string(spill_file::least_alignment) +
-                    " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
-      // One file for every schedule set up on the backend: each pads its transfers to its own
-      // alignment (a multiple of the file's).
-      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, spill_file::least_alignment);
-      else file_->reserve(s.storage_bytes);
-    }
+    if (s.storage_bytes > 0) detail::prepare_spill_file(file_, opt_.storage, s.storage_bytes, s.storage_alignment, "cuda_backend");
     auto d = reserve_device(s.device_bytes, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
     if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});
@@ -350,12 +337,19 @@ class cuda_backend {
       throw error("tide::cuda_backend: a step is already enqueued on this backend: wait for it (executor::wait) "
                   "before the next");
     names_ = s;
+    storage_failure_ = nullptr;
+    storage_failed_.store(false);
     tasks_.reset();
     op_marks_.clear();
     wait_marks_.clear();
     timed_used_ = 0;
     start_ = nullptr;
     if (capture_.take_request()) {
+      // A replayed graph's host functions would read the storage records of whatever step ran
+      // last, and nothing would report their failures: refused until they get records of their own.
+      if (s.arena.storage_bytes > 0)
+        throw error("tide::cuda_backend: a step that stores spilled slots cannot be captured into a CUDA graph yet: "
+                    "run it eagerly, or spill nothing");
       capture_.begin(streams_, fork_join_);
     } else {
       // Fork: the side streams start after everything already queued on the compute stream
@@ -402,7 +396,6 @@ class cuda_backend {
       detail::throw_cuda_error(e, "a kernel launch or CUDA call during the step (reported by cudaGetLastError())",
                                __FILE__, __LINE__);
     if (timeline_ && start_) fill_timeline();
-    storage_failed_.store(false);
     if (storage_failure_) std::rethrow_exception(std::exchange(storage_failure_, nullptr));
   }
 

@@ -37,6 +37,8 @@ constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
     case op_kind::gather:
     case op_kind::regather:
     case op_kind::reduce: return {0xf4, 0x43, 0x36};
+    case op_kind::store:
+    case op_kind::load: return {0x79, 0x55, 0x48};
   }
   return {0x80, 0x80, 0x80};
 }

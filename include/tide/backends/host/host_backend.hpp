@@ -116,20 +116,7 @@ class host_backend {
       throw error("tide::host_backend: setup while a step is enqueued on this backend: wait for it "
                   "(executor::wait) before creating another executor on the backend");
     // The file first: a full disk or a bad directory is found before any arena is taken.
-    if (s.storage_bytes > 0) {
-      if (opt_.storage.directory.empty())
-        throw error("tide::host_backend: the schedule stores " + std::to_string(s.storage_bytes) +
-                    " bytes of spilled slots but the backend has no storage tier: set "
-                    "host_backend_options::storage.directory to a directory on the storage device");
-      if (s.storage_alignment < spill_file::least_alignment)
-        throw error("tide::host_backend: the schedule's storage alignment (" + std::to_string(s.storage_alignment) +
-                    ") is below the " + std::to_string(spill_file::least_alignment) +
-                    " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
-      // One file for every schedule set up on the backend: each pads its transfers to its own
-      // alignment (a multiple of the file's).
-      if (!file_) file_.emplace(opt_.storage, s.storage_bytes, spill_file::least_alignment);
-      else file_->reserve(s.storage_bytes);
-    }
+    if (s.storage_bytes > 0) detail::prepare_spill_file(file_, opt_.storage, s.storage_bytes, s.storage_alignment, "host_backend");
     auto d = device_.reserve(s.device_bytes, s.device_alignment);
     auto h = host_.reserve(s.host_bytes, s.host_alignment);
     if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});

@@ -61,9 +61,16 @@ inline void check_bindings(schedule_view const& s) {
       if (b.where == placement::offload)
         add_or_fail(b.host_offset, b.bytes, [&] { return "binding: the host range of " + what(); });
       if (b.where == placement::spill) {
-        // Stores and loads move the slot padded to the storage alignment: its regions start on it.
+        // Stores and loads move the slot padded to the storage alignment: its regions start on it,
+        // and its ring region lies inside the ring (what a load writes stays in the arena).
         auto const padded = add_or_fail(b.bytes, salign - 1, [&] { return "binding: the padded size of " + what(); }) / salign * salign;
-        add_or_fail(b.host_offset, padded, [&] { return "binding: the spill ring range of " + what(); });
+        auto const end = add_or_fail(b.host_offset, padded, [&] { return "binding: the spill ring range of " + what(); });
+        auto const& a = s.arena;
+        auto const ring_end = add_or_fail(a.spill_area, a.spill_ring_bytes, [&] { return std::string("binding: the spill ring"); });
+        if (b.host_offset < a.spill_area || end > ring_end || ring_end > a.host_bytes)
+          check_fail("binding: " + what() + " is spilled at host " + bytes_text(b.host_offset, end) +
+                     " (padded), outside the spill ring " + bytes_text(a.spill_area, ring_end) + " of the " +
+                     std::to_string(a.host_bytes) + "-byte host arena");
         if (b.host_offset % salign != 0 || (b.stored() && b.file_offset % salign != 0))
           check_fail("binding: " + what() + " is spilled at host offset " + std::to_string(b.host_offset) +
                      (b.stored() ? " and file offset " + std::to_string(b.file_offset) : std::string()) +

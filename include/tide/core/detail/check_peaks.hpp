@@ -21,9 +21,10 @@ inline void replay_peaks(schedule_view const& s, checked_program const& p, check
     if (a.guard) continue;  // the guard (or padding) is counted after the access it follows, as predicted
     // No overflow: proven by check_program. Carries have no guard.
     auto const end = a.host != device_space || a.slot == carry_slot ? a.end : a.end + guard;
-    // Spill ring and file regions are padded to the storage alignment.
+    // Spilled slots' regions, in the ring and in the file, are padded to the storage alignment.
     bool const padded = a.host == storage_space ||
-                        (a.host == host_space && a.begin >= ar.spill_area && a.begin - ar.spill_area < ar.spill_ring_bytes);
+                        (a.host == host_space && a.slot != carry_slot &&
+                         s.slots[s.layers[a.layer].first_slot + a.slot].where == placement::spill);
     auto const align = padded ? s.buffers.storage_alignment : a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
     auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
                          align * align;

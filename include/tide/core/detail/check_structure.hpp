@@ -84,6 +84,13 @@ inline checked_program check_program(schedule_view const& s) {
                    (b.where == placement::spill ? ", held in the spill ring" : "") + ")");
       if (o.chunks != 1 || o.chunk != 0) check_fail("structure: " + op_name(s, i) + " claims chunk " + str(o.chunk) + " of " + str(o.chunks));
       if (o.carry_in != no_carry || o.carry_out != no_carry) check_fail("structure: " + op_name(s, i) + " names a carry");
+      // One stream's order: a storage file moves one transfer at a time, and a store and a load
+      // of one ring buffer are ordered by it.
+      auto const want = s.pipeline.latency_hiding ? stream_role::storage : stream_role::compute;
+      if (o.stream != want)
+        check_fail("structure: " + op_name(s, i) + " is a storage transfer on the " + std::string(to_string(o.stream)) +
+                   " stream: stores and loads run on the " + std::string(to_string(want)) + " stream" +
+                   (s.pipeline.latency_hiding ? "" : " (latency hiding is off)"));
     }
     if (o.event >= 0) {
       if (static_cast<std::uint32_t>(o.event) >= s.event_count)
