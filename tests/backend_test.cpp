@@ -278,10 +278,15 @@ TEST(HostPacedCopies, ProgramAsBuiltIsBitwiseEqualWithTruthfulSpans) {
     if (s.ops[sp.op].kind == op_kind::prefetch) h2d.push_back(sp);
   ASSERT_EQ(h2d.size(), 3u);
   std::sort(h2d.begin(), h2d.end(), [](auto const& x, auto const& y) { return x.begin_us < y.begin_us; });
+  // A span starts when its worker picked the copy up: on a loaded machine that may be after the
+  // copy's nominal start on the link, which shortens the span by the lateness (8 ms was seen with
+  // the suite running beside it). A span of the memcpy alone would be microseconds; the link's
+  // pace shows between consecutive copies, which the link serializes.
   for (std::size_t i = 0; i < h2d.size(); ++i) {
-    EXPECT_GE(h2d[i].end_us - h2d[i].begin_us, 0.9 * prefetch_s * 1e6) << i;
+    EXPECT_GE(h2d[i].end_us - h2d[i].begin_us, 0.5 * prefetch_s * 1e6) << i;
     if (i > 0) {
       EXPECT_GE(h2d[i].begin_us, h2d[i - 1].end_us) << i;  // one link: one copy at a time
+      EXPECT_GE(h2d[i].end_us - h2d[i - 1].end_us, 0.75 * prefetch_s * 1e6) << i;  // less a late wake-up
     }
   }
 }
