@@ -128,6 +128,16 @@ constexpr void builder::emit_forward(std::uint32_t l, std::int32_t in, std::int3
   if (lb.spilled_bytes > 0) emit_stores_of(l);
 }
 
+// A store or load of stored slot `k` of layer `l`: the whole slot, between its ring region and
+// its file region.
+constexpr op builder::transfer_op(op_kind kind, slot_binding const& b, std::uint32_t k, std::uint32_t l) const {
+  op o{kind, storage, static_cast<std::uint16_t>(k), l};
+  o.host_offset = b.host_offset;
+  o.file_offset = b.file_offset;
+  o.bytes = b.bytes;
+  return o;
+}
+
 // A spilled slot outside the ring's last uses goes to the file once all of its chunks have
 // reached the ring; the storage stream runs the stores in order.
 constexpr void builder::emit_stores_of(std::uint32_t l) {
@@ -137,11 +147,7 @@ constexpr void builder::emit_stores_of(std::uint32_t l) {
     auto const& b = s.slots[g];
     if (!b.stored()) continue;
     w.wait(first_chunk_op[g] + chunk_count(b.bytes) - 1);
-    op o{op_kind::store, storage, static_cast<std::uint16_t>(k), l};
-    o.host_offset = b.host_offset;
-    o.file_offset = b.file_offset;
-    o.bytes = b.bytes;
-    last_store_of_layer[l] = store_op[g] = w.emit(o);
+    last_store_of_layer[l] = w.emit(transfer_op(op_kind::store, b, k, l));
   }
 }
 
@@ -155,11 +161,7 @@ constexpr void builder::emit_loads_of(std::uint32_t l) {
     auto const& b = s.slots[g];
     if (!b.stored()) continue;
     w.wait(last_prefetch_of_layer[next_user]);
-    op o{op_kind::load, storage, static_cast<std::uint16_t>(k), l};
-    o.host_offset = b.host_offset;
-    o.file_offset = b.file_offset;
-    o.bytes = b.bytes;
-    load_op[g] = w.emit(o);
+    load_op[g] = w.emit(transfer_op(op_kind::load, b, k, l));
   }
 }
 

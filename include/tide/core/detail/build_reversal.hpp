@@ -59,7 +59,6 @@ constexpr schedule_issue builder::write_program() {
   for (auto* v : {&last_offload_of_layer, &forward_op, &backward_op, &last_prefetch_of_layer, &gather_op, &regather_op})
     v->assign(L, -1);
   last_store_of_layer.assign(L, -1);
-  store_op.assign(s.slots.size(), -1);
   load_op.assign(s.slots.size(), -1);
   cbuf.assign(carries ? 2 : 0, carry_buffer{});
   working = carries ? 0 : none;

@@ -72,8 +72,8 @@ struct builder {
       regather_op{};
   std::int64_t last_offload = -1, last_forward = -1;
   // Per spilled layer: its last store (the next user of its spill buffer waits for it); per
-  // stored slot binding: its store and load.
-  std::vector<std::int64_t> last_store_of_layer{}, load_op{}, store_op{};
+  // stored slot binding: its load (its prefetches wait for it).
+  std::vector<std::int64_t> last_store_of_layer{}, load_op{};
   std::vector<std::int64_t> issue_at{};  // per offloaded layer: the layer before whose backward its prefetch issues
   std::uint32_t next_prefetch = 0;       // prefetches issue in backward order: one cursor
   bool first_backward_area_use_h2d = true, first_backward_area_use_compute = true;
@@ -145,6 +145,7 @@ struct builder {
   [[nodiscard]] constexpr stream_role collective_stream() const;
   constexpr void emit_gather(std::uint32_t l);
   constexpr void emit_forward(std::uint32_t l, std::int32_t in, std::int32_t out);
+  [[nodiscard]] constexpr op transfer_op(op_kind kind, slot_binding const& b, std::uint32_t k, std::uint32_t l) const;
   constexpr void emit_stores_of(std::uint32_t l);
   constexpr void emit_loads_of(std::uint32_t l);
   constexpr void emit_prefetches_of(std::uint32_t l);
