@@ -8,8 +8,11 @@
 #include "published.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string_view>
 
 using namespace tide;
 
@@ -18,9 +21,9 @@ namespace {
 // The published rows of setup `i` on GB200, computed once for the tests that read them (each run
 // plans at several micro-batches: seconds under a sanitizer).
 std::vector<published::row> const& published_rows(std::size_t i) {
-  static std::vector<published::row> const rows[] = {published::run(published::setups()[0], hardware::gb200()),
-                                                     published::run(published::setups()[1], hardware::gb200())};
-  return rows[i];
+  static std::optional<std::vector<published::row>> rows[2];  // each on first use: a test may need one
+  if (!rows[i]) rows[i] = published::run(published::setups()[i], hardware::gb200());
+  return *rows[i];
 }
 double gib(std::size_t b) { return static_cast<double>(b) / double(1ull << 30); }
 std::size_t const GB = std::size_t{1000} * 1000 * 1000;
@@ -214,6 +217,11 @@ TEST(Model, PrecisionSetsTheMatmulRate) {
 // DeepSeek-V3 offload (145.1 GiB: our slot sizes give it from the dimensions alone), prefetch
 // buffers costing HBM, and the planner never slower than the rows it is given.
 TEST(Model, PublishedExperimentFromPhysics) {
+  // The whole published table (every row's largest micro-batch, the planner on both models): 72 s
+  // at -O0 under ASan, single-threaded arithmetic whose code paths the tests around it run. The
+  // main build checks its values; a sanitizer build (TIDE_SANITIZE) skips it.
+  if (char const* e = std::getenv("TIDE_SANITIZE"); e && *e && std::string_view(e) != "none")
+    GTEST_SKIP() << "the published table is checked in the main build (72 s under ASan at -O0)";
   auto const hw = hardware::gb200();
   auto const s = published::setups();
   auto const& ds = published_rows(0);

@@ -103,7 +103,8 @@ constexpr std::int64_t revolve_extra_forwards(std::int64_t n, std::int64_t s) {
 }
 
 //! What one action of a chain schedule does. Carry i is layer i's input (carry 0 the stack's);
-//! a snapshot holds one carry, on the device or on the host.
+//! a snapshot holds one carry, on the device, on the host or on disk (a storage file; a disk
+//! snapshot is written from and read into a host snapshot, as the storage tier stages slots).
 enum class chain_op : std::uint8_t {
   advance,    //!< layers `carry` .. `to`-1 forward: the working carry goes from carry `carry` to `to`
   turn,       //!< layer n-1 forward (end of the first sweep); the working carry keeps carry n-1
@@ -114,6 +115,9 @@ enum class chain_op : std::uint8_t {
   offload,    //!< copy device snapshot `snapshot` to host snapshot `host_snapshot` (d2h stream)
   prefetch,   //!< copy host snapshot `host_snapshot` to device snapshot `snapshot` (h2d stream)
   free_host,  //!< host snapshot `host_snapshot` becomes empty
+  spill,      //!< copy host snapshot `host_snapshot` to disk snapshot `disk_snapshot` (storage write)
+  load,       //!< copy disk snapshot `disk_snapshot` to host snapshot `host_snapshot` (storage read)
+  free_disk,  //!< disk snapshot `disk_snapshot` becomes empty
 };
 
 //! One action; fields an action does not use are -1. (0.3 renamed the fields: `state` is
@@ -124,6 +128,7 @@ struct chain_action {
   std::int32_t to = -1;             //!< advance: the carry reached
   std::int32_t snapshot = -1;       //!< device snapshot
   std::int32_t host_snapshot = -1;  //!< host snapshot
+  std::int32_t disk_snapshot = -1;  //!< disk snapshot (spill, load, free_disk)
 
   //! Layers `from` .. `to`-1 forward.
   static constexpr chain_action advance(std::int32_t from, std::int32_t to) { return {chain_op::advance, from, to, -1, -1}; }
@@ -143,11 +148,17 @@ struct chain_action {
   static constexpr chain_action prefetch(std::int32_t host, std::int32_t snapshot) { return {chain_op::prefetch, -1, -1, snapshot, host}; }
   //! Empties host snapshot `host`.
   static constexpr chain_action free_host(std::int32_t host) { return {chain_op::free_host, -1, -1, -1, host}; }
+  //! Copies host snapshot `host` to disk snapshot `disk`.
+  static constexpr chain_action spill(std::int32_t host, std::int32_t disk) { return {chain_op::spill, -1, -1, -1, host, disk}; }
+  //! Copies disk snapshot `disk` to host snapshot `host`.
+  static constexpr chain_action load(std::int32_t disk, std::int32_t host) { return {chain_op::load, -1, -1, -1, host, disk}; }
+  //! Empties disk snapshot `disk`.
+  static constexpr chain_action free_disk(std::int32_t disk) { return {chain_op::free_disk, -1, -1, -1, -1, disk}; }
   //! Field-wise equality.
   friend constexpr bool operator==(chain_action const&, chain_action const&) = default;
 };
 
-//! A readable form of one action, e.g. "advance(3 -> 7)", "offload(d1 -> h0)".
+//! A readable form of one action, e.g. "advance(3 -> 7)", "offload(d1 -> h0)", "spill(h0 -> s2)".
 inline std::string to_string(chain_action const& a) {
   auto s = [](std::int32_t v) { return std::to_string(v); };
   switch (a.op) {
@@ -160,6 +171,9 @@ inline std::string to_string(chain_action const& a) {
     case chain_op::offload: return "offload(d" + s(a.snapshot) + " -> h" + s(a.host_snapshot) + ")";
     case chain_op::prefetch: return "prefetch(h" + s(a.host_snapshot) + " -> d" + s(a.snapshot) + ")";
     case chain_op::free_host: return "free_host(h" + s(a.host_snapshot) + ")";
+    case chain_op::spill: return "spill(h" + s(a.host_snapshot) + " -> s" + s(a.disk_snapshot) + ")";
+    case chain_op::load: return "load(s" + s(a.disk_snapshot) + " -> h" + s(a.host_snapshot) + ")";
+    case chain_op::free_disk: return "free_disk(s" + s(a.disk_snapshot) + ")";
   }
   return "?";
 }

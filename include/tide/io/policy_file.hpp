@@ -69,6 +69,7 @@ inline json to_json(strategy const& st) {
         if (a.to >= 0) x["to"] = a.to;
         if (a.snapshot >= 0) x["snapshot"] = a.snapshot;
         if (a.host_snapshot >= 0) x["host_snapshot"] = a.host_snapshot;
+        if (a.disk_snapshot >= 0) x["disk_snapshot"] = a.disk_snapshot;
         ck["reversal"].push_back(std::move(x));
       }
     }
@@ -183,7 +184,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
       for (std::size_t i = 0; i < rv.size(); ++i) {
         auto const a = rv.at(i);
         // 0.2's "state", "slot" and "host" are read too (deprecated in 0.3).
-        a.object({"op", "carry", "to", "snapshot", "host_snapshot", "state", "slot", "host"});
+        a.object({"op", "carry", "to", "snapshot", "host_snapshot", "disk_snapshot", "state", "slot", "host"});
         detail::one_spelling(a, "carry", "state");
         detail::one_spelling(a, "snapshot", "slot");
         detail::one_spelling(a, "host_snapshot", "host");
@@ -197,6 +198,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
         field("to", "to", x.to);
         field("snapshot", "slot", x.snapshot);
         field("host_snapshot", "host", x.host_snapshot);
+        field("disk_snapshot", "disk_snapshot", x.disk_snapshot);
         st.checkpoints.reversal.push_back(x);
       }
     }

@@ -44,6 +44,8 @@ struct chain_costs {
   double h2d_us = 1.0;  //!< one carry, host to device (its own stream)
   //! Copies run on the compute stream and add to its time (the synchronous model of H-Revolve).
   bool synchronous_copies = false;
+  double disk_write_us = 1.0;  //!< one carry, host snapshot to disk snapshot (the storage write lane)
+  double disk_read_us = 1.0;   //!< one carry, disk snapshot to host snapshot (the storage read lane)
 
   //! Step `i`'s forward time.
   double forward(std::int64_t i) const { return forward_us.size() == 1 ? forward_us[0] : forward_us[static_cast<std::size_t>(i)]; }
@@ -62,7 +64,15 @@ struct chain_costs {
   void check(char const* who, std::int64_t n) const;
 };
 
-//! A device or host snapshot as the evaluator tracks it.
+//! How many snapshots each tier holds (carry 0's included in `device`). A disk snapshot is
+//! written from a host snapshot and read back into one, so disk snapshots need `host` >= 1.
+struct chain_tiers {
+  std::int64_t device = 1;  //!< device snapshots
+  std::int64_t host = 0;    //!< host snapshots
+  std::int64_t disk = 0;    //!< disk snapshots (regions of a storage file)
+};
+
+//! A device, host or disk snapshot as the evaluator tracks it.
 struct chain_snapshot {
   std::int32_t carry = -1;  //!< the carry held, -1: empty
   double ready = 0;         //!< when the carry is there (a copy's arrival)
@@ -71,18 +81,22 @@ struct chain_snapshot {
 //! Deprecated (0.3): a snapshot is `chain_snapshot`, its `state` is `carry`.
 using chain_slot [[deprecated("use tide::chain_snapshot (its field state is now carry)")]] = chain_snapshot;
 
-//! The evaluator of the two-tier model: applies actions one at a time in list order, checks
-//! each (a `schedule_error` names the action and what was wrong) and keeps the time of the
-//! compute, d2h and h2d streams. Every copy starts at or after the compute stream's time at
-//! its place in the list (it is issued there), after its stream's previous copy, after its
-//! source's arrival and after its target's last reader; a `store` into a snapshot waits for the
-//! snapshot's copies; a `restore` waits for the carry's arrival. Stores, restores and frees take
-//! no time. Shared by `two_tier_plan` and by any search that needs the model's time.
+//! The evaluator of the chain model: applies actions one at a time in list order, checks each
+//! (a `schedule_error` names the action and what was wrong) and keeps the time of the compute,
+//! d2h, h2d, storage-write and storage-read streams. Every copy starts at or after the compute
+//! stream's time at its place in the list (it is issued there), after its stream's previous
+//! copy, after its source's arrival and after its target's last reader; a `store` into a
+//! snapshot waits for the snapshot's copies; a `restore` waits for the carry's arrival. Stores,
+//! restores and frees take no time. Shared by `two_tier_plan`, `three_tier_plan` and by any
+//! search that needs the model's time.
 class chain_machine {
  public:
   //! An `n`-layer chain with carry 0 in the working carry and every snapshot empty (snapshot
   //! counts above n + 1 are capped). Throws `schedule_error` or `cost_model_error` on bad arguments.
-  chain_machine(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs costs);
+  chain_machine(std::int64_t n, chain_tiers tiers, chain_costs costs);
+  //! Device and host snapshots only (no disk tier).
+  chain_machine(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs costs)
+      : chain_machine(n, chain_tiers{.device = device_snapshots, .host = host_snapshots}, std::move(costs)) {}
 
   //! Applies `a` and advances the streams' times; throws `schedule_error` naming `a` when it is
   //! invalid where the chain stands.
@@ -91,7 +105,7 @@ class chain_machine {
   //! Every backward has run.
   bool finished() const noexcept { return next_backward_ < 0; }
   //! The end of the last operation on any stream.
-  double time() const noexcept { return std::max({now_, d2h_free_, h2d_free_}); }
+  double time() const noexcept { return std::max({now_, d2h_free_, h2d_free_, write_free_, read_free_}); }
 
   //! The chain's layer count n.
   [[nodiscard]] std::int32_t layers() const noexcept { return n_; }
@@ -103,6 +117,10 @@ class chain_machine {
   double d2h_free() const noexcept { return d2h_free_; }
   //! When the h2d stream is free for the next prefetch.
   double h2d_free() const noexcept { return h2d_free_; }
+  //! When the storage write stream is free for the next spill.
+  double write_free() const noexcept { return write_free_; }
+  //! When the storage read stream is free for the next load.
+  double read_free() const noexcept { return read_free_; }
   //! The carry in the working carry (-1: consumed by a backward).
   std::int32_t work() const noexcept { return work_; }
   //! The layer whose backward runs next (-1 once finished).
@@ -113,6 +131,8 @@ class chain_machine {
   std::span<chain_snapshot const> device() const noexcept { return device_; }
   //! The host snapshots.
   std::span<chain_snapshot const> host() const noexcept { return host_; }
+  //! The disk snapshots.
+  std::span<chain_snapshot const> disk() const noexcept { return disk_; }
   //! Forwards run so far: advances and the turn.
   std::int64_t forward_steps() const noexcept { return forward_steps_; }
   //! Copy time issued so far, on either copy stream.
@@ -121,6 +141,14 @@ class chain_machine {
   std::int32_t peak_device() const noexcept { return peak_device_; }
   //! The most host snapshots occupied at once so far.
   std::int32_t peak_host() const noexcept { return peak_host_; }
+  //! The most disk snapshots occupied at once so far.
+  std::int32_t peak_disk() const noexcept { return peak_disk_; }
+  //! Spills (carries written to disk) issued so far.
+  std::int64_t disk_writes() const noexcept { return disk_writes_; }
+  //! Loads issued so far.
+  std::int64_t disk_reads() const noexcept { return disk_reads_; }
+  //! Storage time issued so far, on either storage stream.
+  double storage_time() const noexcept { return storage_time_; }
   //! The costs the machine times actions with.
   chain_costs const& costs() const noexcept { return *costs_; }
 
@@ -129,21 +157,23 @@ class chain_machine {
   void need(bool ok, chain_action const& a, char const* why) const;
   chain_snapshot& dev(chain_action const& a);
   chain_snapshot& hst(chain_action const& a);
+  chain_snapshot& dsk(chain_action const& a);
   //! A copy of `src` into the empty snapshot `dst` on a link direction free from `link_free`: it
   //! starts once the data is ready, the destination's last reader is done and the link is free
-  //! (at once, on the compute timeline, when copies are synchronous).
-  void copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us);
+  //! (at once, on the compute timeline, when copies are synchronous); `us` is added to `issued`.
+  void copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us, double& issued);
   void count_stored();
 
   std::int32_t n_;
   std::shared_ptr<chain_costs const> costs_;  // shared: searches copy machines by the million
-  std::vector<chain_snapshot> device_, host_;
-  double now_ = 0, d2h_free_ = 0, h2d_free_ = 0, copy_time_ = 0;
+  std::vector<chain_snapshot> device_, host_, disk_;
+  double now_ = 0, d2h_free_ = 0, h2d_free_ = 0, write_free_ = 0, read_free_ = 0, copy_time_ = 0, storage_time_ = 0;
+  std::int64_t disk_writes_ = 0, disk_reads_ = 0;
   std::int32_t work_ = 0;  // the chain starts with carry 0 in the working carry
   std::int32_t next_backward_ = 0;
   bool turned_ = false;
   std::int64_t forward_steps_ = 0;
-  std::int32_t peak_device_ = 0, peak_host_ = 0;
+  std::int32_t peak_device_ = 0, peak_host_ = 0, peak_disk_ = 0;
 };
 
 //! What `evaluate_chain` found.
@@ -154,12 +184,20 @@ struct chain_evaluation {
   double copy_us = 0;               //!< copy time issued (on either copy stream)
   //! `peak_device`: the most device snapshots occupied at once.
   std::int32_t peak_device = 0, peak_host = 0;  //!< `peak_host`: the most host snapshots occupied at once
+  std::int32_t peak_disk = 0;                   //!< the most disk snapshots occupied at once
+  std::int64_t disk_writes = 0;                 //!< carries written to disk (spills)
+  std::int64_t disk_reads = 0;                  //!< carries read back from disk (loads)
+  double storage_us = 0;                        //!< storage time issued (on either storage stream)
 };
 
 //! Runs `actions` through the model; throws `schedule_error` if an action is invalid or the
 //! list ends before layer 0's backward.
+inline chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions);
+//! Device and host snapshots only.
 inline chain_evaluation evaluate_chain(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs const& costs,
-                                       std::span<chain_action const> actions);
+                                       std::span<chain_action const> actions) {
+  return evaluate_chain(n, chain_tiers{.device = device_snapshots, .host = host_snapshots}, costs, actions);
+}
 
 // ---- the two-tier planner -------------------------------------------------------------------
 
@@ -198,9 +236,47 @@ struct two_tier_result {
 inline two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs const& costs,
                                      two_tier_options const& options = {});
 
+// ---- the three-tier planner -----------------------------------------------------------------
+
+//! How `three_tier_plan` found its schedule.
+enum class three_tier_method : std::uint8_t {
+  two_tier,       //!< `two_tier_plan` on the device and host snapshots: the disk does not pay
+  disk_segments,  //!< segment starts on disk, each segment reversed by `two_tier_plan`
+};
+
+//! Limits of `three_tier_plan`.
+struct three_tier_options {
+  two_tier_options inner{};          //!< the two-tier search of the whole chain and of each segment
+  std::int64_t dp_max_layers = 64;   //!< uniform chains up to this long get their segment lengths from a DP
+  std::int64_t every_split_max_layers = 16;  //!< chains up to this long also try one disk start at every carry
+};
+
+//! A three-tier schedule, its predicted time (`evaluate_chain` of its actions) and its counts.
+struct three_tier_result {
+  std::vector<chain_action> actions{};  //!< the schedule
+  double predicted_us = 0;              //!< the model's time of `actions`
+  std::int64_t extra_forwards = 0;      //!< forwards beyond the first sweep's n
+  std::int64_t disk_writes = 0;         //!< carries written to disk
+  std::int64_t disk_reads = 0;          //!< carries read back from disk
+  std::int32_t segments = 1;            //!< segments reversed one after another (1: no disk)
+  bool staging_reserved = false;        //!< a host snapshot kept for disk reads, each issued a segment ahead
+  three_tier_method method = three_tier_method::two_tier;  //!< which family `actions` come from
+};
+
+//! A schedule for an n-layer chain with device, host and disk snapshots, in the model of
+//! `chain_machine` (disk snapshots staged through a host snapshot, on their own read and write
+//! streams). The better of `two_tier_plan` without the disk and the disk-segment family: the
+//! first sweep writes k segment starts to disk, the backward reverses the segments last to
+//! first with `two_tier_plan`, reading each start back ahead of its segment. Not optimal in
+//! general: docs/checkpointing.md, "Three tiers", gives its gap to an exhaustive search on
+//! small chains.
+inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs,
+                                         three_tier_options const& options = {});
+
 }  // namespace tide
 
 // The definitions, after every declaration above: each of these headers includes this one first,
 // so that it compiles on its own too.
 #include <tide/plan/detail/chain_model.hpp>
 #include <tide/plan/detail/two_tier_search.hpp>
+#include <tide/plan/detail/three_tier_search.hpp>

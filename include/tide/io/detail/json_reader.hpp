@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -22,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include <tide/core/error.hpp>
+#include <tide/core/reversal.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/vocabulary.hpp>
 #include <tide/io/json_file.hpp>
@@ -162,8 +164,10 @@ class node {
   std::string path_;
 };
 
-inline constexpr std::string_view chain_op_names[] = {"advance", "turn",    "store",    "restore",  "free",
-                                                      "backward", "offload", "prefetch", "free_host"};
+inline constexpr std::string_view chain_op_names[] = {"advance", "turn",     "store",     "restore", "free",
+                                                      "backward", "offload",  "prefetch",  "free_host", "spill",
+                                                      "load",     "free_disk"};
+static_assert(std::size(chain_op_names) == static_cast<std::size_t>(chain_op::free_disk) + 1, "a chain_op without its file name");
 
 template <class Enum, std::size_t N>
 Enum enum_from(node const& n, std::string_view const (&names)[N]) {

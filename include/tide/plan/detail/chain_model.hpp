@@ -25,17 +25,22 @@ inline void chain_costs::check(char const* who, std::int64_t n) const {
                          std::to_string(forward_us.size()) + " and " + std::to_string(backward_us.size()));
   auto bad = [](double x) { return !(x >= 0) || x == std::numeric_limits<double>::infinity(); };
   if (std::any_of(forward_us.begin(), forward_us.end(), bad) || std::any_of(backward_us.begin(), backward_us.end(), bad) ||
-      bad(d2h_us) || bad(h2d_us))
+      bad(d2h_us) || bad(h2d_us) || bad(disk_write_us) || bad(disk_read_us))
     throw cost_model_error(std::string(who) + ": costs must be finite and non-negative");
 }
 
-inline chain_machine::chain_machine(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs costs)
+inline chain_machine::chain_machine(std::int64_t n, chain_tiers tiers, chain_costs costs)
     : n_(static_cast<std::int32_t>(n)), costs_(std::make_shared<chain_costs const>(std::move(costs))) {
-  detail::ckpt::check_chain_args("chain_machine", n, device_slots);
-  if (host_slots < 0) throw schedule_error("chain_machine: negative host slot count");
+  detail::ckpt::check_chain_args("chain_machine", n, tiers.device);
+  if (tiers.host < 0) throw schedule_error("chain_machine: negative host slot count");
+  if (tiers.disk < 0) throw schedule_error("chain_machine: negative disk snapshot count");
+  if (tiers.disk > 0 && tiers.host < 1)
+    throw schedule_error("chain_machine: " + std::to_string(tiers.disk) +
+                         " disk snapshots need at least 1 host snapshot (a disk snapshot is written from and read into one)");
   costs_->check("chain_machine", n);
-  device_.resize(static_cast<std::size_t>(std::min<std::int64_t>(device_slots, n + 1)));
-  host_.resize(static_cast<std::size_t>(std::min<std::int64_t>(host_slots, n + 1)));
+  device_.resize(static_cast<std::size_t>(std::min<std::int64_t>(tiers.device, n + 1)));
+  host_.resize(static_cast<std::size_t>(std::min<std::int64_t>(tiers.host, n + 1)));
+  disk_.resize(static_cast<std::size_t>(std::min<std::int64_t>(tiers.disk, n + 1)));
   next_backward_ = n_ - 1;
 }
 
@@ -93,7 +98,7 @@ inline void chain_machine::apply(chain_action const& a) {
       auto& h = hst(a);
       need((out ? d : h).carry >= 0, a, out ? "offload of an empty device slot" : "prefetch of an empty host slot");
       need((out ? h : d).carry < 0, a, out ? "the host slot is not empty" : "the device slot is not empty");
-      copy_slot(out ? d : h, out ? h : d, out ? d2h_free_ : h2d_free_, out ? costs_->d2h_us : costs_->h2d_us);
+      copy_slot(out ? d : h, out ? h : d, out ? d2h_free_ : h2d_free_, out ? costs_->d2h_us : costs_->h2d_us, copy_time_);
       break;
     }
     case chain_op::free_host: {
@@ -101,6 +106,25 @@ inline void chain_machine::apply(chain_action const& a) {
       need(h.carry >= 0, a, "free of an empty host slot");
       h.carry = -1;
       h.busy = std::max(h.busy, h.ready);
+      break;
+    }
+    case chain_op::spill:
+    case chain_op::load: {  // a copy between the action's host and disk snapshots
+      bool const out = a.op == chain_op::spill;
+      auto& h = hst(a);
+      auto& k = dsk(a);
+      need((out ? h : k).carry >= 0, a, out ? "spill of an empty host slot" : "load of an empty disk snapshot");
+      need((out ? k : h).carry < 0, a, out ? "the disk snapshot is not empty" : "the host slot is not empty");
+      double const us = out ? costs_->disk_write_us : costs_->disk_read_us;
+      copy_slot(out ? h : k, out ? k : h, out ? write_free_ : read_free_, us, storage_time_);
+      ++(out ? disk_writes_ : disk_reads_);
+      break;
+    }
+    case chain_op::free_disk: {
+      auto& k = dsk(a);
+      need(k.carry >= 0, a, "free of an empty disk snapshot");
+      k.carry = -1;
+      k.busy = std::max(k.busy, k.ready);
       break;
     }
   }
@@ -120,14 +144,18 @@ inline chain_snapshot& chain_machine::hst(chain_action const& a) {
   if (a.host_snapshot < 0 || a.host_snapshot >= std::ssize(host_)) fail(a, "no such host slot");
   return host_[static_cast<std::size_t>(a.host_snapshot)];
 }
-inline void chain_machine::copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us) {
+inline chain_snapshot& chain_machine::dsk(chain_action const& a) {
+  if (a.disk_snapshot < 0 || a.disk_snapshot >= std::ssize(disk_)) fail(a, "no such disk snapshot");
+  return disk_[static_cast<std::size_t>(a.disk_snapshot)];
+}
+inline void chain_machine::copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us, double& issued) {
   double const start = std::max({now_, costs_->synchronous_copies ? now_ : link_free, src.ready, dst.busy});
   double const end = start + us;
   if (costs_->synchronous_copies) now_ = end;
   else link_free = end;
   src.busy = std::max(src.busy, end);
   dst = {src.carry, end, end};
-  copy_time_ += us;
+  issued += us;
   count_stored();
 }
 inline void chain_machine::count_stored() {
@@ -136,15 +164,24 @@ inline void chain_machine::count_stored() {
   };
   peak_device_ = std::max(peak_device_, occupied(device_));
   peak_host_ = std::max(peak_host_, occupied(host_));
+  peak_disk_ = std::max(peak_disk_, occupied(disk_));
 }
 
-inline chain_evaluation evaluate_chain(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
-                                       std::span<chain_action const> actions) {
-  chain_machine m(n, device_slots, host_slots, costs);
+inline chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions) {
+  chain_machine m(n, tiers, costs);
   for (auto const& a : actions) m.apply(a);
   if (!m.finished())
     throw schedule_error("chain schedule: ends before backward step 0 (next backward: " + std::to_string(m.next_backward()) + ")");
-  return {m.time(), m.forward_steps(), m.forward_steps() - n, m.copy_time(), m.peak_device(), m.peak_host()};
+  return {.time_us = m.time(),
+          .forward_steps = m.forward_steps(),
+          .extra_forwards = m.forward_steps() - n,
+          .copy_us = m.copy_time(),
+          .peak_device = m.peak_device(),
+          .peak_host = m.peak_host(),
+          .peak_disk = m.peak_disk(),
+          .disk_writes = m.disk_writes(),
+          .disk_reads = m.disk_reads(),
+          .storage_us = m.storage_time()};
 }
 
 }  // namespace tide

@@ -1,0 +1,292 @@
+#pragma once
+//! \file
+//! `three_tier_plan`'s search (plan/checkpointing.hpp declares it): the disk as the outermost
+//! tier. The first sweep writes the starts of k segments to disk (staged through a host
+//! snapshot); the backward reverses the segments last to first, each with `two_tier_plan` on
+//! the device and host snapshots, and reads the next segment's start back from disk while the
+//! current one runs (when a host snapshot is kept for it). Segment lengths are equal, or for
+//! short chains of uniform cost chosen by a dynamic program over the segments' own times.
+//! docs/checkpointing.md, "Three tiers", says where this is optimal and where it is not.
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <tide/core/error.hpp>
+#include <tide/core/reversal.hpp>
+#include <tide/plan/checkpointing.hpp>
+
+namespace tide {
+
+namespace detail::ckpt {
+
+//! Steps [a, a+l) of `c` as a chain of their own.
+inline chain_costs slice_costs(chain_costs const& c, std::int64_t a, std::int64_t l) {
+  chain_costs s = c;
+  auto cut = [&](std::vector<double>& v, std::vector<double> const& from) {
+    if (from.size() != 1) v.assign(from.begin() + a, from.begin() + a + l);
+  };
+  cut(s.forward_us, c.forward_us);
+  cut(s.backward_us, c.backward_us);
+  return s;
+}
+
+//! Builds a disk-segmented schedule on a machine that checks each action as it is appended.
+class disk_segments {
+ public:
+  disk_segments(std::int64_t n, chain_tiers tiers, chain_costs const& costs, two_tier_options const& inner)
+      : n_(n), tiers_(tiers), costs_(costs), inner_(inner), m_(n, tiers, costs) {}
+
+  //! Segments start at `starts` (starts[0] = 0, increasing, the last one below n): the first
+  //! k = starts.size() - 1 starts go to disk snapshots 0..k-1. With `reserve`, the last host
+  //! snapshot stages the disk reads (the segments' plans use the others) and each read is issued
+  //! a segment ahead; without, the segments use every host snapshot and each read waits for the
+  //! segment before to end.
+  std::vector<chain_action> build(std::vector<std::int32_t> const& starts, bool reserve) && {
+    auto const k = static_cast<std::int32_t>(starts.size()) - 1;
+    auto const dev = static_cast<std::int32_t>(m_.device().size()), hst = static_cast<std::int32_t>(m_.host().size());
+    std::int32_t const stage = hst - 1;
+    std::int64_t const inner_host = reserve ? hst - 1 : hst;
+    // The first sweep: each disk start through a device and a host snapshot (round robin, so
+    // consecutive writes overlap), then the last segment's plan, which ends with the turn.
+    for (std::int32_t j = 0; j < k; ++j) {
+      advance_to(starts[static_cast<std::size_t>(j)]);
+      std::int32_t const d = j % dev, h = j % hst;
+      put(chain_action::store(starts[static_cast<std::size_t>(j)], d));
+      put(chain_action::offload(d, h));
+      put(chain_action::free(d));
+      put(chain_action::spill(h, j));
+      put(chain_action::free_host(h));
+    }
+    advance_to(starts[static_cast<std::size_t>(k)]);
+    if (reserve && k > 0) put(chain_action::load(k - 1, stage));
+    segment(starts[static_cast<std::size_t>(k)], static_cast<std::int32_t>(n_), inner_host, true, k > 0 ? starts[static_cast<std::size_t>(k) - 1] : -1,
+            reserve ? -1 : k - 1);
+    for (std::int32_t j = k - 1; j >= 0; --j) {
+      std::int32_t const a = starts[static_cast<std::size_t>(j)], b = starts[static_cast<std::size_t>(j) + 1];
+      // The segment's start into the working carry: read from disk now (without a reserved
+      // snapshot), brought to the device unless the segment before already prefetched it.
+      std::int32_t d = held_on_device(a);
+      if (d < 0) {
+        std::int32_t h = held_on_host(a);
+        if (h < 0) {
+          h = empty(m_.host());
+          put(chain_action::load(j, h));
+        }
+        d = empty(m_.device());
+        put(chain_action::prefetch(h, d));
+        put(chain_action::free_host(h));
+      } else {
+        free_host_copy(a);
+      }
+      put(chain_action::free_disk(j));
+      put(chain_action::restore(d));
+      put(chain_action::free(d));
+      if (reserve && j > 0) put(chain_action::load(j - 1, stage));
+      segment(a, b, inner_host, false, j > 0 ? starts[static_cast<std::size_t>(j) - 1] : -1, reserve ? -1 : j - 1);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  void put(chain_action const& a) {
+    m_.apply(a);
+    out_.push_back(a);
+  }
+  void advance_to(std::int32_t to) {
+    if (to > m_.work()) put(chain_action::advance(m_.work(), to));
+  }
+  static std::int32_t empty(std::span<chain_snapshot const> tier) {
+    for (std::size_t i = 0; i < tier.size(); ++i)
+      if (tier[i].carry < 0) return static_cast<std::int32_t>(i);
+    throw schedule_error("three_tier_plan: internal error: no empty snapshot at a segment boundary");
+  }
+  std::int32_t held_on_device(std::int32_t carry) const {
+    for (std::size_t i = 0; i < m_.device().size(); ++i)
+      if (m_.device()[i].carry == carry) return static_cast<std::int32_t>(i);
+    return -1;
+  }
+  std::int32_t held_on_host(std::int32_t carry) const {
+    for (std::size_t i = 0; i < m_.host().size(); ++i)
+      if (m_.host()[i].carry == carry) return static_cast<std::int32_t>(i);
+    return -1;
+  }
+  void free_host_copy(std::int32_t carry) {
+    if (auto const h = held_on_host(carry); h >= 0) put(chain_action::free_host(h));
+  }
+  //! Snapshots holding carries no backward reads any more.
+  void drop_dead() {
+    for (std::size_t i = 0; i < m_.device().size(); ++i)
+      if (m_.device()[i].carry > m_.next_backward()) put(chain_action::free(static_cast<std::int32_t>(i)));
+    for (std::size_t i = 0; i < m_.host().size(); ++i)
+      if (m_.host()[i].carry > m_.next_backward()) put(chain_action::free_host(static_cast<std::int32_t>(i)));
+  }
+  //! Segment [a, b) reversed by `two_tier_plan` with `host` host snapshots, its actions shifted
+  //! to the chain's carries (its turn kept only for the chain's last segment). The next segment
+  //! starts at carry `next_carry` (-1: none). When it is still on disk snapshot `next_disk` (-1:
+  //! already being read), its read is issued once a host snapshot is free for the rest of this
+  //! segment; once read, its prefetch is issued before this segment's last backward when a
+  //! device snapshot is free.
+  void segment(std::int32_t a, std::int32_t b, std::int64_t host, bool last, std::int32_t next_carry, std::int32_t next_disk) {
+    auto const l = b - a;
+    auto const plan = two_tier_plan(l, tiers_.device, host, slice_costs(costs_, a, l), inner_).actions;
+    std::size_t last_backward = plan.size();
+    for (std::size_t i = plan.size(); i-- > 0;)
+      if (plan[i].op == chain_op::backward) {
+        last_backward = i;
+        break;
+      }
+    // The host snapshot whose last copy the plan issues first: the read goes there right after
+    // (the plan's own later free of it is dropped; nothing of the plan reads it again).
+    std::vector<std::ptrdiff_t> last_use(m_.host().size(), -1);
+    for (std::size_t i = 0; i < plan.size(); ++i)
+      if (plan[i].host_snapshot >= 0 && plan[i].op != chain_op::free_host)
+        last_use[static_cast<std::size_t>(plan[i].host_snapshot)] = static_cast<std::ptrdiff_t>(i);
+    auto const h = static_cast<std::int32_t>(std::min_element(last_use.begin(), last_use.end()) - last_use.begin());
+    bool taken = false;  // h was taken for the read: the plan's free of it is dropped
+    auto read = [&](std::ptrdiff_t after) {
+      if (next_disk < 0 || after < last_use[static_cast<std::size_t>(h)]) return;
+      if (m_.host()[static_cast<std::size_t>(h)].carry >= 0) put(chain_action::free_host(h)), taken = true;
+      put(chain_action::load(next_disk, h));
+      next_disk = -1;
+    };
+    read(-1);
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      auto x = plan[i];
+      if (i == last_backward && next_carry >= 0) prefetch_early(next_carry);
+      switch (x.op) {
+        case chain_op::advance: x.carry += a, x.to += a; break;
+        case chain_op::turn:
+          if (!last) continue;
+          x.carry += a;
+          break;
+        case chain_op::store:
+        case chain_op::backward: x.carry += a; break;
+        case chain_op::free_host:
+          if (taken && x.host_snapshot == h) {
+            taken = false;
+            continue;
+          }
+          break;
+        default: break;
+      }
+      put(x);
+      read(static_cast<std::ptrdiff_t>(i));
+    }
+    drop_dead();
+  }
+  //! The next segment's start (carry `carry`), when a host snapshot holds it, to a free device
+  //! snapshot, if one is free.
+  void prefetch_early(std::int32_t carry) {
+    auto const h = held_on_host(carry);
+    if (h < 0) return;
+    for (std::size_t i = 0; i < m_.device().size(); ++i)
+      if (m_.device()[i].carry < 0) {
+        put(chain_action::prefetch(h, static_cast<std::int32_t>(i)));
+        return;
+      }
+  }
+
+  std::int64_t n_;
+  chain_tiers tiers_;
+  chain_costs const& costs_;
+  two_tier_options const& inner_;
+  chain_machine m_;
+  std::vector<chain_action> out_;
+};
+
+//! Equal segments: k disk starts and the last segment's start, k + 1 segments of n / (k + 1).
+inline std::vector<std::int32_t> equal_starts(std::int64_t n, std::int64_t k) {
+  std::vector<std::int32_t> q;
+  for (std::int64_t j = 0; j <= k; ++j) q.push_back(static_cast<std::int32_t>(j * n / (k + 1)));
+  return q;
+}
+
+}  // namespace detail::ckpt
+
+inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs, three_tier_options const& options) {
+  detail::ckpt::check_chain_args("three_tier_plan", n, tiers.device);
+  if (tiers.host < 0 || tiers.disk < 0) throw schedule_error("three_tier_plan: negative host or disk snapshot count");
+  if (tiers.disk > 0 && tiers.host < 1)
+    throw schedule_error("three_tier_plan: " + std::to_string(tiers.disk) +
+                         " disk snapshots need at least 1 host snapshot (a disk snapshot is written from and read into one)");
+  costs.check("three_tier_plan", n);
+  auto result = [&](std::vector<chain_action> acts, three_tier_method how, std::int32_t segments, bool reserve) {
+    auto const e = evaluate_chain(n, tiers, costs, acts);
+    return three_tier_result{.actions = std::move(acts),
+                             .predicted_us = e.time_us,
+                             .extra_forwards = e.extra_forwards,
+                             .disk_writes = e.disk_writes,
+                             .disk_reads = e.disk_reads,
+                             .segments = segments,
+                             .staging_reserved = reserve,
+                             .method = how};
+  };
+  auto best = result(two_tier_plan(n, tiers.device, tiers.host, costs, options.inner).actions, three_tier_method::two_tier, 1, false);
+  auto const kmax = std::min<std::int64_t>(tiers.disk, n - 1);
+  if (kmax < 1) return best;
+
+  auto consider = [&](std::vector<std::int32_t> const& starts, bool reserve) {
+    auto acts = detail::ckpt::disk_segments(n, tiers, costs, options.inner).build(starts, reserve);
+    auto r = result(std::move(acts), three_tier_method::disk_segments, static_cast<std::int32_t>(starts.size()), reserve);
+    if (r.predicted_us < best.predicted_us) best = std::move(r);
+  };
+  // Segment lengths by a dynamic program (uniform costs, short chains): a segment's time is its
+  // two-tier plan's (less the turn, for all but the last) and a prefetch at its start; the first
+  // sweep's forward to the last segment's start is added once. Estimates that rank splits; the
+  // evaluator times the schedules built from them.
+  std::vector<std::vector<std::int32_t>> dp_starts(static_cast<std::size_t>(kmax) + 1);
+  if (costs.uniform() && n <= options.dp_max_layers) {
+    auto const f = costs.forward(0);
+    std::vector<double> mid(static_cast<std::size_t>(n) + 1), last(static_cast<std::size_t>(n) + 1);
+    std::int64_t const inner_host = std::max<std::int64_t>(tiers.host - 1, 0);
+    for (std::int64_t l = 1; l <= n; ++l) {
+      auto const t = two_tier_plan(l, tiers.device, inner_host, costs, options.inner).predicted_us;
+      last[static_cast<std::size_t>(l)] = t;
+      mid[static_cast<std::size_t>(l)] = t - f + costs.h2d_us;
+    }
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    // g[j][p]: the least time of j middle segments covering steps [0, p); choice[j][p] the last one's length.
+    std::vector<std::vector<double>> g(static_cast<std::size_t>(kmax) + 1, std::vector<double>(static_cast<std::size_t>(n), inf));
+    std::vector<std::vector<std::int32_t>> choice(g.size(), std::vector<std::int32_t>(static_cast<std::size_t>(n), 0));
+    g[0][0] = 0;
+    for (std::size_t j = 1; j < g.size(); ++j)
+      for (std::int64_t p = static_cast<std::int64_t>(j); p < n; ++p)
+        for (std::int64_t l = 1; l <= p; ++l)
+          if (double const v = g[j - 1][static_cast<std::size_t>(p - l)] + mid[static_cast<std::size_t>(l)]; v < g[j][static_cast<std::size_t>(p)])
+            g[j][static_cast<std::size_t>(p)] = v, choice[j][static_cast<std::size_t>(p)] = static_cast<std::int32_t>(l);
+    for (std::size_t j = 1; j < g.size(); ++j) {
+      double best_v = inf;
+      std::int64_t best_p = -1;
+      for (std::int64_t p = static_cast<std::int64_t>(j); p < n; ++p)
+        if (double const v = f * static_cast<double>(p) + g[j][static_cast<std::size_t>(p)] + last[static_cast<std::size_t>(n - p)]; v < best_v)
+          best_v = v, best_p = p;
+      if (best_p < 0) continue;
+      std::vector<std::int32_t> q{static_cast<std::int32_t>(best_p)};
+      for (std::size_t i = j, p = static_cast<std::size_t>(best_p); i > 0; --i) {
+        p -= static_cast<std::size_t>(choice[i][p]);
+        q.push_back(static_cast<std::int32_t>(p));
+      }
+      std::reverse(q.begin(), q.end());
+      dp_starts[j] = std::move(q);
+    }
+  }
+  // One disk start on a short chain: every split.
+  if (n <= options.every_split_max_layers)
+    for (std::int32_t q = 1; q < n; ++q)
+      for (bool const reserve : {true, false}) consider({0, q}, reserve);
+  for (std::int64_t k = 1; k <= kmax; ++k)
+    for (bool const reserve : {true, false}) {
+      consider(detail::ckpt::equal_starts(n, k), reserve);
+      if (!dp_starts[static_cast<std::size_t>(k)].empty() && dp_starts[static_cast<std::size_t>(k)] != detail::ckpt::equal_starts(n, k))
+        consider(dp_starts[static_cast<std::size_t>(k)], reserve);
+    }
+  return best;
+}
+
+}  // namespace tide
