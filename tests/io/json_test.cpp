@@ -128,21 +128,26 @@ TEST(PolicyFile, CheckpointsWithAHostTierRoundTrip) {
   // Every carry stored: written as "every".
   auto const every = io::to_json(strategy{.checkpoints = {.host_snapshots = 1, .reversal = reversal}});
   EXPECT_EQ(every["checkpoints"]["device_snapshots"], "every");
-  // A three-tier reversal's disk actions round-trip; the builder refuses them by name (it does
-  // not run disk snapshots yet) instead of building a schedule that would lose them.
+  // A three-tier reversal (disk actions, "disk_snapshots") round-trips and builds the same schedule;
+  // without disk snapshots in the checkpoints, the builder names the first disk action.
   auto c = chain_costs::constant(1, 2, 1, 1);
   c.disk_write_us = 3, c.disk_read_us = 2;
   auto const three = three_tier_plan(9, chain_tiers{.device = 1, .host = 1, .disk = 2}, c).actions;
   ASSERT_TRUE(std::any_of(three.begin(), three.end(), [](chain_action const& a) { return a.op == chain_op::spill; }));
-  strategy const disk{.policy = {rule_spec{.where = placement::remat}}, .checkpoints = {.device_snapshots = 1, .host_snapshots = 1, .reversal = three}};
+  strategy disk{.policy = {rule_spec{.where = placement::remat}},
+                .checkpoints = {.device_snapshots = 1, .host_snapshots = 1, .reversal = three, .disk_snapshots = 2}};
   auto const disk_back = through_text(disk, st);
   EXPECT_EQ(disk_back.checkpoints, disk.checkpoints);
-  EXPECT_NE(io::to_json(disk).dump().find(R"({"op":"spill","host_snapshot":0,"disk_snapshot":0})"), std::string::npos);
+  auto const text = io::to_json(disk).dump();
+  EXPECT_NE(text.find(R"({"op":"spill","host_snapshot":0,"disk_snapshot":0})"), std::string::npos);
+  EXPECT_NE(text.find(R"("disk_snapshots":2)"), std::string::npos);
+  expect_same_schedule(build_schedule(st, disk_back), build_schedule(st, disk));
+  disk.checkpoints.disk_snapshots = 0;
   try {
-    (void)build_schedule(st, disk_back);
-    ADD_FAILURE() << "a reversal with disk snapshots was built";
+    (void)build_schedule(st, disk);
+    ADD_FAILURE() << "a reversal with disk actions was built without disk snapshots";
   } catch (schedule_error const& e) {
-    EXPECT_NE(std::string(e.what()).find("disk snapshots (spill, load, free_disk) are not run by the builder yet"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("beyond checkpoint_spec::disk_snapshots"), std::string::npos) << e.what();
   }
 }
 

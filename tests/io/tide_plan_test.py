@@ -218,14 +218,15 @@ try:
     policy = json.loads(spill_policy.read_text())
     valid(policy, "policy", "the spilling plan's policy file")
     check(any(r.get("where") == "spill" for r in policy["rules"]), f"no spill rule in {policy['rules']}")
-    again = json.loads(run(*tiers, "--storage-budget", "4", "--policy", spill_policy).stdout)
-    row = [r for r in again["rows"] if r["key"] == "policy-file"]
-    check(len(row) == 1 and row[0]["fits"] and row[0]["storage_bytes"] == b["plan"]["storage_bytes"]
-          and abs(row[0]["step_us"] - b["plan"]["step_us"]) < 1e-6 * b["plan"]["step_us"],
-          f"the policy file does not evaluate to the plan: {row} vs {b['plan']}")
-    text = run(*tiers[:-1], "--storage-budget", "4").stdout
-    check("spilled of" in text and "storage budget 4.00 GiB (spill file; write 3.8 GB/s, read 6.4 GB/s)" in text,
-          f"the text table does not show the storage tier:\n{text}")
+    if not sanitized:  # the read-back and the text table: the main build's (their code paths ran above)
+        again = json.loads(run(*tiers, "--storage-budget", "4", "--policy", spill_policy).stdout)
+        row = [r for r in again["rows"] if r["key"] == "policy-file"]
+        check(len(row) == 1 and row[0]["fits"] and row[0]["storage_bytes"] == b["plan"]["storage_bytes"]
+              and abs(row[0]["step_us"] - b["plan"]["step_us"]) < 1e-6 * b["plan"]["step_us"],
+              f"the policy file does not evaluate to the plan: {row} vs {b['plan']}")
+        text = run(*tiers[:-1], "--storage-budget", "4").stdout
+        check("spilled of" in text and "storage budget 4.00 GiB (spill file; write 3.8 GB/s, read 6.4 GB/s)" in text,
+              f"the text table does not show the storage tier:\n{text}")
 except (ValueError, KeyError) as e:
     check(False, f"the storage tier's JSON: {e!r}\n{with_file.stdout[-1500:]}")
 

@@ -399,6 +399,9 @@ TEST(Planner, PresetPlansBeatEveryRowAndHandWrittenPolicy) {
 // if more moves only helped the host bytes fit: 3,414.96 ms with a 240 GB cap against
 // 3,342.13 ms (134.6 GiB of host) without one.
 TEST(Planner, HostCapThatDoesNotBindIsNeverWorseOnDeepSeekV3Gb200) {
+  // Two plans of a 61-layer preset: 18 s at -O0 under ASan, on the code paths of the random-stack
+  // cap test above and of the preset tests. The main build runs it.
+  if (sanitized()) GTEST_SKIP() << "a preset's two plans: the main build's (18 s under ASan at -O0)";
   auto const m = models::deepseek_v3(4096, 4, 1);
   auto const hw = hardware::gb200();
   auto const st = transformer_stack(m);
@@ -481,7 +484,7 @@ TEST(Planner, AStorageBudgetSpillsWhatTheHostCannotHold) {
 TEST(Planner, HostCapAtOrAboveTheUncappedPlansHostBytesIsNeverWorse) {
   std::mt19937 rng(31);
   std::uniform_real_distribution<double> u(0, 1);
-  int const cases = sanitized() ? 2 : std::max(10, planner_cases() / 4);
+  int const cases = sanitized() ? 1 : std::max(10, planner_cases() / 4);
   int with_host = 0;
   for (int trial = 0; trial < cases; ++trial) {
     int const layers = 4 + static_cast<int>(rng() % (sanitized() ? 7 : 21)), slots = 2 + static_cast<int>(rng() % 5);

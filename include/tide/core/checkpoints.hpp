@@ -27,12 +27,15 @@ struct checkpoint_spec {
   //! Host snapshot slots the reversal may use (copies on the d2h and h2d streams).
   std::uint32_t host_snapshots = 0;
   //! An explicit reversal of the stack (chain actions over its layers); empty: Revolve with
-  //! `device_snapshots`. Required when `host_snapshots > 0`.
+  //! `device_snapshots`. Required when `host_snapshots > 0` or `disk_snapshots > 0`.
   std::vector<chain_action> reversal{};
+  //! Disk snapshot slots the reversal may use: regions of the storage file, written from and
+  //! read into a host snapshot on the storage stream (the backend needs a storage directory).
+  std::uint32_t disk_snapshots = 0;
 
   //! True when every carry is stored: nothing to recompute, no reversal to follow.
   constexpr bool stores_every_carry() const noexcept {
-    return device_snapshots == every_carry && host_snapshots == 0 && reversal.empty();
+    return device_snapshots == every_carry && host_snapshots == 0 && disk_snapshots == 0 && reversal.empty();
   }
   friend constexpr bool operator==(checkpoint_spec const&, checkpoint_spec const&) = default;
 };

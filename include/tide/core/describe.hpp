@@ -117,6 +117,10 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
          std::to_string(s.carry.device_buffers) + " device buffers (" + format_bytes(static_cast<double>(a.carry_bytes)) +
          ", " + std::to_string(s.carry.device_snapshots) + " snapshots), " + std::to_string(s.carry.host_snapshots) +
          " host snapshots (" + format_bytes(static_cast<double>(a.host_carry_bytes)) + "), " +
+         (s.carry.disk_snapshots > 0 ? std::to_string(s.carry.disk_snapshots) + " disk snapshots (" +
+                                           format_bytes(static_cast<double>(s.carry.file_region_bytes * s.carry.disk_snapshots)) +
+                                           " of the storage file at " + std::to_string(s.carry.file_area) + "), "
+                                     : std::string()) +
          std::to_string(s.carry.advances) + " advances\n";
   if (opt.layers) {
     for (std::uint32_t l = 0; l < s.layer_count(); ++l) {

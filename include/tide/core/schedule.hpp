@@ -69,6 +69,13 @@ struct carry_binding {
   std::uint32_t host_snapshots = 0;    //!< host snapshot slots the reversal uses
   std::uint32_t device_snapshots = 0;  //!< device snapshot slots the reversal uses (the input's included)
   std::uint64_t advances = 0;          //!< layer forwards beyond the first sweep (advance ops)
+  //! Storage file offset of disk snapshot 0 (after the stored slots' regions)
+  std::size_t file_area = 0;
+  //! Bytes of a disk snapshot's file region, aligned to the storage alignment; 0 when the
+  //! checkpoints allow no disk snapshot. When not 0, host snapshots are aligned and padded to the
+  //! storage alignment too (direct I/O moves them whole).
+  std::size_t file_region_bytes = 0;
+  std::uint32_t disk_snapshots = 0;    //!< disk snapshot slots the reversal uses
 
   //! True when the stack has a carry.
   [[nodiscard]] constexpr bool present() const noexcept { return bytes != 0; }
@@ -100,7 +107,8 @@ struct arena_layout {
   std::size_t spill_area = 0;         //!< host offset of the spill ring (aligned to the storage alignment)
   std::size_t spill_ring_bytes = 0;   //!< all spill ring buffers (each sized for its layers)
   std::uint32_t spill_buffers = 0;    //!< host buffers in the spill ring
-  //! The storage file: every stored slot's region, each aligned: the predicted storage peak
+  //! The storage file: every stored slot's region and every disk snapshot's, each aligned: the
+  //! predicted storage peak
   std::size_t storage_bytes = 0;
   //! Field-wise equality.
   friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;

@@ -45,6 +45,7 @@ enum class schedule_issue_code : std::uint8_t {
   advance_without_gather,     //!< the reversal re-runs layers but the collectives gather weights
   undeclared_layer_input,     //!< a layer type's input is not accounted for (no carry, input slot or independence)
   zero_spill_buffers,         //!< slots are spilled but there are no spill buffers
+  disk_tier_needs_reversal,   //!< disk snapshots without an explicit reversal
 };
 
 //! One issue with the names and numbers its message needs; converts to `true` when there is one.
@@ -107,6 +108,7 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
   if (s.has_carry() && k.reversal.empty()) {
     if (k.device_snapshots == 0) return detail::issue(c::zero_snapshots, {}, s.carry.name);
     if (k.host_snapshots > 0) return detail::issue(c::host_tier_needs_reversal, {}, s.carry.name, k.host_snapshots);
+    if (k.disk_snapshots > 0) return detail::issue(c::disk_tier_needs_reversal, {}, s.carry.name, k.disk_snapshots);
   }
   for (auto const& t : s.types) {
     if (t.slots.size() > max_slots_per_type) return detail::issue(c::too_many_slots, t.name, {}, t.slots.size(), max_slots_per_type);
@@ -224,6 +226,10 @@ inline std::string to_message(schedule_issue const& i) {
       return "tide: the checkpoints ask for " + std::to_string(i.value) + " host snapshot(s) of carry " + q(i.slot_name) +
              " but give no reversal: with a host tier the best reversal depends on the costs; pass "
              "checkpoint_spec::reversal = tide::two_tier_plan(layers, device_snapshots, host_snapshots, costs).actions";
+    case c::disk_tier_needs_reversal:
+      return "tide: the checkpoints ask for " + std::to_string(i.value) + " disk snapshot(s) of carry " + q(i.slot_name) +
+             " but give no reversal: pass checkpoint_spec::reversal = tide::three_tier_plan(layers, "
+             "{.device = d, .host = h, .disk = k}, costs).actions";
     case c::bad_reversal:
       return "tide: the checkpoints' reversal (checkpoint_spec::reversal) is invalid at action " + std::to_string(i.value) +
              ": " + std::string(i.quantity);
@@ -297,6 +303,8 @@ consteval void static_check() {
   static_assert(issue != c::zero_snapshots, "tide: the checkpoints store 0 carries on the device: use at least 1");
   static_assert(issue != c::host_tier_needs_reversal,
                 "tide: host snapshots need an explicit reversal (tide::two_tier_plan(...).actions)");
+  static_assert(issue != c::disk_tier_needs_reversal,
+                "tide: disk snapshots need an explicit reversal (tide::three_tier_plan(...).actions)");
   static_assert(issue != c::bad_reversal, "tide: the checkpoints' reversal is invalid (tide::build_schedule names the action)");
   static_assert(issue != c::advance_without_gather,
                 "tide: the checkpoints re-run layers (advances) but the collectives gather before forward or backward, "

@@ -74,8 +74,8 @@ class executor {
     if constexpr (!storage_backend<Backend>)
       if (s_.arena.storage_bytes > 0)
         throw error("tide::executor: the schedule stores " + std::to_string(s_.arena.storage_bytes) +
-                    " bytes of spilled slots in a file, but this backend has no storage tier (tide::storage_backend): "
-                    "run it on host_backend, cuda_backend or sim_backend, or spill nothing");
+                    " bytes of spilled slots or disk snapshots in a file, but this backend has no storage tier "
+                    "(tide::storage_backend): run it on host_backend, cuda_backend or sim_backend, or spill nothing");
     if (opt_.timeline) backend_.record_timeline(opt_.timeline);
     // `arenas_` holds the lease on the blocks for as long as this executor lives.
     try {

@@ -60,6 +60,7 @@ inline json to_json(strategy const& st) {
     json ck;
     ck["device_snapshots"] = k.device_snapshots == every_carry ? json("every") : json(k.device_snapshots);
     ck["host_snapshots"] = k.host_snapshots;
+    if (k.disk_snapshots > 0) ck["disk_snapshots"] = k.disk_snapshots;  // written only when used: a 0.3.0 reader reads the rest
     if (!k.reversal.empty()) {
       ck["reversal"] = json::array();
       for (auto const& a : k.reversal) {
@@ -167,7 +168,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
   }
   if (root.has("checkpoints")) {
     auto const k = root.at("checkpoints");
-    k.object({"device_snapshots", "host_snapshots", "reversal"});
+    k.object({"device_snapshots", "host_snapshots", "disk_snapshots", "reversal"});
     if (k.has("device_snapshots")) {
       auto const d = k.at("device_snapshots");
       if (d.value().is_string()) {
@@ -179,6 +180,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
       }
     }
     if (k.has("host_snapshots")) st.checkpoints.host_snapshots = k.at("host_snapshots").u32();
+    if (k.has("disk_snapshots")) st.checkpoints.disk_snapshots = k.at("disk_snapshots").u32();
     if (k.has("reversal")) {
       auto const rv = k.at("reversal");
       for (std::size_t i = 0; i < rv.size(); ++i) {

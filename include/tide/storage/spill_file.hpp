@@ -391,7 +391,7 @@ inline void prepare_spill_file(std::optional<spill_file>& file, storage_options 
                                std::size_t alignment, std::string_view backend) {
   if (opt.directory.empty())
     throw error("tide::" + std::string(backend) + ": the schedule stores " + std::to_string(bytes) +
-                " bytes of spilled slots but the backend has no storage tier: set " + std::string(backend) +
+                " bytes of spilled slots or disk snapshots but the backend has no storage tier: set " + std::string(backend) +
                 "_options::storage.directory to a directory on the storage device");
   if (alignment < spill_file::least_alignment)
     throw error("tide::" + std::string(backend) + ": the schedule's storage alignment (" + std::to_string(alignment) +

@@ -117,11 +117,16 @@ constexpr schedule_issue builder::lay_out_arena() {
     auto& cb = s.carry;
     cb.name = stack.carry.name;
     cb.bytes = stack.carry.bytes;
-    if (!checked_align_up(stack.carry.bytes, dalign, cb.region_bytes) ||
-        !checked_align_up(stack.carry.bytes, buffers.host_alignment, cb.host_region_bytes))
+    // With disk snapshots, a host snapshot is a direct-I/O buffer: aligned and padded to the
+    // storage alignment, as its file region is.
+    bool const disk = how.checkpoints.disk_snapshots > 0;
+    auto const halign = disk ? std::max(buffers.host_alignment, buffers.storage_alignment) : buffers.host_alignment;
+    if (!checked_align_up(stack.carry.bytes, dalign, cb.region_bytes) || !checked_align_up(stack.carry.bytes, halign, cb.host_region_bytes) ||
+        (disk && !checked_align_up(stack.carry.bytes, buffers.storage_alignment, cb.file_region_bytes)))
       return overflow("carry, aligned,", {}, stack.carry.name);
     cb.device_area = a.device_bytes;
-    cb.host_area = a.host_bytes;
+    if (!checked_align_up(a.host_bytes, halign, cb.host_area)) return overflow("host arena with the carry's snapshots", {}, stack.carry.name);
+    cb.file_area = a.storage_bytes;  // a multiple of the storage alignment: every region before is
   }
   return {};
 }

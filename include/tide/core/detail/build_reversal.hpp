@@ -39,7 +39,7 @@ constexpr schedule_issue builder::choose_reversal() {
     if (x.op == chain_op::advance && x.carry >= 0 && x.to > x.carry && x.to <= static_cast<std::int64_t>(L)) {
       ran += static_cast<std::size_t>(std::int64_t{x.to} - x.carry);  // others: bad_reversal in the walk
       for (auto i = x.carry; turn_seen && i < x.to; ++i) advanced[static_cast<std::size_t>(i)] = 1;
-    } else if (x.op == chain_op::offload || x.op == chain_op::prefetch) {
+    } else if (x.op == chain_op::offload || x.op == chain_op::prefetch || x.op == chain_op::spill || x.op == chain_op::load) {
       ++extra_ops;
     } else if (x.op == chain_op::turn) {
       turn_seen = true;
@@ -102,6 +102,17 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
   auto const hgrow = [&] {
     if (hslots.size() <= static_cast<std::size_t>(x.host_snapshot)) hslots.resize(static_cast<std::size_t>(x.host_snapshot) + 1);
   };
+  std::uint32_t const kcap = ck.disk_snapshots;
+  auto const kslot_ok = [&] {
+    return x.disk_snapshot >= 0 && static_cast<std::uint32_t>(x.disk_snapshot) < kcap && static_cast<std::size_t>(x.disk_snapshot) < actions.size();
+  };
+  auto const kgrow = [&] {
+    if (kslots.size() <= static_cast<std::size_t>(x.disk_snapshot)) kslots.resize(static_cast<std::size_t>(x.disk_snapshot) + 1);
+  };
+  auto const kslot_held = [&] {
+    return kslot_ok() && static_cast<std::size_t>(x.disk_snapshot) < kslots.size() && kslots[static_cast<std::size_t>(x.disk_snapshot)].state >= 0;
+  };
+  auto const file_at = [&] { return cb.file_area + cb.file_region_bytes * static_cast<std::size_t>(x.disk_snapshot); };
   // The action's device (host) snapshot is in range and holds a carry.
   auto const dslot_held = [&] {
     return dslot_ok() && static_cast<std::size_t>(x.snapshot) < dslots.size() && dslots[static_cast<std::size_t>(x.snapshot)].buffer >= 0;
@@ -117,7 +128,7 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
     ++held;
     cb.device_snapshots = std::max(cb.device_snapshots, held);
   };
-  if (next_backward < 0 && x.op != chain_op::free && x.op != chain_op::free_host)
+  if (next_backward < 0 && x.op != chain_op::free && x.op != chain_op::free_host && x.op != chain_op::free_disk)
     return bad(at, "it follows the backward of layer 0, which ends the step (only frees may)");
   switch (x.op) {
     case chain_op::advance: {
@@ -209,9 +220,10 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
       wait_to_read(d.buffer);
       w.wait(h.writer);
       w.wait(h.reader);
+      w.wait(h.storer);
       auto const idx = w.emit(o);
       note(idx, d.buffer, none);
-      h = {d.state, idx, -1};
+      h = {d.state, idx, -1, -1};
       cb.host_snapshots = std::max(cb.host_snapshots, static_cast<std::uint32_t>(x.host_snapshot) + 1);
       return {};
     }
@@ -238,12 +250,51 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
       if (!hslot_held()) return bad(at, "it frees a host slot that holds no carry");
       hslots[static_cast<std::size_t>(x.host_snapshot)].state = -1;
       return {};
-    case chain_op::spill:
-    case chain_op::load:
+    case chain_op::spill: {  // host snapshot -> disk snapshot: a store of the whole carry, padded
+      if (!hslot_held()) return bad(at, "it spills a host slot that holds no carry");
+      if (!kslot_ok()) return bad(at, "it names a disk snapshot slot beyond checkpoint_spec::disk_snapshots");
+      kgrow();
+      auto& k = kslots[static_cast<std::size_t>(x.disk_snapshot)];
+      if (k.state >= 0) return bad(at, "it spills into a disk snapshot that is not empty");
+      auto& h = hslots[static_cast<std::size_t>(x.host_snapshot)];
+      op o{op_kind::store, storage, carry_slot, static_cast<std::uint32_t>(h.state)};
+      o.host_offset = host_at();
+      o.file_offset = file_at();
+      o.bytes = cb.bytes;
+      w.wait(h.writer);
+      w.wait(k.writer);
+      w.wait(k.reader);
+      auto const idx = w.emit(o);
+      h.storer = idx;
+      k = {h.state, idx, -1};
+      cb.disk_snapshots = std::max(cb.disk_snapshots, static_cast<std::uint32_t>(x.disk_snapshot) + 1);
+      return {};
+    }
+    case chain_op::load: {  // disk snapshot -> host snapshot
+      if (!kslot_held()) return bad(at, "it loads from a disk snapshot that holds no carry");
+      if (!hslot_ok()) return bad(at, "it names a host snapshot slot beyond checkpoint_spec::host_snapshots");
+      hgrow();
+      auto& h = hslots[static_cast<std::size_t>(x.host_snapshot)];
+      if (h.state >= 0) return bad(at, "it loads into a host slot that is not empty");
+      auto& k = kslots[static_cast<std::size_t>(x.disk_snapshot)];
+      op o{op_kind::load, storage, carry_slot, static_cast<std::uint32_t>(k.state)};
+      o.host_offset = host_at();
+      o.file_offset = file_at();
+      o.bytes = cb.bytes;
+      w.wait(k.writer);
+      w.wait(h.writer);
+      w.wait(h.reader);
+      w.wait(h.storer);
+      auto const idx = w.emit(o);
+      k.reader = idx;
+      h = {k.state, idx, -1, -1};
+      cb.host_snapshots = std::max(cb.host_snapshots, static_cast<std::uint32_t>(x.host_snapshot) + 1);
+      return {};
+    }
     case chain_op::free_disk:
-      // The chain model (plan/checkpointing.hpp) times disk snapshots; the builder has no op for
-      // a carry's file region yet, and running the rest would lose the snapshot.
-      return bad(at, "disk snapshots (spill, load, free_disk) are not run by the builder yet: use device and host snapshots");
+      if (!kslot_held()) return bad(at, "it frees a disk snapshot that holds no carry");
+      kslots[static_cast<std::size_t>(x.disk_snapshot)].state = -1;
+      return {};
     default: return bad(at, "it is no chain action");
   }
 }
@@ -257,8 +308,13 @@ constexpr schedule_issue builder::place_carries() {
   std::size_t dev = 0, hst = 0;
   if (!checked_mul(cb.region_bytes, cbuf.size(), dev) || !checked_add(a.device_bytes, dev, a.device_bytes))
     return overflow("device arena with the carry's buffers", {}, stack.carry.name);
-  if (!checked_mul(cb.host_region_bytes, std::size_t{cb.host_snapshots}, hst) || !checked_add(a.host_bytes, hst, a.host_bytes))
+  if (!checked_mul(cb.host_region_bytes, std::size_t{cb.host_snapshots}, hst) ||
+      (cb.host_snapshots > 0 && !checked_add(cb.host_area, hst, a.host_bytes)))
     return overflow("host arena with the carry's snapshots", {}, stack.carry.name);
+  std::size_t file = 0;
+  if (!checked_mul(cb.file_region_bytes, std::size_t{cb.disk_snapshots}, file) ||
+      (cb.disk_snapshots > 0 && !checked_add(cb.file_area, file, a.storage_bytes)))
+    return overflow("storage file with the carry's disk snapshots", {}, stack.carry.name);
   a.carry_bytes = dev;
   a.host_carry_bytes = hst;
   return {};

@@ -97,10 +97,16 @@ struct builder {
   };
   struct host_snapshot {
     std::int32_t state = -1;
-    std::int64_t writer = -1, reader = -1;
+    std::int64_t writer = -1, reader = -1;  // reader: its last prefetch (the h2d stream orders the others)
+    std::int64_t storer = -1;               // its last store to a disk snapshot (the storage stream orders the others)
+  };
+  struct disk_snapshot {
+    std::int32_t state = -1;
+    std::int64_t writer = -1, reader = -1;  // its store, its last load
   };
   std::vector<device_snapshot> dslots{};
   std::vector<host_snapshot> hslots{};
+  std::vector<disk_snapshot> kslots{};
   std::uint32_t held = 0;          // device snapshots holding a carry now
   std::uint32_t forwarded = 0;     // layers the first sweep has run
   bool turned = false;

@@ -60,6 +60,20 @@ inline void check_layout(schedule_view const& s) {
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     auto const& o = s.ops[i];
     if (!is_storage(o.kind)) continue;
+    if (o.slot == carry_slot) {  // a disk snapshot: between a host snapshot's region and a disk snapshot's
+      auto const& c = s.carry;
+      auto const in = [](std::size_t at, std::size_t area, std::size_t region, std::uint32_t count) {
+        return at >= area && region > 0 && (at - area) % region == 0 && (at - area) / region < count;
+      };
+      if (!in(o.host_offset, c.host_area, c.host_region_bytes, c.host_snapshots) ||
+          !in(o.file_offset, c.file_area, c.file_region_bytes, c.disk_snapshots))
+        check_fail("storage geometry: " + op_name(s, i) + " moves host " + bytes_text(o.host_offset, o.host_offset + o.bytes) +
+                   " and file " + bytes_text(o.file_offset, o.file_offset + o.bytes) +
+                   ", which are not a host snapshot's region and a disk snapshot's (host snapshots at " + std::to_string(c.host_area) +
+                   ", " + std::to_string(c.host_region_bytes) + " bytes apart; disk snapshots at " + std::to_string(c.file_area) +
+                   ", " + std::to_string(c.file_region_bytes) + " apart)");
+      continue;
+    }
     auto const& b = s.slots_of(o.layer)[o.slot];  // a stored spilled slot: proven by check_program
     if (o.bytes != b.bytes || o.host_offset != b.host_offset || o.file_offset != b.file_offset)
       check_fail("storage geometry: " + op_name(s, i) + " moves host " + bytes_text(o.host_offset, o.host_offset + o.bytes) +

@@ -21,11 +21,16 @@ inline void replay_peaks(schedule_view const& s, checked_program const& p, check
     if (a.guard) continue;  // the guard (or padding) is counted after the access it follows, as predicted
     // No overflow: proven by check_program. Carries have no guard.
     auto const end = a.host != device_space || a.slot == carry_slot ? a.end : a.end + guard;
-    // Spilled slots' regions, in the ring and in the file, are padded to the storage alignment.
+    // Spilled slots' regions, in the ring and in the file, are padded to the storage alignment;
+    // so are a carry's host snapshots when its checkpoints allow disk snapshots (file regions).
     bool const padded = a.host == storage_space ||
                         (a.host == host_space && a.slot != carry_slot &&
                          s.slots[s.layers[a.layer].first_slot + a.slot].where == placement::spill);
-    auto const align = padded ? s.buffers.storage_alignment : a.host ? s.buffers.host_alignment : s.buffers.device_alignment;
+    bool const padded_carry = a.host == host_space && a.slot == carry_slot && s.carry.file_region_bytes > 0;
+    auto const align = padded         ? s.buffers.storage_alignment
+                       : padded_carry ? std::max(s.buffers.storage_alignment, s.buffers.host_alignment)
+                       : a.host       ? s.buffers.host_alignment
+                                      : s.buffers.device_alignment;
     auto const aligned = add_or_fail(end, align - 1, [&] { return "peak: the aligned end of " + op_name(s, a.op) + "'s range"; }) /
                          align * align;
     auto& r = a.host == storage_space ? report.replayed_storage_bytes

@@ -48,7 +48,8 @@ inline checked_program check_program(schedule_view const& s) {
     if (static_cast<std::size_t>(o.kind) >= op_kind_count)
       check_fail("structure: op #" + str(i) + " has no valid kind");
     bool const carry_copy = is_copy(o.kind) && o.slot == carry_slot;
-    if (o.slot != no_slot && !carry_copy && o.slot >= s.layers[o.layer].slot_count)
+    bool const carry_transfer = is_storage(o.kind) && o.slot == carry_slot;  // a disk snapshot's store or load
+    if (o.slot != no_slot && !carry_copy && !carry_transfer && o.slot >= s.layers[o.layer].slot_count)
       check_fail("structure: op #" + str(i) + " names slot " + str(o.slot) + " which layer " + str(o.layer) + " does not have");
     if (is_copy(o.kind) && o.slot == no_slot) check_fail("structure: op #" + str(i) + " is a copy of no slot");
     if (st >= stream_count) check_fail("structure: " + op_name(s, i) + " names no valid stream");
@@ -77,11 +78,15 @@ inline checked_program check_program(schedule_view const& s) {
     }
     if (is_storage(o.kind)) {
       auto const what = [&] { return "structure: op #" + str(i) + " (" + std::string(to_string(o.kind)) + " L" + str(o.layer) + ")"; };
-      if (o.slot == no_slot || o.slot == carry_slot) check_fail(what() + " moves no slot");
-      auto const& b = s.slots_of(o.layer)[o.slot];
-      if (!b.stored())
+      if (o.slot == no_slot) check_fail(what() + " moves no slot");
+      if (carry_transfer) {
+        if (!s.carry.present() || s.carry.disk_snapshots == 0)
+          check_fail(what() + " moves a carry, but the schedule has no disk snapshots of one");
+        if (o.bytes != s.carry.bytes) check_fail(what() + " must move the whole carry (" + str(s.carry.bytes) + " bytes)");
+      } else if (auto const& b = s.slots_of(o.layer)[o.slot]; !b.stored()) {
         check_fail("structure: " + op_name(s, i) + " moves a slot that is not stored (" + std::string(to_string(b.where)) +
                    (b.where == placement::spill ? ", held in the spill ring" : "") + ")");
+      }
       if (o.chunks != 1 || o.chunk != 0) check_fail("structure: " + op_name(s, i) + " claims chunk " + str(o.chunk) + " of " + str(o.chunks));
       if (o.carry_in != no_carry || o.carry_out != no_carry) check_fail("structure: " + op_name(s, i) + " names a carry");
       // One stream's order: a storage file moves one transfer at a time, and a store and a load
@@ -234,7 +239,7 @@ inline checked_program check_program(schedule_view const& s) {
   {
     std::vector<std::array<std::uint32_t, 2>> moves(s.slots.size(), {absent, absent});
     for (std::uint32_t i = 0; i < n; ++i)
-      if (auto const& o = s.ops[i]; is_storage(o.kind)) {
+      if (auto const& o = s.ops[i]; is_storage(o.kind) && o.slot != carry_slot) {  // a carry's: the data flow proves them
         auto& at = moves[s.layers[o.layer].first_slot + o.slot][o.kind == op_kind::load];
         if (at != absent)
           check_fail("completeness: " + slot_label(s, o.layer, o.slot) + " has two " + std::string(to_string(o.kind)) +
@@ -329,8 +334,13 @@ inline checked_program check_program(schedule_view const& s) {
         auto const pad = (salign - o.bytes % salign) % salign;
         bool const store = o.kind == op_kind::store;
         auto const from = store ? host_space : storage_space, to = store ? storage_space : host_space;
-        add(from, false, store ? o.host_offset : o.file_offset, o.bytes, slot, 0);
-        add(to, true, store ? o.file_offset : o.host_offset, o.bytes, slot, 0);
+        if (o.slot == carry_slot) {  // a disk snapshot: carry `layer`, whole
+          add_carry(from, false, store ? o.host_offset : o.file_offset, o.layer);
+          add_carry(to, true, store ? o.file_offset : o.host_offset, o.layer);
+        } else {
+          add(from, false, store ? o.host_offset : o.file_offset, o.bytes, slot, 0);
+          add(to, true, store ? o.file_offset : o.host_offset, o.bytes, slot, 0);
+        }
         if (pad > 0) {
           auto const at = (store ? o.file_offset : o.host_offset) + o.bytes;
           p.accesses.push_back({i, static_cast<std::uint8_t>(to), true, at, at + pad, o.layer, slot, 0, true});

@@ -83,7 +83,8 @@ class debug_checks {
     }
     // The spill ring's copy of a stored slot is dead until its load: a prefetch without one would
     // hand the backward the poison. Pinned host memory is host-accessible on every backend.
-    if (o.kind == op_kind::store) backend.host_task(role, task{&poison, this, i});
+    // (A carry's host snapshot stays valid after its store: a reversal may prefetch from it.)
+    if (o.kind == op_kind::store && !carry_copy) backend.host_task(role, task{&poison, this, i});
   }
 
   //! Throws the `debug_check_error` that `f` describes.
