@@ -112,7 +112,6 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
   auto const kslot_held = [&] {
     return kslot_ok() && static_cast<std::size_t>(x.disk_snapshot) < kslots.size() && kslots[static_cast<std::size_t>(x.disk_snapshot)].state >= 0;
   };
-  auto const file_at = [&] { return cb.file_area + cb.file_region_bytes * static_cast<std::size_t>(x.disk_snapshot); };
   // The action's device (host) snapshot is in range and holds a carry.
   auto const dslot_held = [&] {
     return dslot_ok() && static_cast<std::size_t>(x.snapshot) < dslots.size() && dslots[static_cast<std::size_t>(x.snapshot)].buffer >= 0;
@@ -121,6 +120,15 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
     return hslot_ok() && static_cast<std::size_t>(x.host_snapshot) < hslots.size() && hslots[static_cast<std::size_t>(x.host_snapshot)].state >= 0;
   };
   auto const host_at = [&] { return cb.host_area + cb.host_region_bytes * static_cast<std::size_t>(x.host_snapshot); };
+  // A spill's store or a load of carry `state`: the whole carry, between the action's host and
+  // disk snapshots (the backends pad it to the storage alignment, as the regions are).
+  auto const carry_transfer = [&](op_kind kind, std::int32_t state) {
+    op o{kind, storage, carry_slot, static_cast<std::uint32_t>(state)};
+    o.host_offset = host_at();
+    o.file_offset = cb.file_area + cb.file_region_bytes * static_cast<std::size_t>(x.disk_snapshot);
+    o.bytes = cb.bytes;
+    return o;
+  };
   // The action's device snapshot takes `buffer`, holding carry `state`.
   auto const hold = [&](std::int32_t buffer, std::int32_t state) {
     dslots[static_cast<std::size_t>(x.snapshot)] = {buffer, state};
@@ -257,10 +265,7 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
       auto& k = kslots[static_cast<std::size_t>(x.disk_snapshot)];
       if (k.state >= 0) return bad(at, "it spills into a disk snapshot that is not empty");
       auto& h = hslots[static_cast<std::size_t>(x.host_snapshot)];
-      op o{op_kind::store, storage, carry_slot, static_cast<std::uint32_t>(h.state)};
-      o.host_offset = host_at();
-      o.file_offset = file_at();
-      o.bytes = cb.bytes;
+      auto const o = carry_transfer(op_kind::store, h.state);
       w.wait(h.writer);
       w.wait(k.writer);
       w.wait(k.reader);
@@ -277,10 +282,7 @@ constexpr schedule_issue builder::walk(std::size_t at, chain_action const& x) {
       auto& h = hslots[static_cast<std::size_t>(x.host_snapshot)];
       if (h.state >= 0) return bad(at, "it loads into a host slot that is not empty");
       auto& k = kslots[static_cast<std::size_t>(x.disk_snapshot)];
-      op o{op_kind::load, storage, carry_slot, static_cast<std::uint32_t>(k.state)};
-      o.host_offset = host_at();
-      o.file_offset = file_at();
-      o.bytes = cb.bytes;
+      auto const o = carry_transfer(op_kind::load, k.state);
       w.wait(k.writer);
       w.wait(h.writer);
       w.wait(h.reader);

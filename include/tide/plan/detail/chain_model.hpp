@@ -29,14 +29,41 @@ inline void chain_costs::check(char const* who, std::int64_t n) const {
     throw cost_model_error(std::string(who) + ": costs must be finite and non-negative");
 }
 
+namespace detail::ckpt {
+
+//! Throws `schedule_error` naming `who` unless `tiers` fit an n-step chain: the chain's
+//! arguments, no negative count, and a host snapshot for disk snapshots to pass through.
+inline void check_tiers(char const* who, std::int64_t n, chain_tiers const& tiers) {
+  check_chain_args(who, n, tiers.device);
+  if (tiers.host < 0) throw schedule_error(std::string(who) + ": negative host slot count");
+  if (tiers.disk < 0) throw schedule_error(std::string(who) + ": negative disk snapshot count");
+  if (tiers.disk > 0 && tiers.host < 1)
+    throw schedule_error(std::string(who) + ": " + std::to_string(tiers.disk) +
+                         " disk snapshots need at least 1 host snapshot (a disk snapshot is written from and read into one)");
+}
+
+//! What machine `m` found over a whole schedule of its n-layer chain (`schedule_error` if the
+//! schedule it ran ends before layer 0's backward).
+inline chain_evaluation summarize(chain_machine const& m) {
+  if (!m.finished())
+    throw schedule_error("chain schedule: ends before backward step 0 (next backward: " + std::to_string(m.next_backward()) + ")");
+  return {.time_us = m.time(),
+          .forward_steps = m.forward_steps(),
+          .extra_forwards = m.forward_steps() - m.layers(),
+          .copy_us = m.copy_time(),
+          .peak_device = m.peak_device(),
+          .peak_host = m.peak_host(),
+          .peak_disk = m.peak_disk(),
+          .disk_writes = m.disk_writes(),
+          .disk_reads = m.disk_reads(),
+          .storage_us = m.storage_time()};
+}
+
+}  // namespace detail::ckpt
+
 inline chain_machine::chain_machine(std::int64_t n, chain_tiers tiers, chain_costs costs)
     : n_(static_cast<std::int32_t>(n)), costs_(std::make_shared<chain_costs const>(std::move(costs))) {
-  detail::ckpt::check_chain_args("chain_machine", n, tiers.device);
-  if (tiers.host < 0) throw schedule_error("chain_machine: negative host slot count");
-  if (tiers.disk < 0) throw schedule_error("chain_machine: negative disk snapshot count");
-  if (tiers.disk > 0 && tiers.host < 1)
-    throw schedule_error("chain_machine: " + std::to_string(tiers.disk) +
-                         " disk snapshots need at least 1 host snapshot (a disk snapshot is written from and read into one)");
+  detail::ckpt::check_tiers("chain_machine", n, tiers);
   costs_->check("chain_machine", n);
   device_.resize(static_cast<std::size_t>(std::min<std::int64_t>(tiers.device, n + 1)));
   host_.resize(static_cast<std::size_t>(std::min<std::int64_t>(tiers.host, n + 1)));
@@ -170,18 +197,7 @@ inline void chain_machine::count_stored() {
 inline chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions) {
   chain_machine m(n, tiers, costs);
   for (auto const& a : actions) m.apply(a);
-  if (!m.finished())
-    throw schedule_error("chain schedule: ends before backward step 0 (next backward: " + std::to_string(m.next_backward()) + ")");
-  return {.time_us = m.time(),
-          .forward_steps = m.forward_steps(),
-          .extra_forwards = m.forward_steps() - n,
-          .copy_us = m.copy_time(),
-          .peak_device = m.peak_device(),
-          .peak_host = m.peak_host(),
-          .peak_disk = m.peak_disk(),
-          .disk_writes = m.disk_writes(),
-          .disk_reads = m.disk_reads(),
-          .storage_us = m.storage_time()};
+  return detail::ckpt::summarize(m);
 }
 
 }  // namespace tide

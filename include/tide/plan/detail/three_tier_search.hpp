@@ -36,7 +36,14 @@ inline chain_costs slice_costs(chain_costs const& c, std::int64_t a, std::int64_
   return s;
 }
 
-//! Builds a disk-segmented schedule on a machine that checks each action as it is appended.
+//! A schedule and what the machine that checked it found.
+struct timed_schedule {
+  std::vector<chain_action> actions;
+  chain_evaluation evaluation;
+};
+
+//! Builds a disk-segmented schedule on a machine that checks and times each action as it is
+//! appended (so the schedule needs no second evaluation).
 class disk_segments {
  public:
   disk_segments(std::int64_t n, chain_tiers tiers, chain_costs const& costs, two_tier_options const& inner)
@@ -47,7 +54,7 @@ class disk_segments {
   //! snapshot stages the disk reads (the segments' plans use the others) and each read is issued
   //! a segment ahead; without, the segments use every host snapshot and each read waits for the
   //! segment before to end.
-  std::vector<chain_action> build(std::vector<std::int32_t> const& starts, bool reserve) && {
+  timed_schedule build(std::vector<std::int32_t> const& starts, bool reserve) && {
     auto const k = static_cast<std::int32_t>(starts.size()) - 1;
     auto const dev = static_cast<std::int32_t>(m_.device().size()), hst = static_cast<std::int32_t>(m_.host().size());
     std::int32_t const stage = hst - 1;
@@ -71,9 +78,9 @@ class disk_segments {
       std::int32_t const a = starts[static_cast<std::size_t>(j)], b = starts[static_cast<std::size_t>(j) + 1];
       // The segment's start into the working carry: read from disk now (without a reserved
       // snapshot), brought to the device unless the segment before already prefetched it.
-      std::int32_t d = held_on_device(a);
+      std::int32_t d = held(m_.device(), a);
       if (d < 0) {
-        std::int32_t h = held_on_host(a);
+        std::int32_t h = held(m_.host(), a);
         if (h < 0) {
           h = empty(m_.host());
           put(chain_action::load(j, h));
@@ -90,7 +97,7 @@ class disk_segments {
       if (reserve && j > 0) put(chain_action::load(j - 1, stage));
       segment(a, b, inner_host, false, j > 0 ? starts[static_cast<std::size_t>(j) - 1] : -1, reserve ? -1 : j - 1);
     }
-    return std::move(out_);
+    return {std::move(out_), summarize(m_)};
   }
 
  private:
@@ -106,18 +113,14 @@ class disk_segments {
       if (tier[i].carry < 0) return static_cast<std::int32_t>(i);
     throw schedule_error("three_tier_plan: internal error: no empty snapshot at a segment boundary");
   }
-  std::int32_t held_on_device(std::int32_t carry) const {
-    for (std::size_t i = 0; i < m_.device().size(); ++i)
-      if (m_.device()[i].carry == carry) return static_cast<std::int32_t>(i);
-    return -1;
-  }
-  std::int32_t held_on_host(std::int32_t carry) const {
-    for (std::size_t i = 0; i < m_.host().size(); ++i)
-      if (m_.host()[i].carry == carry) return static_cast<std::int32_t>(i);
+  //! The snapshot of `tier` that holds `carry`, or -1.
+  static std::int32_t held(std::span<chain_snapshot const> tier, std::int32_t carry) {
+    for (std::size_t i = 0; i < tier.size(); ++i)
+      if (tier[i].carry == carry) return static_cast<std::int32_t>(i);
     return -1;
   }
   void free_host_copy(std::int32_t carry) {
-    if (auto const h = held_on_host(carry); h >= 0) put(chain_action::free_host(h));
+    if (auto const h = held(m_.host(), carry); h >= 0) put(chain_action::free_host(h));
   }
   //! Snapshots holding carries no backward reads any more.
   void drop_dead() {
@@ -183,7 +186,7 @@ class disk_segments {
   //! The next segment's start (carry `carry`), when a host snapshot holds it, to a free device
   //! snapshot, if one is free.
   void prefetch_early(std::int32_t carry) {
-    auto const h = held_on_host(carry);
+    auto const h = held(m_.host(), carry);
     if (h < 0) return;
     for (std::size_t i = 0; i < m_.device().size(); ++i)
       if (m_.device()[i].carry < 0) {
@@ -210,15 +213,11 @@ inline std::vector<std::int32_t> equal_starts(std::int64_t n, std::int64_t k) {
 }  // namespace detail::ckpt
 
 inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs, three_tier_options const& options) {
-  detail::ckpt::check_chain_args("three_tier_plan", n, tiers.device);
-  if (tiers.host < 0 || tiers.disk < 0) throw schedule_error("three_tier_plan: negative host or disk snapshot count");
-  if (tiers.disk > 0 && tiers.host < 1)
-    throw schedule_error("three_tier_plan: " + std::to_string(tiers.disk) +
-                         " disk snapshots need at least 1 host snapshot (a disk snapshot is written from and read into one)");
+  detail::ckpt::check_tiers("three_tier_plan", n, tiers);
   costs.check("three_tier_plan", n);
-  auto result = [&](std::vector<chain_action> acts, three_tier_method how, std::int32_t segments, bool reserve) {
-    auto const e = evaluate_chain(n, tiers, costs, acts);
-    return three_tier_result{.actions = std::move(acts),
+  auto result = [](detail::ckpt::timed_schedule t, three_tier_method how, std::int32_t segments, bool reserve) {
+    auto const& e = t.evaluation;
+    return three_tier_result{.actions = std::move(t.actions),
                              .predicted_us = e.time_us,
                              .extra_forwards = e.extra_forwards,
                              .disk_writes = e.disk_writes,
@@ -227,13 +226,15 @@ inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chai
                              .staging_reserved = reserve,
                              .method = how};
   };
-  auto best = result(two_tier_plan(n, tiers.device, tiers.host, costs, options.inner).actions, three_tier_method::two_tier, 1, false);
+  auto two = two_tier_plan(n, tiers.device, tiers.host, costs, options.inner).actions;
+  auto const two_eval = evaluate_chain(n, tiers, costs, two);  // the disk counts, zero
+  auto best = result({std::move(two), two_eval}, three_tier_method::two_tier, 1, false);
   auto const kmax = std::min<std::int64_t>(tiers.disk, n - 1);
   if (kmax < 1) return best;
 
   auto consider = [&](std::vector<std::int32_t> const& starts, bool reserve) {
-    auto acts = detail::ckpt::disk_segments(n, tiers, costs, options.inner).build(starts, reserve);
-    auto r = result(std::move(acts), three_tier_method::disk_segments, static_cast<std::int32_t>(starts.size()), reserve);
+    auto r = result(detail::ckpt::disk_segments(n, tiers, costs, options.inner).build(starts, reserve), three_tier_method::disk_segments,
+                    static_cast<std::int32_t>(starts.size()), reserve);
     if (r.predicted_us < best.predicted_us) best = std::move(r);
   };
   // Segment lengths by a dynamic program (uniform costs, short chains): a segment's time is its
@@ -280,12 +281,14 @@ inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chai
   if (n <= options.every_split_max_layers)
     for (std::int32_t q = 1; q < n; ++q)
       for (bool const reserve : {true, false}) consider({0, q}, reserve);
-  for (std::int64_t k = 1; k <= kmax; ++k)
+  for (std::int64_t k = 1; k <= kmax; ++k) {
+    auto const equal = detail::ckpt::equal_starts(n, k);
+    auto const& dp = dp_starts[static_cast<std::size_t>(k)];
     for (bool const reserve : {true, false}) {
-      consider(detail::ckpt::equal_starts(n, k), reserve);
-      if (!dp_starts[static_cast<std::size_t>(k)].empty() && dp_starts[static_cast<std::size_t>(k)] != detail::ckpt::equal_starts(n, k))
-        consider(dp_starts[static_cast<std::size_t>(k)], reserve);
+      consider(equal, reserve);
+      if (!dp.empty() && dp != equal) consider(dp, reserve);
     }
+  }
   return best;
 }
 
