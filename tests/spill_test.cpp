@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <tide/tide.hpp>
+#include <tide/backends/cuda/detail/ring_redirect.hpp>  // no CUDA in it: checked here
 
 #include "workload.hpp"
 
@@ -124,6 +125,33 @@ TEST(SpillSchedule, RingAndFileLayoutByHand) {
 
 // Without latency hiding one ring buffer serves, on the compute stream: every spilled layer but
 // the last is stored, and the program is one stream.
+// GPUDirect Storage keeps the ring in device memory (cuda_backend): every offload into the ring,
+// store, load and prefetch out of it must land at the same offset of the device ring, and
+// nothing else may move. Checked on a built schedule's ops, with the host arena's addresses.
+TEST(SpillSchedule, TheDeviceRingRedirectMapsEveryRingTransfer) {
+  auto const s = build_schedule(chain_stack(5, 10000), spill_strategy());
+  auto const& a = s.arena;
+  std::vector<std::byte> host(a.host_bytes), device(a.spill_ring_bytes);
+  detail::ring_redirect const r{host.data() + a.spill_area, device.data(), a.spill_ring_bytes};
+  ASSERT_TRUE(r.active());
+  std::size_t mapped = 0;
+  for (auto const& o : s.view().ops) {
+    bool const ring_copy = (o.kind == op_kind::offload || o.kind == op_kind::prefetch) && o.host_offset >= a.spill_area;
+    if (!ring_copy && !is_storage(o.kind)) continue;
+    auto const n = is_storage(o.kind) ? align_up(o.bytes, s.buffers.storage_alignment) : o.bytes;
+    auto* const p = host.data() + o.host_offset;
+    ASSERT_EQ(r(p, n), device.data() + (o.host_offset - a.spill_area)) << to_string(o.kind);
+    ++mapped;
+  }
+  EXPECT_GT(mapped, 0u);
+  // Outside the ring: unchanged; the ring's end is outside; a transfer past the end is an error.
+  EXPECT_EQ(r(host.data(), 16), host.data());
+  EXPECT_EQ(r.offset_of(host.data() + a.spill_area + a.spill_ring_bytes), -1);
+  EXPECT_THROW((void)r(host.data() + a.spill_area + a.spill_ring_bytes - 8, 16), schedule_error);
+  EXPECT_FALSE(detail::ring_redirect{}.active());
+  EXPECT_EQ(detail::ring_redirect{}.offset_of(host.data()), -1);
+}
+
 TEST(SpillSchedule, WithoutLatencyHidingOneBufferOnTheComputeStream) {
   auto const s = build_schedule(chain_stack(4, 4096), spill_strategy(false));
   EXPECT_EQ(s.arena.spill_buffers, 1u);

@@ -23,7 +23,20 @@ python_modules() {
     python3 -m pip install -q jsonschema matplotlib >/dev/null
   fi
 }
-[ ${#missing[@]} -eq 0 ] && { python_modules; exit 0; }
+# cuFile (GPUDirect Storage), when there is a CUDA toolkit without it: the nvidia-cufile wheel's
+# headers and library, into a directory of tide's own (tools/find_cufile.py looks there). Optional:
+# without it the CUDA backend stages spilled slots through the pinned ring.
+cufile() {
+  local nvcc_path
+  nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null) || return 0
+  [ -n "$(python3 "$(dirname "$0")/find_cufile.py" "$(dirname "$(dirname "$nvcc_path")")")" ] && return 0
+  local dir="${TIDE_CUFILE_DIR:-$HOME/.cache/tide/nvidia-cufile}" cu
+  cu=$("$nvcc_path" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
+  echo "tide: installing cuFile (the nvidia-cufile wheel for CUDA $cu) into $dir" >&2
+  python3 -m pip install -q --no-deps --target "$dir" "$([ "$cu" = 12 ] && echo nvidia-cufile-cu12 || echo nvidia-cufile)" >/dev/null 2>&1 ||
+    echo "tide: could not install nvidia-cufile (no network?): the CUDA backend builds without GPUDirect Storage" >&2
+}
+[ ${#missing[@]} -eq 0 ] && { python_modules; cufile; exit 0; }
 echo "tide: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
@@ -31,3 +44,4 @@ $sudo apt-get install -y -q "${missing[@]}" >/dev/null 2>&1 || {
   $sudo apt-get install -y -q "${missing[@]}" >/dev/null
 }
 python_modules
+cufile

@@ -199,6 +199,8 @@ struct run_result {
   double step_ms = 0;
   tide::timeline trace;
   tide::step_summary summary;
+  std::string storage_path;               //!< how spilled slots moved (`cuda_backend::storage_path()`)
+  std::size_t gpu_direct_ring_bytes = 0;  //!< device memory of the spill ring under GPUDirect Storage
 };
 
 //! Runs `o.steps` steps of `m` under schedule `s` on a fresh backend; returns the gradients.
@@ -243,6 +245,8 @@ run_result run(model const& m, tide::schedule const& s, run_options const& o, Ho
   r.step_ms = timed > 0 ? total_ms / timed : 0;
   if (o.trace && !o.graph) r.summary = tide::summarize(r.trace, s);
   r.grads = m.gradients();
+  r.storage_path = be.storage_path();
+  r.gpu_direct_ring_bytes = be.gpu_direct_ring_bytes();
   return r;
 }
 

@@ -755,45 +755,53 @@ TEST(checkpointing, ThreeTierPlanAgainstExhaustiveSearch) {
   struct disk_setting {
     double f, b, d2h, h2d, write, read;
   };
-  // Disk copies shorter than a step, as long as a few steps, and a slow link with a fast disk.
-  constexpr std::array<disk_setting, 3> ds{{{1, 2, 1, 1, 1, 1}, {1, 2, 1, 1, 4, 3}, {1, 2, 3, 3, 1, 1}}};
+  // Disk copies shorter than a step, as long as a few steps, a slow link with a fast disk, a slow
+  // disk, a backward as long as a forward, unequal directions.
+  constexpr std::array<disk_setting, 6> ds{
+      {{1, 2, 1, 1, 1, 1}, {1, 2, 1, 1, 4, 3}, {1, 2, 3, 3, 1, 1}, {1, 2, 2, 2, 6, 6}, {1, 1, 1, 1, 2, 2}, {1, 3, 1, 2, 3, 5}}};
+  // Optimal on every chain of `proven`; within 10% on the others (measured worst: 8.3%).
+  std::array<chain_tiers, 4> const proven{{{1, 1, 1}, {1, 1, 2}, {2, 1, 1}, {1, 2, 1}}};
+  std::array<chain_tiers, 4> const others{{{2, 2, 1}, {1, 2, 2}, {2, 1, 2}, {1, 1, 3}}};
   int cases = 0, optimal = 0, used_disk = 0, optimum_used_disk = 0;
   double worst = 0;
   std::string worst_case = "none";
+  auto run = [&](std::int64_t n, chain_tiers t, disk_setting const& k, bool must_be_optimal) {
+    auto c = chain_costs::constant(k.f, k.b, k.d2h, k.h2d);
+    c.disk_write_us = k.write, c.disk_read_us = k.read;
+    auto const plan = three_tier_plan(n, t, c);
+    auto const e = evaluate_chain(n, t, c, plan.actions);
+    ASSERT_DOUBLE_EQ(plan.predicted_us, e.time_us);
+    EXPECT_EQ(plan.disk_writes, e.disk_writes);
+    EXPECT_LE(e.peak_disk, t.disk);
+    auto const best = exhaustive_optimum(n, t, c, plan.predicted_us);
+    ASSERT_FALSE(best.actions.empty());
+    auto const opt = evaluate_chain(n, t, c, best.actions);
+    ASSERT_DOUBLE_EQ(opt.time_us, best.time);
+    EXPECT_LE(best.time, plan.predicted_us * (1 + 1e-9));
+    // The two-tier plan is a candidate: the third tier never makes the plan slower.
+    EXPECT_LE(plan.predicted_us, two_tier_plan(n, t.device, t.host, c).predicted_us * (1 + 1e-9));
+    ++cases;
+    used_disk += plan.disk_writes > 0;
+    optimum_used_disk += opt.disk_writes > 0;
+    double const gap = plan.predicted_us / best.time - 1;
+    optimal += gap <= 1e-9;
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "n=%lld d%lld h%lld s%lld f=%g b=%g link %g/%g disk %g/%g: plan %g, optimum %g", static_cast<long long>(n),
+                  static_cast<long long>(t.device), static_cast<long long>(t.host), static_cast<long long>(t.disk), k.f, k.b, k.d2h, k.h2d,
+                  k.write, k.read, plan.predicted_us, best.time);
+    if (must_be_optimal) EXPECT_LE(gap, 1e-9) << buf;
+    if (gap > worst) worst = gap, worst_case = buf;
+  };
   for (std::int64_t n = 3; n <= (sanitized ? 4 : 7); ++n)
-    for (auto const& t : {chain_tiers{1, 1, 1}, chain_tiers{1, 1, 2}, chain_tiers{2, 1, 1}, chain_tiers{1, 2, 1}})
-      for (auto const& k : ds) {
-        auto c = chain_costs::constant(k.f, k.b, k.d2h, k.h2d);
-        c.disk_write_us = k.write, c.disk_read_us = k.read;
-        auto const plan = three_tier_plan(n, t, c);
-        auto const e = evaluate_chain(n, t, c, plan.actions);
-        ASSERT_DOUBLE_EQ(plan.predicted_us, e.time_us);
-        EXPECT_EQ(plan.disk_writes, e.disk_writes);
-        EXPECT_LE(e.peak_disk, t.disk);
-        auto const best = exhaustive_optimum(n, t, c, plan.predicted_us);
-        ASSERT_FALSE(best.actions.empty());
-        auto const opt = evaluate_chain(n, t, c, best.actions);
-        ASSERT_DOUBLE_EQ(opt.time_us, best.time);
-        EXPECT_LE(best.time, plan.predicted_us * (1 + 1e-9));
-        // The two-tier plan is a candidate: the third tier never makes the plan slower.
-        EXPECT_LE(plan.predicted_us, two_tier_plan(n, t.device, t.host, c).predicted_us * (1 + 1e-9));
-        ++cases;
-        used_disk += plan.disk_writes > 0;
-        optimum_used_disk += opt.disk_writes > 0;
-        double const gap = plan.predicted_us / best.time - 1;
-        optimal += gap <= 1e-9;
-        if (gap > worst) {
-          char buf[160];
-          std::snprintf(buf, sizeof buf, "n=%lld d%lld h%lld s%lld f=%g b=%g link %g/%g disk %g/%g: plan %g, optimum %g", static_cast<long long>(n),
-                        static_cast<long long>(t.device), static_cast<long long>(t.host), static_cast<long long>(t.disk), k.f, k.b, k.d2h,
-                        k.h2d, k.write, k.read, plan.predicted_us, best.time);
-          worst = gap, worst_case = buf;
-        }
-      }
+    for (auto const& k : ds) {
+      for (auto const& t : proven) run(n, t, k, true);
+      if (n <= (sanitized ? 3 : 6))
+        for (auto const& t : others) run(n, t, k, false);
+    }
   std::printf("[ info     ] three_tier_plan vs exhaustive on %d small chains: optimal on %d, worst %.1f%% (%s); the plan uses "
               "the disk on %d, the optimum on %d\n",
               cases, optimal, 100 * worst, worst_case.c_str(), used_disk, optimum_used_disk);
-  EXPECT_LE(worst, 0.10) << worst_case;  // measured 6.7% (2026-12-03): the info line, docs/checkpointing.md
+  EXPECT_LE(worst, 0.10) << worst_case;  // measured 8.3% (2026-12-03): the info line, docs/checkpointing.md
 }
 
 // A chain whose carries device and host snapshots cannot hold: the disk tier cuts the forwards

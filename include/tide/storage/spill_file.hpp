@@ -169,6 +169,8 @@ class spill_file {
   [[nodiscard]] bool registered() const noexcept { return !registered_.empty(); }
   //! The directory the (unlinked) file is in.
   [[nodiscard]] std::string const& directory() const noexcept { return opt_.directory; }
+  //! The file's descriptor (GPUDirect Storage registers it with cuFile); the file owns it.
+  [[nodiscard]] int native_handle() const noexcept { return fd_; }
   //! Which path moves the bytes and why: "io_uring, O_DIRECT, registered buffers: spill file in /x (unlinked), 4096 bytes".
   [[nodiscard]] std::string const& description() const noexcept { return description_; }
 

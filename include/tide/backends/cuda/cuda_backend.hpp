@@ -27,9 +27,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -41,7 +43,9 @@
 
 #include <tide/backends/cuda/cuda_error.hpp>
 #include <tide/backends/cuda/cuda_graph.hpp>
+#include <tide/backends/cuda/gpu_direct.hpp>
 #include <tide/backends/cuda/detail/device_guard.hpp>
+#include <tide/backends/cuda/detail/ring_redirect.hpp>
 #include <tide/backends/cuda/detail/sync_wait.hpp>
 #include <tide/backends/cuda/memory.hpp>
 #include <tide/backends/cuda/nvtx.hpp>
@@ -74,10 +78,17 @@ struct cuda_backend_options {
   //! without cudaStreamNonBlocking). Off: such a stream is rejected, since work another thread
   //! puts on the legacy stream then breaks graph capture and stalls tide's step.
   bool allow_blocking_compute_stream = false;
-  //! The storage tier spilled slots go to, staged through the pinned spill ring: a file in
-  //! `storage.directory`, written and read by host functions in the storage stream's order (none
-  //! by default: a schedule that stores bytes is then refused when its executor is built)
+  //! The storage tier spilled slots go to: a file in `storage.directory` (none by default: a
+  //! schedule that stores bytes is then refused when its executor is built). Staged through the
+  //! pinned spill ring, written and read by host functions in the storage stream's order, unless
+  //! GPUDirect Storage moves them (`gpu_direct`).
   storage_options storage{};
+  //! GPUDirect Storage for spilled slots: the spill ring then lives in device memory (at the end
+  //! of the device arena, so the budget and `device_arena_bytes()` count it), offloads and
+  //! prefetches to and from it are device-to-device copies, and stores and loads are cuFile
+  //! transfers on the storage stream. Disk snapshots of a chain's carry stay staged (they live in
+  //! the host arena). `storage_path()` says which path is used and why.
+  gpu_direct_mode gpu_direct = gpu_direct_mode::automatic;
 };
 
 
@@ -236,9 +247,22 @@ class cuda_backend {
     // alignment (resource_allocator::check_kind; see expect_memory).
     // The file first: a full disk or a bad directory is found before any arena is taken.
     if (s.storage_bytes > 0) detail::prepare_spill_file(file_, opt_.storage, s.storage_bytes, s.storage_alignment, "cuda_backend");
-    auto d = reserve_device(s.device_bytes, s.device_alignment);
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+    gds_.reset();  // before the arena it registered may be freed
+#endif
+    // GPUDirect Storage: the spill ring goes at the end of the device arena.
+    auto const ring = s.schedule.arena.spill_ring_bytes;
+    std::string why_not = ring == 0 || s.storage_bytes == 0 ? "" : gpu_direct_blocker();
+    bool const direct = ring > 0 && s.storage_bytes > 0 && why_not.empty();
+    std::size_t ring_at = 0;
+    if (direct && (!checked_align_up(s.device_bytes, std::size_t{4096}, ring_at) || ring > std::numeric_limits<std::size_t>::max() - ring_at))
+      throw out_of_memory("tide: CUDA backend device arena: the arena and the spill ring of GPUDirect Storage", s.device_bytes, std::numeric_limits<std::size_t>::max());
+    auto d = reserve_device(direct ? ring_at + ring : s.device_bytes, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
     if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});
+    redirect_ = {};
+    if (direct) why_not = attach_gpu_direct(static_cast<std::byte*>(h.data) + s.schedule.arena.spill_area, static_cast<std::byte*>(d.data) + ring_at, ring);
+    if (ring > 0 && s.storage_bytes > 0) say_storage_path(why_not);
     if (transfer_at_.size() < s.ops) transfer_at_.resize(s.ops);
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
     while (events_.size() < s.events) {
@@ -303,9 +327,13 @@ class cuda_backend {
   //! A `cudaMemcpyAsync` on the stream of `r`, in the direction of the op's kind.
   void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
     nvtx_op_range const range(opt_.nvtx, o, slot_name(o));
-    auto const kind = o.kind == op_kind::offload    ? cudaMemcpyDeviceToHost
-                      : o.kind == op_kind::prefetch ? cudaMemcpyHostToDevice
-                                                    : cudaMemcpyDefault;
+    auto kind = o.kind == op_kind::offload    ? cudaMemcpyDeviceToHost
+                : o.kind == op_kind::prefetch ? cudaMemcpyHostToDevice
+                                              : cudaMemcpyDefault;
+    if (redirect_.active()) {  // a spilled slot to or from the device ring (GPUDirect Storage)
+      if (o.kind == op_kind::offload && redirect_.offset_of(dst) >= 0) dst = redirect_(dst, n), kind = cudaMemcpyDeviceToDevice;
+      if (o.kind == op_kind::prefetch && redirect_.offset_of(src) >= 0) src = redirect_(src, n), kind = cudaMemcpyDeviceToDevice;
+    }
     if (!timing()) {
       TIDE_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, kind, stream(r)));
       return;
@@ -315,13 +343,20 @@ class cuda_backend {
     op_marks_.push_back({i, r, begin, mark(r)});
   }
 
-  //! Writes a spilled slot from the pinned ring (`src`) to the file: a host function on the
-  //! stream of `r` (staged; GPUDirect Storage would write from the device directly).
+  //! Writes a spilled slot from the spill ring (`src`, as the schedule names it) to the file: a
+  //! cuFile write on the stream of `r` from the device ring (GPUDirect Storage), or a host
+  //! function on it that writes from the pinned ring (staged).
   void store(stream_role r, std::uint32_t i, op const& o, void const* src) { transfer(r, i, o, const_cast<void*>(src)); }
-  //! Reads a spilled slot from the file into the pinned ring (`dst`), as `store` the other way.
+  //! Reads a spilled slot from the file into the spill ring (`dst`), as `store` the other way.
   void load(stream_role r, std::uint32_t i, op const& o, void* dst) { transfer(r, i, o, dst); }
   //! The storage tier's file (nullptr until a schedule that stores bytes was set up).
   spill_file const* storage() const noexcept { return file_ ? &*file_ : nullptr; }
+  //! How the last schedule set up moves spilled slots: "GPUDirect Storage (cuFile ...), device
+  //! ring of N bytes" or "staged through the pinned ring (why): " and the spill file's path
+  //! (empty until a schedule that spills was set up).
+  [[nodiscard]] std::string const& storage_path() const noexcept { return storage_path_; }
+  //! Bytes of device memory the spill ring takes under GPUDirect Storage (0: staged, or nothing spilled).
+  [[nodiscard]] std::size_t gpu_direct_ring_bytes() const noexcept { return redirect_.bytes; }
 
   //! A host function in stream order (`cudaLaunchHostFunc`); it must not call CUDA.
   void host_task(stream_role r, task t) {
@@ -339,6 +374,9 @@ class cuda_backend {
     names_ = s;
     storage_failure_ = nullptr;
     storage_failed_.store(false);
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+    if (gds_) gds_->prepare(s.ops.size());
+#endif
     tasks_.reset();
     op_marks_.clear();
     wait_marks_.clear();
@@ -397,12 +435,70 @@ class cuda_backend {
                                __FILE__, __LINE__);
     if (timeline_ && start_) fill_timeline();
     if (storage_failure_) std::rethrow_exception(std::exchange(storage_failure_, nullptr));
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+    if (gds_) gds_->check_step();
+#endif
   }
 
  private:
+  // Why GPUDirect Storage cannot be used for this backend's spill file ("": it can be tried).
+  std::string gpu_direct_blocker() const {
+    if (opt_.gpu_direct == gpu_direct_mode::off) return "gpu_direct_mode::off";
+    if (!gpu_direct_built()) return "this build has no cuFile: install the toolkit's cuFile or the nvidia-cufile wheel and reconfigure";
+    if (!file_ || !file_->direct()) return "the spill file is not open with O_DIRECT (the file system refuses it)";
+    return {};
+  }
+  // Registers the file, the device ring and the storage stream with cuFile; returns why not ("": done).
+  std::string attach_gpu_direct(std::byte const* host_ring, std::byte* device_ring, std::size_t bytes) {
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+    try {
+      // Registered anew at every setup, even at the same address: an arena freed and allocated
+      // again there is other memory (setup dropped the old registration before reserving).
+      gds_.emplace(file_->native_handle(), "the spill file in '" + file_->directory() + "'");
+      gds_->register_stream(stream(stream_role::storage));
+      gds_->register_buffer(device_ring, bytes);
+      redirect_ = {host_ring, device_ring, bytes};
+      return {};
+    } catch (storage_error const& e) {
+      gds_.reset();
+      return e.what();
+    }
+#else
+    (void)host_ring, (void)device_ring, (void)bytes;
+    return "this build has no cuFile";
+#endif
+  }
+  // Records (and, unless quiet or already said, prints once) which path spilled slots take.
+  void say_storage_path(std::string const& why_not) {
+    std::string path;
+    if (why_not.empty()) {
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+      path = gds_->description() + ", device ring of " + std::to_string(redirect_.bytes) + " bytes";
+#endif
+    } else {
+      path = "staged through the pinned ring (" + why_not + "): " + file_->description();
+    }
+    if (opt_.gpu_direct == gpu_direct_mode::required && !why_not.empty())
+      throw storage_error("tide::cuda_backend: gpu_direct_mode::required, but GPUDirect Storage cannot be used: " + why_not, ENOTSUP);
+    if (!why_not.empty() && opt_.gpu_direct == gpu_direct_mode::automatic && !opt_.storage.quiet && path != storage_path_)
+      std::fprintf(stderr, "tide: cuda_backend: spilled slots %s\n", path.c_str());
+    storage_path_ = std::move(path);
+  }
+
   void transfer(stream_role r, std::uint32_t i, op const& o, void* at) {
     if (!file_) throw error("tide::cuda_backend: a store or load without a storage file (the schedule was set up without one)");
     nvtx_op_range const range(opt_.nvtx, o, slot_name(o));
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+    if (auto const off = redirect_.offset_of(at); gds_ && off >= 0) {
+      auto const bytes = align_up(o.bytes, names_.buffers.storage_alignment);  // the region, padded as laid out
+      (void)redirect_(at, bytes);  // inside the ring, or a schedule_error
+      auto const begin = timing() ? mark(r) : nullptr;
+      if (o.kind == op_kind::store) gds_->write_async(i, redirect_.device, static_cast<std::size_t>(off), o.file_offset, bytes, stream(r));
+      else gds_->read_async(i, redirect_.device, static_cast<std::size_t>(off), o.file_offset, bytes, stream(r));
+      if (begin) op_marks_.push_back({i, r, begin, mark(r)});
+      return;
+    }
+#endif
     transfer_at_[i] = at;
     host_task(r, task{&run_transfer, this, i});
   }
@@ -597,6 +693,11 @@ class cuda_backend {
   std::vector<op_mark> op_marks_, wait_marks_;
   schedule_view names_{};
   std::optional<spill_file> file_;
+  detail::ring_redirect redirect_;  // the spill ring in device memory (GPUDirect Storage), or inactive
+  std::string storage_path_;
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+  std::optional<gds_file> gds_;  // after file_: deregistered before the file closes
+#endif
   std::vector<void*> transfer_at_;  // per op: the ring address of its store or load
   std::exception_ptr storage_failure_;  // the step's first failed transfer (from the callback thread)
   std::atomic<bool> storage_failed_{false};

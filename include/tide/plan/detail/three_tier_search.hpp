@@ -137,7 +137,11 @@ class disk_segments {
   //! device snapshot is free.
   void segment(std::int32_t a, std::int32_t b, std::int64_t host, bool last, std::int32_t next_carry, std::int32_t next_disk) {
     auto const l = b - a;
-    auto const plan = two_tier_plan(l, tiers_.device, host, slice_costs(costs_, a, l), inner_).actions;
+    // The plan's offloads wait for the host snapshots they write while disk writes still read
+    // them (the first sweep's): the plan is searched knowing how long each stays busy.
+    detail::ckpt::tt_start start{.d2h = std::max(0.0, m_.d2h_free() - m_.now())};
+    for (std::size_t i = 0; i < static_cast<std::size_t>(host); ++i) start.host_busy.push_back(std::max(0.0, m_.host()[i].busy - m_.now()));
+    auto const plan = relabel(hold_prefetched(two_tier_search(l, tiers_.device, host, slice_costs(costs_, a, l), inner_, start).actions), host);
     std::size_t last_backward = plan.size();
     for (std::size_t i = plan.size(); i-- > 0;)
       if (plan[i].op == chain_op::backward) {
@@ -182,6 +186,67 @@ class disk_segments {
       read(static_cast<std::ptrdiff_t>(i));
     }
     drop_dead();
+  }
+  //! `plan` without the prefetches of a carry into a device snapshot that held it when it was
+  //! freed and was not written since: the carry stays there (the free and the prefetch are
+  //! dropped). Alone, a plan loses nothing by prefetching again; in a segment, the host snapshot
+  //! is then done sooner and the next segment's disk read can start.
+  static std::vector<chain_action> hold_prefetched(std::vector<chain_action> plan) {
+    std::vector<std::int32_t> dev, hst;
+    std::vector<std::ptrdiff_t> freed_at;  // per device snapshot: the free that emptied it, unwritten since (-1: none)
+    std::vector<std::int32_t> freed_carry;
+    auto grow = [](auto& v, std::int32_t i, auto fill) {
+      if (static_cast<std::size_t>(i) >= v.size()) v.resize(static_cast<std::size_t>(i) + 1, fill);
+    };
+    std::vector<char> drop(plan.size(), 0);
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      auto const& x = plan[i];
+      if (x.snapshot >= 0) grow(dev, x.snapshot, -1), grow(freed_at, x.snapshot, std::ptrdiff_t{-1}), grow(freed_carry, x.snapshot, -1);
+      if (x.host_snapshot >= 0) grow(hst, x.host_snapshot, -1);
+      auto const d = static_cast<std::size_t>(x.snapshot), h = static_cast<std::size_t>(x.host_snapshot);
+      switch (x.op) {
+        case chain_op::store: dev[d] = x.carry, freed_at[d] = -1; break;
+        case chain_op::offload: hst[h] = dev[d]; break;
+        case chain_op::free: freed_at[d] = static_cast<std::ptrdiff_t>(i), freed_carry[d] = dev[d], dev[d] = -1; break;
+        case chain_op::free_host: hst[h] = -1; break;
+        case chain_op::prefetch:
+          if (freed_at[d] >= 0 && freed_carry[d] == hst[h]) {
+            drop[static_cast<std::size_t>(freed_at[d])] = 1, drop[i] = 1;
+          }
+          dev[d] = hst[h], freed_at[d] = -1;
+          break;
+        default: break;
+      }
+    }
+    std::vector<chain_action> out;
+    out.reserve(plan.size());
+    for (std::size_t i = 0; i < plan.size(); ++i)
+      if (!drop[i]) out.push_back(plan[i]);
+    return out;
+  }
+  //! `plan` (a segment's, planned as if its snapshots were idle) on the snapshots the machine
+  //! has: its device snapshots, and its host snapshots (the first `host`), in the order it first
+  //! writes them, go to the snapshots that are free soonest (the disk writes of the first sweep
+  //! keep some busy), so that the plan's first copies do not queue behind them.
+  std::vector<chain_action> relabel(std::vector<chain_action> plan, std::int64_t host) const {
+    auto order = [](std::span<chain_snapshot const> tier, std::size_t count) {
+      std::vector<std::int32_t> idx(count);
+      for (std::size_t i = 0; i < count; ++i) idx[i] = static_cast<std::int32_t>(i);
+      std::stable_sort(idx.begin(), idx.end(), [&](auto x, auto y) { return tier[static_cast<std::size_t>(x)].busy < tier[static_cast<std::size_t>(y)].busy; });
+      return idx;
+    };
+    auto const dev_free = order(m_.device(), m_.device().size()), host_free = order(m_.host(), static_cast<std::size_t>(host));
+    std::vector<std::int32_t> dmap(m_.device().size(), -1), hmap(static_cast<std::size_t>(host), -1);
+    std::size_t dn = 0, hn = 0;
+    for (auto const& x : plan) {
+      if (x.snapshot >= 0 && dmap[static_cast<std::size_t>(x.snapshot)] < 0) dmap[static_cast<std::size_t>(x.snapshot)] = dev_free[dn++];
+      if (x.host_snapshot >= 0 && hmap[static_cast<std::size_t>(x.host_snapshot)] < 0) hmap[static_cast<std::size_t>(x.host_snapshot)] = host_free[hn++];
+    }
+    for (auto& x : plan) {
+      if (x.snapshot >= 0) x.snapshot = dmap[static_cast<std::size_t>(x.snapshot)];
+      if (x.host_snapshot >= 0) x.host_snapshot = hmap[static_cast<std::size_t>(x.host_snapshot)];
+    }
+    return plan;
   }
   //! The next segment's start (carry `carry`), when a host snapshot holds it, to a free device
   //! snapshot, if one is free.

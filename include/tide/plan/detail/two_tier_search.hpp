@@ -86,12 +86,26 @@ struct tt_frame {
   double host_ready = 0, dev_busy = 0, d2h = 0, h2d = 0;
   inline_vec<double, tt_max_pool> pool;  // free device slots: when each may be written, ascending
   inline_vec<tt_obligation, tt_max_obligations + 2> obs;
+  // Free host slots still busy (a disk write of the schedule around a segment reads them): when
+  // each may be written, ascending, at most h of them; the others are writable at once. Empty in
+  // every frame of a chain planned alone.
+  inline_vec<double, tt_max_pool> host_busy;
 
   void shift(double t) {
     auto c = [t](double& x) { x = std::max(0.0, x - t); };
     c(host_ready), c(dev_busy), c(d2h), c(h2d);
     for (auto& x : pool) c(x);
     for (auto& o : obs) c(o.ready);
+    for (auto& x : host_busy) c(x);
+    while (!host_busy.empty() && host_busy.front() == 0) host_busy.erase(host_busy.begin());
+  }
+  //! Takes a free host slot (one writable at once if there is one) for an offload; returns when
+  //! the copy may start given that the d2h stream is free at `d2h`.
+  double take_host(double from) {
+    if (static_cast<std::int32_t>(host_busy.size()) < h) return from;
+    double const lag = host_busy.front();
+    host_busy.erase(host_busy.begin());
+    return std::max(from, lag);
   }
   void add_slot(double lag) { pool.insert(std::upper_bound(pool.begin(), pool.end(), lag), lag); }
   double take_slot() {  // the earliest writable free slot
@@ -175,6 +189,7 @@ class two_tier_dp {
       g.shift(stall);
     }
     if (x_host && (!store || f.h < 1)) return out;
+    tt_frame const g_before_take = g;
     inline_vec<tt_obligation, tt_max_obligations + 2> to_child, to_left;
     for (std::size_t k = 0; k < f.obs.size(); ++k) ((mask >> k) & 1u ? to_child : to_left).push_back(g.obs[k]);
     // The left part's pool: the frame's, the right part's base slot back, minus one slot per
@@ -182,6 +197,7 @@ class two_tier_dp {
     int pool = static_cast<int>(g.pool.size()) + (store ? 1 : 0) - static_cast<int>(to_child.size());
     tt_frame left;
     left.a = f.a, left.l = j, left.h = f.h, left.base = f.base, left.fresh = true, left.last = false, left.first = f.first;
+    left.host_busy.clear();
     left.obs = to_left;
     if (f.base == tt_base::host && keep > 0) {
       --pool;
@@ -210,6 +226,7 @@ class two_tier_dp {
     }
     double copy = 0;
     if (x_host) {
+      double const start = child.take_host(child.d2h);
       child.h = f.h - 1;
       child.base = tt_base::host;
       if (sync_) {
@@ -217,7 +234,7 @@ class two_tier_dp {
         child.shift(copy);
         child.add_slot(0);
       } else {
-        double const end = child.d2h + c_.d2h_us;
+        double const end = start + c_.d2h_us;
         child.add_slot(end);
         child.d2h = end, child.host_ready = end;
       }
@@ -241,6 +258,10 @@ class two_tier_dp {
     left.host_ready = (left.base == tt_base::host || left.base == tt_base::both) ? std::max(0.0, g.host_ready - tc) : 0;
     left.dev_busy = left.base == tt_base::both ? std::max(0.0, g.dev_busy - tc) : 0;
     for (auto& o : left.obs) o.ready = std::max(0.0, o.ready - tc);
+    // The host slots the frame had, as busy as before the child (the child's own are free by the
+    // time the left part writes them again: the DP's assumption for every freed slot).
+    for (double x : g_before_take.host_busy)
+      if (x > tc) left.host_busy.push_back(x - tc);
     entry const le = solve(left);
     if (le.value == inf) return out;
     out.value = before + ce.value + le.value;
@@ -263,6 +284,8 @@ class two_tier_dp {
     put(f.host_ready), put(f.dev_busy), put(f.d2h), put(f.h2d);
     put(static_cast<std::uint32_t>(f.pool.size()));
     for (double x : f.pool) put(x);
+    put(static_cast<std::uint32_t>(f.host_busy.size()));
+    for (double x : f.host_busy) put(x);
     for (auto const& o : f.obs) put(o.ready), put(o.slack);
   }
 
@@ -282,14 +305,16 @@ class two_tier_dp {
     if (f.fresh && f.base == tt_base::device && f.h >= 1 && f.l >= 2) {
       for (int both = 0; both < 2; ++both) {
         tt_frame g = f;
-        g.fresh = false, g.base = both ? tt_base::both : tt_base::host, --g.h;
+        g.fresh = false, g.base = both ? tt_base::both : tt_base::host;
+        double const start = g.take_host(g.d2h);  // before the slot leaves the count
+        --g.h;
         double t0 = 0;
         if (sync_) {
           t0 = w;
           g.shift(w);
           if (!both) g.add_slot(0);
         } else {
-          double const end = g.d2h + w;
+          double const end = start + w;
           g.d2h = end, g.host_ready = end;
           if (both) g.dev_busy = end;
           else g.add_slot(end);
@@ -410,12 +435,14 @@ class two_tier_emitter {
           put(chain_action::offload(dev, h));
           if (!both) put(chain_action::free(dev)), dev = -1;
           host = h;
-          f.fresh = false, f.base = both ? tt_base::both : tt_base::host, --f.h;
+          f.fresh = false, f.base = both ? tt_base::both : tt_base::host;
+          double const start = f.take_host(f.d2h);  // before the slot leaves the count
+          --f.h;
           if (sync) {
             f.shift(w);
             if (!both) f.add_slot(0);
           } else {
-            double const end = f.d2h + w;
+            double const end = start + w;
             f.d2h = end, f.host_ready = end;
             if (both) f.dev_busy = end;
             else f.add_slot(end);
@@ -595,10 +622,26 @@ inline double segment_estimate(std::int32_t n, std::int64_t device_slots, std::i
   return t;
 }
 
+//! What a chain inherits when it starts inside a longer schedule (`three_tier_plan`'s segments):
+//! the d2h stream is busy for `d2h` more (or the host snapshot the first offload writes is:
+//! a disk write still reads it). Only the dynamic program takes it into account.
+struct tt_start {
+  double d2h = 0;
+  std::vector<double> host_busy{};  //!< free host snapshots still busy this long (a disk write reads them)
+};
+
+inline two_tier_result two_tier_search(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
+                                       two_tier_options const& options, tt_start const& start);
+
 }  // namespace detail::ckpt
 
 inline two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
                                      two_tier_options const& options) {
+  return detail::ckpt::two_tier_search(n, device_slots, host_slots, costs, options, {});
+}
+
+inline two_tier_result detail::ckpt::two_tier_search(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
+                                                     two_tier_options const& options, tt_start const& start) {
   detail::ckpt::check_chain_args("two_tier_plan", n, device_slots);
   if (host_slots < 0) throw schedule_error("two_tier_plan: negative host slot count");
   costs.check("two_tier_plan", n);
@@ -615,6 +658,13 @@ inline two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_slots, 
     detail::ckpt::tt_frame root;
     root.a = 0, root.l = n32, root.h = static_cast<std::int32_t>(sh), root.last = true, root.first = true;
     root.pool.assign(static_cast<std::size_t>(sd - 1), 0.0);
+    root.d2h = start.d2h;
+    {
+      auto busy = start.host_busy;
+      std::sort(busy.begin(), busy.end());
+      for (double x : busy)
+        if (x > 0 && static_cast<std::int64_t>(root.host_busy.size()) < sh) root.host_busy.push_back(x);
+    }
     try {
       if (dp.solve(root).value == detail::ckpt::two_tier_dp::inf) throw schedule_error("two_tier_plan: internal error: no schedule");
       detail::ckpt::two_tier_emitter em(dp, device_slots, host_slots);
