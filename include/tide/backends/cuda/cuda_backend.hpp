@@ -117,6 +117,9 @@ class cuda_backend {
       synchronize();
     } catch (...) {
     }
+#if defined(TIDE_HAVE_CUFILE) && TIDE_HAVE_CUFILE
+    gds_.reset();  // deregisters the storage stream before it is destroyed below
+#endif
     for (auto e : events_) static_cast<void>(cudaEventDestroy(e));
     for (auto e : timed_) static_cast<void>(cudaEventDestroy(e));
     for (auto e : fork_join_)
@@ -254,14 +257,22 @@ class cuda_backend {
     auto const ring = s.schedule.arena.spill_ring_bytes;
     std::string why_not = ring == 0 || s.storage_bytes == 0 ? "" : gpu_direct_blocker();
     bool const direct = ring > 0 && s.storage_bytes > 0 && why_not.empty();
-    std::size_t ring_at = 0;
-    if (direct && (!checked_align_up(s.device_bytes, std::size_t{4096}, ring_at) || ring > std::numeric_limits<std::size_t>::max() - ring_at))
-      throw out_of_memory("tide: CUDA backend device arena: the arena and the spill ring of GPUDirect Storage", s.device_bytes, std::numeric_limits<std::size_t>::max());
-    auto d = reserve_device(direct ? ring_at + ring : s.device_bytes, s.device_alignment);
+    // The ring starts on a 4 KiB boundary of the device address space (cuFile's direct path moves
+    // aligned blocks; elsewhere it bounces), whatever the arena's own alignment: room for it.
+    constexpr std::size_t ring_alignment = 4096;
+    std::size_t with_ring = s.device_bytes;
+    if (direct && (!checked_add(with_ring, ring, with_ring) || !checked_add(with_ring, ring_alignment, with_ring)))
+      throw out_of_memory("tide: CUDA backend device arena with the spill ring of GPUDirect Storage", s.device_bytes,
+                          std::numeric_limits<std::size_t>::max());
+    auto d = reserve_device(with_ring, s.device_alignment);
     auto h = host_arena_.reserve(s.host_bytes, s.host_alignment);  // throws out_of_memory above the budget
     if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});
     redirect_ = {};
-    if (direct) why_not = attach_gpu_direct(static_cast<std::byte*>(h.data) + s.schedule.arena.spill_area, static_cast<std::byte*>(d.data) + ring_at, ring);
+    if (direct) {
+      auto const end = reinterpret_cast<std::uintptr_t>(d.data) + s.device_bytes;
+      auto* const device_ring = static_cast<std::byte*>(d.data) + (align_up(end, ring_alignment) - reinterpret_cast<std::uintptr_t>(d.data));
+      why_not = attach_gpu_direct(static_cast<std::byte*>(h.data) + s.schedule.arena.spill_area, device_ring, ring);
+    }
     if (ring > 0 && s.storage_bytes > 0) say_storage_path(why_not);
     if (transfer_at_.size() < s.ops) transfer_at_.resize(s.ops);
     arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
