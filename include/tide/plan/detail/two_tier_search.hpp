@@ -189,7 +189,6 @@ class two_tier_dp {
       g.shift(stall);
     }
     if (x_host && (!store || f.h < 1)) return out;
-    tt_frame const g_before_take = g;
     inline_vec<tt_obligation, tt_max_obligations + 2> to_child, to_left;
     for (std::size_t k = 0; k < f.obs.size(); ++k) ((mask >> k) & 1u ? to_child : to_left).push_back(g.obs[k]);
     // The left part's pool: the frame's, the right part's base slot back, minus one slot per
@@ -258,9 +257,10 @@ class two_tier_dp {
     left.host_ready = (left.base == tt_base::host || left.base == tt_base::both) ? std::max(0.0, g.host_ready - tc) : 0;
     left.dev_busy = left.base == tt_base::both ? std::max(0.0, g.dev_busy - tc) : 0;
     for (auto& o : left.obs) o.ready = std::max(0.0, o.ready - tc);
-    // The host slots the frame had, as busy as before the child (the child's own are free by the
-    // time the left part writes them again: the DP's assumption for every freed slot).
-    for (double x : g_before_take.host_busy)
+    // The host slots the frame had, as busy as before the child took one (g is untouched: the
+    // child took it from its copy; the child's own are free by the time the left part writes
+    // them again, the DP's assumption for every freed slot).
+    for (double x : g.host_busy)
       if (x > tc) left.host_busy.push_back(x - tc);
     entry const le = solve(left);
     if (le.value == inf) return out;
