@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -472,10 +473,10 @@ TEST(SpillFile, RoundTripsOnEveryPathWithSmallRequestsAndAShallowQueue) {
         if (reg) f.register_memory({buf, bytes});
         EXPECT_EQ(f.registered(), reg && io == storage_io::io_uring);
         EXPECT_EQ(f.direct(), direct);
-        f.write(buf, 4096 * 7, bytes - 100);  // padded to the alignment
+        f.write(buf, 4096 * 7, bytes - 4096);
         std::memset(back, 0, bytes);
-        f.read(back, 4096 * 7, bytes - 100);
-        EXPECT_EQ(std::memcmp(buf, back, bytes - 100), 0) << f.description();
+        f.read(std::span<std::byte>(back, bytes - 4096), 4096 * 7);
+        EXPECT_EQ(std::memcmp(buf, back, bytes - 4096), 0) << f.description();
         EXPECT_NE(f.description().find(io == storage_io::io_uring ? "io_uring" : "pread/pwrite"), std::string::npos);
         // Off the alignment, or past the end: an error, nothing moved.
         EXPECT_NE(error_of([&] { f.write(buf, 100, 4096); }).find("does not lie on the alignment 4096"), std::string::npos);
@@ -484,6 +485,48 @@ TEST(SpillFile, RoundTripsOnEveryPathWithSmallRequestsAndAShallowQueue) {
   std::free(buf);
   std::free(back);
   EXPECT_TRUE(dir.empty());
+}
+
+// Issue 40, item 1: a length off the alignment used to be rounded up, so that read(dst, 0, 100)
+// wrote a whole block into a 100-byte buffer and write read one from it. Now the file moves only
+// the caller's bytes: such a transfer is refused by name and the bytes around the buffer stay as
+// they were; a buffer off the alignment is refused by name, not with O_DIRECT's "Invalid argument".
+TEST(SpillFile, TransfersNeverTouchBytesOutsideTheCallersBuffer) {
+  temp_dir dir;
+  constexpr std::size_t block = 8192;
+  auto* mem = static_cast<std::byte*>(std::aligned_alloc(4096, block));
+  for (auto io : {storage_io::io_uring, storage_io::posix})
+    for (bool direct : {true, false}) {
+      storage_options o{.directory = dir.path.string(), .io = io, .direct = direct, .quiet = true};
+      spill_file f(o, 1 << 20, 512);
+      EXPECT_EQ(f.alignment(), 512u);
+      std::memset(mem, 0x5a, block);
+      f.write(mem, 0, 4096);  // the file's first block: 0x5a
+      std::memset(mem, 0xab, block);  // the canary around a 100-byte buffer at mem
+      auto const r = error_of([&] { f.read(mem, 0, 100); });
+      EXPECT_NE(r.find("reading 100 bytes at offset 0: the length is not a multiple of the alignment 512"), std::string::npos) << r;
+      EXPECT_NE(r.find("pad the buffer and the length to 512 bytes"), std::string::npos) << r;
+      for (std::size_t i = 0; i < block; ++i) ASSERT_EQ(mem[i], std::byte{0xab}) << "byte " << i << " was overwritten: " << f.description();
+      auto const w = error_of([&] { f.write(std::span<std::byte const>(mem, 100), 0); });
+      EXPECT_NE(w.find("writing 100 bytes at offset 0: the length is not a multiple"), std::string::npos) << w;
+      // Nothing was written: the file's block is still 0x5a.
+      f.read(std::span<std::byte>(mem, 4096), 0);
+      for (std::size_t i = 0; i < 4096; ++i) ASSERT_EQ(mem[i], std::byte{0x5a}) << "byte " << i << ": " << f.description();
+      // A buffer off the alignment: named, whether or not the file is open with O_DIRECT.
+      auto const m = error_of([&] { f.read(mem + 8, 0, 512); });
+      EXPECT_NE(m.find("the buffer's address is not a multiple of the alignment 512"), std::string::npos) << m;
+      EXPECT_NE(m.find("std::align_val_t{512}"), std::string::npos) << m;
+      EXPECT_EQ(m.find("Invalid argument"), std::string::npos) << m;
+      EXPECT_NE(error_of([&] { f.write(mem + 8, 512, 512); }).find("not a multiple of the alignment 512"), std::string::npos);
+      // Aligned exact lengths still move, from the span overloads too.
+      std::memset(mem, 0x11, 512);
+      f.write(std::span<std::byte const>(mem, 512), 512);
+      std::memset(mem, 0, 512);
+      f.read(mem, 512, 512);
+      EXPECT_EQ(mem[0], std::byte{0x11});
+      EXPECT_EQ(mem[511], std::byte{0x11});
+    }
+  std::free(mem);
 }
 
 // ---- run by the seccomp variants of this binary (see main) ---------------------------------------

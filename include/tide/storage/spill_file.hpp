@@ -82,8 +82,8 @@ class spill_file {
 
   //! Creates the file in `opt.directory` and reserves `bytes` of it (throws `storage_error` naming
   //! the directory and the bytes when it cannot). `alignment`: every transfer's offset and
-  //! buffer address are multiples of it, and its length is rounded up to it (direct I/O moves
-  //! whole logical blocks).
+  //! buffer address and length are multiples of it (direct I/O moves whole logical blocks; a
+  //! transfer that is not is refused, never rounded up past the caller's buffer).
   spill_file(storage_options opt, std::size_t bytes, std::size_t alignment) : opt_(std::move(opt)), alignment_(alignment) {
     if (opt_.directory.empty())
       throw storage_error("tide: a spill file needs a directory (storage_options::directory) on the storage device", EINVAL);
@@ -152,15 +152,29 @@ class spill_file {
 #endif
   }
 
-  //! Writes `bytes` (rounded up to the alignment) from `src` to the file at `offset`.
+  //! Writes all of `src` to the file at `offset`. Its length, its address and `offset` are
+  //! multiples of `alignment()` (direct I/O moves whole blocks between aligned addresses); anything
+  //! else is a `storage_error` naming what to write instead, and nothing moves. The file never
+  //! reads a byte outside `src`.
+  void write(std::span<std::byte const> src, std::size_t offset) {
+    transfer(true, const_cast<std::byte*>(src.data()), offset, src.size());
+  }
+  //! Reads `dst.size()` bytes from the file at `offset` into `dst`, on the terms `write` states.
+  //! The file never writes a byte outside `dst`.
+  void read(std::span<std::byte> dst, std::size_t offset) { transfer(false, dst.data(), offset, dst.size()); }
+  //! Writes `bytes` from `src` to the file at `offset`: `src` holds at least `bytes`, and `bytes`,
+  //! `src` and `offset` are multiples of `alignment()` (refused by name otherwise; a length is
+  //! never rounded up, which would read past the caller's buffer).
   void write(void const* src, std::size_t offset, std::size_t bytes) {
     transfer(true, static_cast<std::byte*>(const_cast<void*>(src)), offset, bytes);
   }
-  //! Reads `bytes` (rounded up to the alignment) from the file at `offset` into `dst`.
+  //! Reads `bytes` from the file at `offset` into `dst`, on the terms the pointer `write` states.
   void read(void* dst, std::size_t offset, std::size_t bytes) { transfer(false, static_cast<std::byte*>(dst), offset, bytes); }
 
   //! Bytes reserved.
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  //! What every transfer's length, buffer address and file offset are multiples of.
+  [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
   //! The path in use: `io_uring` or `posix` (never `automatic`).
   [[nodiscard]] storage_io io() const noexcept { return uring_ ? storage_io::io_uring : storage_io::posix; }
   //! True when the file is open with `O_DIRECT`.
@@ -261,16 +275,40 @@ class spill_file {
                         err);
   }
 
+  // Every refusal before anything moves. The length is never rounded up: the caller's buffer may
+  // end at `bytes`, and moving a whole block past it would read or overwrite someone else's memory.
+  void check_transfer(bool write, std::byte const* buf, std::size_t offset, std::size_t bytes) const {
+    auto const what = std::string(write ? "writing " : "reading ") + std::to_string(bytes) + " bytes at offset " + std::to_string(offset);
+    auto const a = std::to_string(alignment_);
+    if (bytes % alignment_ != 0) {
+      std::size_t padded = 0;
+      auto const pad = checked_align_up(bytes, alignment_, padded) ? std::to_string(padded) : std::string("a multiple of ") + a;
+      throw storage_error(where() + ": " + what + ": the length is not a multiple of the alignment " + a +
+                              " (direct I/O moves whole blocks, and the file moves only the caller's bytes): pad the buffer and the length to " +
+                              pad + " bytes",
+                          EINVAL);
+    }
+    if (offset % alignment_ != 0)
+      throw storage_error(where() + ": " + what + ": the offset does not lie on the alignment " + a +
+                              ": use an offset that is a multiple of " + a,
+                          EINVAL);
+    if (bytes > size_ || offset > size_ - bytes)
+      throw storage_error(where() + ": " + what + " does not lie within the file's " + std::to_string(size_) +
+                              " bytes: reserve() more first",
+                          EINVAL);
+    if (bytes > 0 && reinterpret_cast<std::uintptr_t>(buf) % alignment_ != 0)
+      throw storage_error(where() + ": " + what + ": the buffer's address is not a multiple of the alignment " + a +
+                              (direct_ ? " (O_DIRECT refuses it)" : " (O_DIRECT would refuse it)") +
+                              ": allocate it aligned, e.g. ::operator new(bytes, std::align_val_t{" + a + "})",
+                          EINVAL);
+  }
+
   void transfer(bool write, std::byte* buf, std::size_t offset, std::size_t bytes) {
     // One transfer at a time (the ring and its request list are one): backends issue them in one
     // stream's order, but a hand-written program may not.
     std::lock_guard lock(transfer_mutex_);
-    std::size_t len = 0;
-    if (!checked_align_up(bytes, alignment_, len) || offset % alignment_ != 0 || len > size_ || offset > size_ - len)
-      throw storage_error(where() + ": a transfer of " + std::to_string(bytes) + " bytes at offset " + std::to_string(offset) +
-                              " does not lie on the alignment " + std::to_string(alignment_) + " within the file's " +
-                              std::to_string(size_) + " bytes",
-                          EINVAL);
+    check_transfer(write, buf, offset, bytes);
+    std::size_t const len = bytes;
     if (len == 0) return;
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
     if (uring_) return uring_transfer(write, buf, offset, len);
