@@ -248,7 +248,7 @@ TEST(Carry, StressRandomStacksAndCheckpoints) {
     p.allow_unused_rules = true;
     for (std::uint64_t r = 0, n = uni(0, 3); r < n; ++r) {
       rule_spec rs{.where = static_cast<placement>(uni(0, 2)), .first_layer = static_cast<std::uint32_t>(uni(0, L - 1))};
-      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, L));
+      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer.value + 1, L));
       if (uni(0, 1)) rs.slots.push_back(names[uni(0, names.size() - 1)]);
       if (!rs.slots.empty() && !st.has_slot(rs.slots[0])) rs.slots.clear();
       p.rules.push_back(rs);

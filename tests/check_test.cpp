@@ -670,7 +670,7 @@ struct composer {
       for (auto name : slot_names)
         if (pick(3) == 0) rule.slots.push_back(name);
       rule.first_layer = static_cast<std::uint32_t>(pick(layers));
-      if (coin()) rule.last_layer = rule.first_layer + 1 + static_cast<std::uint32_t>(pick(layers));
+      if (coin()) rule.last_layer = rule.first_layer.value + 1 + static_cast<std::uint32_t>(pick(layers));
       if (pick(4) == 0) rule.min_bytes = pick(4000);
       p.rules.push_back(rule);
     }

@@ -20,7 +20,10 @@
 #include <vector>
 
 #include <stddef.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #if __has_include(<linux/seccomp.h>) && __has_include(<linux/filter.h>)
@@ -527,6 +530,114 @@ TEST(SpillFile, TransfersNeverTouchBytesOutsideTheCallersBuffer) {
       EXPECT_EQ(mem[511], std::byte{0x11});
     }
   std::free(mem);
+}
+
+// Issue 40, item 3: a drive with 4096-byte sectors took storage_alignment 512 at setup and failed
+// the first store with "Invalid argument". The file's direct-I/O alignment is probed when it is
+// opened (statx STATX_DIOALIGN, else the device's logical block size) and a smaller alignment is
+// refused at setup, naming both numbers. No 4Kn device here: storage_options::direct_io_alignment
+// says what such a device would, and the sysfs reader runs on a sysfs tree made in a directory.
+TEST(SpillFile, ASmallerAlignmentThanTheDevicesDirectIoIsRefusedAtSetup) {
+  temp_dir dir;
+  storage_options o{.directory = dir.path.string(), .quiet = true};
+  {
+    spill_file f(o, 1 << 20, 4096);
+    if (f.direct() && f.direct_io_alignment()) {  // this machine's device, as the kernel reports it
+      EXPECT_GE(*f.direct_io_alignment(), 1u);
+      EXPECT_LE(*f.direct_io_alignment(), 4096u) << f.description();
+      EXPECT_NE(f.description().find("direct I/O in blocks of " + std::to_string(*f.direct_io_alignment()) + " bytes"), std::string::npos)
+          << f.description();
+    }
+  }
+  o.direct_io_alignment = 4096;  // what a 4Kn drive reports
+  auto const m = error_of([&] { spill_file f(o, 1 << 20, 512); });
+  bool const direct_here = [&] {
+    storage_options p = o;
+    p.direct_io_alignment.reset();
+    return spill_file(p, 4096, 4096).direct();
+  }();
+  if (direct_here) {
+    EXPECT_NE(m.find("direct I/O on this file moves blocks of 4096 bytes"), std::string::npos) << m;
+    EXPECT_NE(m.find("the storage alignment is 512"), std::string::npos) << m;
+    EXPECT_NE(m.find("storage_alignment of 4096 or more"), std::string::npos) << m;
+  } else {
+    EXPECT_EQ(m, "no error");  // buffered I/O has no alignment to keep
+  }
+  EXPECT_TRUE(dir.empty());
+  // Through a backend: refused when the executor is built, naming both numbers; the backend then
+  // runs a schedule at the device's alignment, bitwise equal to keep-all.
+  auto aligned = [](std::size_t a) {
+    auto how = spill_strategy();
+    how.buffers.storage_alignment = a;
+    return build_schedule(chain_stack(5), how);
+  };
+  auto ho = storage_in(dir.path);
+  ho.storage.direct_io_alignment = 4096;
+  host_backend b(ho);
+  host_backend plain;
+  auto const keep = build_schedule(chain_stack(5), strategy{});
+  auto const want = workload::run_chain(plain, keep, 2);
+  auto const a512 = aligned(512), a1024 = aligned(1024), a4096 = aligned(4096), a8192 = aligned(8192);
+  if (direct_here) {
+    auto const e = error_of([&] { executor x(b, a512); });
+    EXPECT_NE(e.find("moves blocks of 4096 bytes"), std::string::npos) << e;
+    EXPECT_NE(e.find("the storage alignment is 512"), std::string::npos) << e;
+    EXPECT_EQ(b.device_held_bytes(), 0u);
+  }
+  EXPECT_EQ(workload::run_chain(b, a4096, 2), want);
+  EXPECT_EQ(workload::run_chain(b, a8192, 2), want);
+  if (direct_here) {  // the open file takes no smaller alignment either
+    auto const e = error_of([&] { workload::run_chain(b, a1024, 1); });
+    EXPECT_NE(e.find("the storage alignment is 1024"), std::string::npos) << e;
+  }
+  EXPECT_EQ(workload::run_chain(b, a4096, 2), want);
+}
+
+// The fallback where statx does not report it: the logical block size of the file's device, from
+// sysfs (a partition's from its disk's); a value that is no block size is not trusted.
+TEST(SpillFile, TheDevicesLogicalBlockSizeIsReadFromSysfs) {
+  temp_dir dir;
+  auto const file = dir.path / "f";
+  { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
+  int const fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  auto const id = std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
+  auto write = [](fs::path const& p, std::string const& text) {
+    fs::create_directories(p.parent_path());
+    std::FILE* f = std::fopen(p.c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+  };
+  temp_dir sys;
+  EXPECT_FALSE(detail::direct_io_alignment_from_sysfs(fd, sys.path.string()));  // nothing there
+  // A whole disk.
+  write(sys.path / "dev/block" / id / "queue/logical_block_size", "4096\n");
+  auto a = detail::direct_io_alignment_from_sysfs(fd, sys.path.string());
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->offset, 4096u);
+  EXPECT_EQ(a->required(), 4096u);
+  EXPECT_NE(a->source.find("logical block size in " + (sys.path / "dev/block" / id).string()), std::string::npos) << a->source;
+  for (auto const* bad : {"0\n", "513\n", "abc\n", "256\n"}) {
+    write(sys.path / "dev/block" / id / "queue/logical_block_size", bad);
+    EXPECT_FALSE(detail::direct_io_alignment_from_sysfs(fd, sys.path.string())) << bad;
+  }
+  // A partition: its link leads into its disk's directory, which has the queue.
+  fs::remove_all(sys.path / "dev");
+  write(sys.path / "devices/vdx/queue/logical_block_size", "4096\n");
+  fs::create_directories(sys.path / "devices/vdx/vdx1");
+  fs::create_directories(sys.path / "dev/block");
+  fs::create_directory_symlink("../../devices/vdx/vdx1", sys.path / "dev/block" / id);
+  a = detail::direct_io_alignment_from_sysfs(fd, sys.path.string());
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->offset, 4096u);
+  ::close(fd);
+  // The real probe on this machine's temp directory: statx's answer, or the device's, or nothing
+  // (tmpfs), never below 1 or off a power of two.
+  int const d = ::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (auto const r = detail::probe_direct_io_alignment(d)) EXPECT_EQ(r->offset & (r->offset - 1), 0u) << r->source;
+  ::close(d);
 }
 
 // ---- run by the seccomp variants of this binary (see main) ---------------------------------------

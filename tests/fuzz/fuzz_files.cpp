@@ -98,6 +98,10 @@ void arguments(std::string_view text) {
   for (auto const& w : words) argv.push_back(w.c_str());
   auto const a = tide_plan::parse_args(static_cast<int>(argv.size()), argv.data());
   if (a.help) return;
+  // "Not given" is an empty optional: whatever number was given was checked (issue 40).
+  for (auto const& g : {a.device_memory_gib, a.host_budget_gib})
+    if (g && !(*g >= 0 && *g <= double(1u << 24))) finding("a budget outside [0, 2^24] GiB was accepted");
+  if (a.max_decisions && (*a.max_decisions == 0 || *a.max_decisions > 100'000'000)) finding("--max-decisions out of range was accepted");
   // What parse_args accepted is a preset the cost model can price, or a model file.
   if (!a.model.empty()) {
     auto const [m, t] = tide_plan::preset_model(a);

@@ -42,6 +42,7 @@ struct reader {
     --n;
     return *p++;
   }
+  std::uint8_t peek() const { return n == 0 ? 0 : *p; }
   std::uint64_t bytes(int k) {
     std::uint64_t v = 0;
     for (int i = 0; i < k; ++i) v |= std::uint64_t{u8()} << (8 * i);
@@ -75,9 +76,18 @@ struct reader {
       case 0xF1: return u32_max - 1;
       case 0xF2: return std::uint32_t{1} << 31;
       case 0xF3: return 16 + u8();
-      case 0xF4: return tide::from_end(u8() % 20);  // counted from the end of the stack
+      case 0xF4: return tide::all_layers - u8() % 20;  // what from_end(k) once was: an index now (issue 40)
       default: return static_cast<std::uint32_t>(bytes(4));
     }
+  }
+  //! A rule's layer bound: 0xF5 then k is `tide::from_end(k % 20)`, a count from the end; anything
+  //! else an index as `index()` reads it.
+  tide::layer_bound layer() {
+    if (peek() == 0xF5) {
+      (void)u8();
+      return tide::from_end(u8() % 20);
+    }
+    return index();
   }
   //! An alignment: usual powers of two, odd values, zero, huge ones.
   std::size_t alignment() {
@@ -132,8 +142,8 @@ composition decode(reader& r) {
     rs.where = static_cast<tide::placement>(r.u8() % 4);  // keep, offload, remat, spill
     auto const names = r.u8() % 4;
     for (int k = 0; k < names; ++k) rs.slots.push_back(slot_pool[r.u8() % 8]);
-    rs.first_layer = r.index();
-    rs.last_layer = r.u8() % 2 == 0 ? tide::all_layers : r.index();
+    rs.first_layer = r.layer();
+    rs.last_layer = r.u8() % 2 == 0 ? tide::layer_bound{tide::all_layers} : r.layer();
     rs.min_bytes = r.u8() % 2 == 0 ? 0 : r.size();
     policy.rules.push_back(rs);
   }

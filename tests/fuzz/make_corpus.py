@@ -19,8 +19,10 @@ def size(n):
 
 def index(n):
     """A small index (< 16), all_layers (None), or ("end", k): tide::from_end(k)."""
-    if isinstance(n, tuple):
-        return bytes([0xF4, n[1]])
+    if isinstance(n, tuple) and n[0] == "end":
+        return bytes([0xF5, n[1]])
+    if isinstance(n, tuple) and n[0] == "raw":  # ("raw", byte, ...): index()'s encoding as it is
+        return bytes(n[1:])
     return bytes([0xF0]) if n is None else bytes([n])
 
 
@@ -87,6 +89,13 @@ SEEDS = {
     "rule_ranges_from_end": encode(
         [[("a", 64), ("b", 4096)]], [0] * 6,
         [(OFFLOAD, ["b"], ("end", 2), None, 0), (REMAT, ["a"], 1, ("end", 1), 0)], allow_unused=False),
+    # Issue 40: an index that was once the code for "two from the end" (all_layers - 2), and
+    # 3,500,000,000: indices past what a rule may name, refused by name, never a count.
+    "rule_index_once_from_end": encode(
+        [[("a", 64), ("b", 4096)]], [0] * 6, [(OFFLOAD, ["b"], ("raw", 0xF4, 2), None, 0)], allow_unused=True),
+    "rule_index_3_5e9": encode(
+        [[("a", 64), ("b", 4096)]], [0] * 6,
+        [(OFFLOAD, ["b"], ("raw", 0xFF) + tuple((3_500_000_000).to_bytes(4, "little")), None, 0)], allow_unused=True),
 }
 
 if __name__ == "__main__":

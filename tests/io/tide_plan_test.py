@@ -93,6 +93,9 @@ if c.returncode == 0:
     r = run("--model-file", work / "model.json", "--calibration", work / "calibration.json", "--device-memory", "0.004")
     check("layer costs from the calibration file" in r.stdout, f"the calibration's costs were not used:\n{r.stdout}")
     check("planner" in r.stdout, r.stdout)
+    # The bound line says what it certifies (issue 40): the candidate pipelines, in the sim.
+    check("lower bound" in r.stdout and "no schedule over the candidate pipelines within these budgets steps faster in the sim" in r.stdout,
+          f"the bound line does not say what it certifies:\n{r.stdout}")
 
 # The progress line, for plans over a second (the threshold lowered to show it here).
 r = run(*preset, "--json", env=dict(os.environ, TIDE_PLAN_PROGRESS_AFTER="0"))
@@ -254,7 +257,7 @@ cases = [
     (["--model", "deepseek-v3", "--model-file", model], "give one of --model NAME and --model-file FILE"),
     (["--model-file", model, "--micro-batch", "4"], "describe a preset"),
     (["--frobnicate"], "unknown argument '--frobnicate'"),
-    (["--model", "deepseek-v3", "--storage-budget", "-1"], "--storage-budget are GiB from 0 to 16777216"),
+    (["--model", "deepseek-v3", "--storage-budget", "-1"], "--storage-budget -1: give GiB from 0 to 16777216"),
     (["--model", "deepseek-v3", "--storage-budget", "nan"], "--storage-budget"),
     (["--model-file", model, "--hardware", "gh200", "--storage-budget", "10"], "has no NVMe figures"),
     ([], "give one of --model NAME and --model-file FILE"),
@@ -335,6 +338,33 @@ for args, says in [
 r = run("--model", "llama-3.1-405b", "--hardware", "gb200", "--gpus", "128", "--fsdp", "128", "--ep", "2", "--quiet", want=2)
 check("--ep 2 on 'Llama-3.1-405B" in r.stderr or "which has no experts" in r.stderr, r.stderr)
 
+# Issue 40, item 5: "not given" is an empty optional, not a number one can type: the lowest double
+# (once tide-plan's "not given") and any negative budget are refused by name, exit 2.
+for flag in ("--host-budget", "--device-memory"):
+    for v, shown in (("-1.7976931348623157e308", "-1.7976931348623157e+308"), ("-1", "-1"), ("-0.5", "-0.5")):
+        r = run("--model", "deepseek-v3", "--hardware", "gb200", "--quiet", flag, v, want=2)
+        check(f"{flag} {shown}: give GiB from 0 to 16777216" in r.stderr and "not negative" in r.stderr,
+              f"{flag} {v}: stderr lacks the refusal naming it:\n{r.stderr}")
+# Item 7: --max-decisions, checked at once, and the model's count checked before the table is built.
+for v in ("0", "100000001", "-3", "x"):
+    r = run("--model", "deepseek-v3", "--hardware", "gb200", "--quiet", "--max-decisions", v, want=2)
+    check("--max-decisions" in r.stderr, f"--max-decisions {v}: {r.stderr}")
+r = run("--model-file", src / "docs" / "examples" / "model.json", "--hardware", "h100", "--device-memory", "24", "--quiet",
+        "--max-decisions", "1", want=2)
+check("(layer, slot) decisions" in r.stderr and "the planner takes at most 1: raise --max-decisions" in r.stderr, r.stderr)
+
+# Item 4: a policy that spills on hardware with no storage link is priced as free: warned by name
+# (on stderr, and in --json's "warnings").
+(work / "spills.json").write_text(json.dumps({"rules": [{"where": "spill", "slots": ["mlp_up"]}]}))
+spill_args = ["--model-file", src / "docs" / "examples" / "model.json", "--hardware", "gh200", "--device-memory", "24", "--quiet",
+              "--policy", work / "spills.json"]
+r = run(*spill_args)
+check("tide-plan: warning: the policy file spills" in r.stderr and "has no storage link" in r.stderr,
+      f"no warning for spills without a storage link:\n{r.stderr}")
+r = run(*spill_args, "--json")
+if r.returncode == 0:
+    check(any("has no storage link" in w for w in json.loads(r.stdout).get("warnings", [])), f"--json lacks the warning: {r.stdout[:500]}")
+
 # A model that does not fit one GPU: the message names the flags that shard it.
 r = run("--model", "deepseek-v3", "--hardware", "gb200", want=2)
 check("--gpus" in r.stderr and "--fsdp" in r.stderr and "--gpus 128 --fsdp 128 --ep 64" in r.stderr, f"no layout hint: {r.stderr}")
@@ -399,7 +429,7 @@ def layer_type(name, slots):
     return {"name": name, "slots": [slot_doc(i) for i in range(slots)], "cost": {"forward_flops": 1e9, "forward_bytes": 1e6}}
 sized = {
     "types100k": ({"name": "many types", "resident_bytes": 1 << 30, "layer_types": [layer_type(f"t{i}", 2) for i in range(100000)],
-                   "layers": [{"type": f"t{i}"} for i in range(100000)]}, 2, "at most 40000 (layer, slot) decisions (plan_options::max_decisions)"),
+                   "layers": [{"type": f"t{i}"} for i in range(100000)]}, 2, "the planner takes at most 40000: raise --max-decisions"),
     "slots65k": ({"name": "wide", "resident_bytes": 1 << 30, "layer_types": [layer_type("wide", 65000)], "layers": [{"type": "wide"}]},
                  2, "65000 slots, more than the supported 4096 (tide::max_slots_per_type)"),
     "slots4k": ({"name": "wide", "resident_bytes": 1 << 30, "layer_types": [layer_type("wide", 4096)], "layers": [{"type": "wide", "count": 4}]},

@@ -199,6 +199,48 @@ TEST(Sim, SlotsOfOneProducerAreChargedOnce) {
 // 105 us. Copies on the compute stream overlap nothing and cost nothing more; nor does
 // compute-bound work (share 0). A share outside [0, 1] and a bandwidth that is negative, NaN or
 // infinite are refused.
+// Issue 40, item 6: the C++ entry points took tables the JSON readers refuse (a negative slot
+// recompute cost, negative op overhead or link latency, NaN), and with them a plan beat its lower
+// bound or cost 0 us. One check (cost_table::check) now runs in the planner, the lower bound,
+// compare_strategies and the calibration file's reader and writer, naming the field.
+TEST(CostTable, OneCheckRefusesHostileValuesInEveryEntryPoint) {
+  auto const st = three::spec();
+  auto const good = hand_costs();
+  struct hostile {
+    char const* says;
+    void (*edit)(cost_table&);
+  };
+  for (auto const& [says, edit] : std::initializer_list<hostile>{
+           {"layer 1 slot_recompute_us[0] is -5", [](cost_table& t) { t.layers[1].slot_recompute_us = {-5, 1}; }},
+           {"op_overhead_us is -1", [](cost_table& t) { t.op_overhead_us = -1; }},
+           {"sync_latency_us is nan", [](cost_table& t) { t.sync_latency_us = std::nan(""); }},
+           {"link d2h latency_us is -3", [](cost_table& t) { t.link.d2h.latency_us = -3; }},
+           {"link h2d bytes_per_second is -1", [](cost_table& t) { t.link.h2d.bytes_per_second = -1; }},
+           {"storage read bytes_per_second is inf", [](cost_table& t) { t.storage.read.bytes_per_second = std::numeric_limits<double>::infinity(); }},
+           {"layer 0 forward_us is nan", [](cost_table& t) { t.layers[0].forward_us = std::nan(""); }},
+           {"layer 2 backward_us is 1.6999999999999999e+308", [](cost_table& t) { t.layers[2].backward_us = 1.7e308; }},
+           {"layer 0 recompute_us is -inf", [](cost_table& t) { t.layers[0].recompute_us = -std::numeric_limits<double>::infinity(); }},
+           {"layer 1 gather_us is -2", [](cost_table& t) { t.layers[1].gather_us = -2; }},
+       }) {
+    auto t = good;
+    edit(t);
+    auto const named = [&](auto&& f) {
+      try {
+        f();
+      } catch (cost_model_error const& e) {
+        return std::string(e.what()).find(says) != std::string::npos;
+      }
+      return false;
+    };
+    EXPECT_TRUE(named([&] { t.check(); })) << says;
+    EXPECT_TRUE(named([&] { (void)make_plan(st, t); })) << says;
+    EXPECT_TRUE(named([&] { (void)step_lower_bound(st, t); })) << says;
+    EXPECT_TRUE(named([&] { (void)compare_strategies(st, t); })) << says;
+  }
+  EXPECT_NO_THROW(good.check());
+  EXPECT_NO_THROW((void)make_plan(st, good));
+}
+
 TEST(Sim, HostCopiesSlowTheMemoryBoundComputeBesideThem) {
   auto costs = hand_costs();
   for (auto& l : costs.layers) l.memory_bound_share = 0.5;

@@ -11,10 +11,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -38,8 +40,11 @@ struct args {
   std::string model, model_file, hardware = "h200", calibration;
   std::uint64_t seq = 0, micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
   bool fp8 = false;
-  static constexpr double preset = -std::numeric_limits<double>::max();  // not given: the hardware preset's
-  double device_memory_gib = preset, host_budget_gib = preset, storage_budget_gib = 0;
+  // Not given: the hardware preset's. An optional, not a value a number could equal: any number
+  // given, -1.79e308 included, is checked as a number.
+  std::optional<double> device_memory_gib, host_budget_gib;
+  double storage_budget_gib = 0;
+  std::optional<std::uint64_t> max_decisions;  // not given: plan_options' default
   std::string offload, policy, policy_out, cpp, trace;
   bool json = false, quiet = false, help = false;
 };
@@ -67,6 +72,9 @@ class command_line {
     option("--storage-budget", a.storage_budget_gib, "GIB",
            "spill file for offloaded data the host budget cannot hold, in GiB (default 0: no storage tier; the link is the "
            "preset's NVMe, or the calibration's)");
+    option("--max-decisions", a.max_decisions, "N",
+           "most (layer, slot) decisions the planner takes, from 1 to 100000000 (default 40000: planning grows faster "
+           "than the model; 40,000 take seconds, 200,000 minutes)");
     option("--offload", a.offload, "SLOTS", "the slots the offload rows offload, comma separated (default: the preset's choice, "
                                              "or every slot but the layer inputs)");
     option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row (with the model's collective hooks)");
@@ -138,6 +146,18 @@ class command_line {
     auto const [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
     return ec == std::errc{} && end == v.data() + v.size();
   }
+  static bool parse_value(std::string_view v, std::optional<std::uint64_t>& out) {
+    std::uint64_t x = 0;
+    if (!parse_value(v, x)) return false;
+    out = x;
+    return true;
+  }
+  static bool parse_value(std::string_view v, std::optional<double>& out) {
+    double x = 0;
+    if (!parse_value(v, x)) return false;
+    out = x;
+    return true;
+  }
   static bool parse_value(std::string_view v, double& out) {
     std::string const s(v);
     char* end = nullptr;
@@ -172,6 +192,16 @@ inline bool valid_utf8(std::string_view s) {
   return true;
 }
 
+//! `x` as the shortest text that reads back as it (what the user typed, give or take a spelling).
+inline std::string number_text(double x) {
+  char buf[32];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
 //! The command line's checks that need no file: one model, a preset's flags only with a preset,
 //! every bound (so no derived size overflows), and, with --json, paths that JSON can hold.
 //! Throws `usage_error`.
@@ -187,10 +217,17 @@ inline void check_args(args const& a) {
   if (a.gpus > (1u << 20)) throw usage_error("--gpus is at most 1048576");
   if (a.tp > 1024) throw usage_error("--tp is at most 1024");
   if (a.fsdp > a.gpus || a.ep > a.gpus || a.pp > a.gpus) throw usage_error("--fsdp, --ep and --pp cannot exceed --gpus");
-  auto gib_ok = [](double g) { return g == args::preset || (std::isfinite(g) && g >= 0 && g <= double(1u << 24)); };
-  if (!gib_ok(a.device_memory_gib) || !gib_ok(a.host_budget_gib) || !gib_ok(a.storage_budget_gib) || a.storage_budget_gib == args::preset)
-    throw usage_error("--device-memory, --host-budget and --storage-budget are GiB from 0 to 16777216");
-  if (a.device_memory_gib == 0) throw usage_error("--device-memory 0 leaves nothing for the step");
+  auto gib = [](char const* flag, double g) {
+    if (!std::isfinite(g) || g < 0 || g > double(1u << 24))
+      throw usage_error(std::string(flag) + " " + number_text(g) + ": give GiB from 0 to 16777216" +
+                        (g < 0 ? " (a budget is not negative; leave the flag out for the preset's)" : ""));
+  };
+  if (a.device_memory_gib) gib("--device-memory", *a.device_memory_gib);
+  if (a.host_budget_gib) gib("--host-budget", *a.host_budget_gib);
+  gib("--storage-budget", a.storage_budget_gib);
+  if (a.max_decisions && (*a.max_decisions == 0 || *a.max_decisions > 100'000'000))
+    throw usage_error("--max-decisions " + std::to_string(*a.max_decisions) + ": give a count from 1 to 100000000");
+  if (a.device_memory_gib == 0.0) throw usage_error("--device-memory 0 leaves nothing for the step");
   if (a.cpp == "-" && a.json) throw usage_error("--cpp - and --json both write to stdout: give --cpp a file");
   if (a.json)  // --json writes the model file's path (as the name) and the outputs' paths as JSON strings
     for (auto const& [flag, path] : {std::pair{"--model-file", &a.model_file}, {"--policy-out", &a.policy_out}, {"--cpp", &a.cpp},

@@ -102,7 +102,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
   using namespace tide;
   problem p;
   std::size_t const device_memory =
-      a.device_memory_gib >= 0 ? static_cast<std::size_t>(a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
+      a.device_memory_gib ? static_cast<std::size_t>(*a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
   if (!a.model.empty()) {
     transformer_spec m;
     training_spec t;
@@ -184,8 +184,15 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
   }
   p.options.device_budget = device_memory - p.options.resident_bytes;
   p.options.host_budget =
-      a.host_budget_gib >= 0 ? static_cast<std::size_t>(a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
+      a.host_budget_gib ? static_cast<std::size_t>(*a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
   p.options.storage_budget = static_cast<std::size_t>(a.storage_budget_gib * double(1ull << 30));
+  if (a.max_decisions) p.options.max_decisions = static_cast<std::size_t>(*a.max_decisions);
+  // Before the strategy table: a model over the planner's limit is refused in a moment, not after
+  // the table's schedules were built (seconds and gigabytes for a deep model file).
+  if (auto const n = decision_count(p.stack); n > p.options.max_decisions)
+    bad_input("the model has " + std::to_string(n) + " (layer, slot) decisions (" + std::to_string(p.stack.layer_count()) +
+              " layers) and the planner takes at most " + std::to_string(p.options.max_decisions) +
+              ": raise --max-decisions knowing planning grows faster than the model, or plan a representative part of it");
   if (p.costs.storage.unpaced()) p.costs.storage = hw.storage();  // a model file's or calibration's table: the preset's drives
   if (p.options.storage_budget > 0 && p.costs.storage.unpaced())
     bad_input("--storage-budget needs a storage link: the hardware '" + std::string(hw.name) +
@@ -263,7 +270,16 @@ int run(int argc, char** argv) {
       auto const overlap = user_policy->collectives.overlap;
       user_policy->collectives = p.options.collectives;
       user_policy->collectives.overlap = overlap && p.options.collectives.overlap;
-      (void)build_schedule(p.stack, *user_policy);  // names an unused rule or a bad field before planning
+      auto const s = build_schedule(p.stack, *user_policy);  // names an unused rule or a bad field before planning
+      // Spills with no storage link would be priced as free (issue 40): say so, as for an unpaced host link.
+      if (s.peak_storage_bytes() > 0 && p.costs.storage.unpaced()) {
+        warnings.push_back("the policy file spills " + format_bytes(static_cast<double>(s.peak_storage_bytes())) +
+                           " but the hardware '" + std::string(hw.name) +
+                           "' has no storage link: its stores and loads are priced as free and its row does not fit a storage "
+                           "budget of " + format_bytes(static_cast<double>(p.options.storage_budget)) +
+                           "; give --hardware h100, h200, gb200 or vera-rubin, or a policy that does not spill");
+        if (!a.json) std::fprintf(stderr, "tide-plan: warning: %s\n", warnings.back().c_str());
+      }
     } catch (tide::error const& e) {
       bad_input(e.what());
     }
@@ -400,7 +416,7 @@ int run(int argc, char** argv) {
               off, rem, spill ? (", " + std::to_string(spill) + " spilled").c_str() : "", pl.decisions.size(), planned.step_us / 1e3,
               gib(pl.whole_device_bytes()), gib(pl.host_bytes),
               p.options.storage_budget ? (", storage " + format_bytes(static_cast<double>(pl.storage_bytes))).c_str() : "");
-  std::printf("  lower bound %.2f ms: no schedule within these budgets steps faster; the plan is within %.2f%% of it\n",
+  std::printf("  lower bound %.2f ms: no schedule over the candidate pipelines within these budgets steps faster in the sim; the plan is within %.2f%% of it\n",
               pl.lower_bound_us / 1e3, 100 * pl.gap_to_bound());
   for (auto const& w : wrote) std::printf("  wrote %s\n", w.c_str());
   return 0;

@@ -20,8 +20,8 @@ namespace tide {
 struct rule_spec {
   placement where = placement::keep;      //!< where the selected slots live
   std::vector<std::string_view> slots{};  //!< slot names selected; empty: any slot
-  std::uint32_t first_layer = 0;          //!< first layer selected (or `from_end(k)`)
-  std::uint32_t last_layer = all_layers;  //!< one past the last layer selected (or `from_end(k)`); `all_layers`: to the end
+  layer_bound first_layer = 0;          //!< first layer selected (an index, or `from_end(k)`)
+  layer_bound last_layer = all_layers;  //!< one past the last layer selected (an index, or `from_end(k)`); `all_layers`: to the end
   std::size_t min_bytes = 0;              //!< smallest slot selected, in bytes
 
   //! True when this rule selects slot `s` of layer `layer` of a stack of `layer_count` layers
@@ -183,9 +183,13 @@ struct slot_names {
   static constexpr void apply(rule_spec& r) { (r.slots.push_back(Names.view()), ...); }
 };
 //! Selects layers [First, Last) (`rule_spec::first_layer`, `last_layer`).
-template <std::uint32_t First, std::uint32_t Last = all_layers>
+template <layer_bound First, layer_bound Last = layer_bound{all_layers}>
 struct layer_range {
-  static_assert(First < Last, "tide::layer_range<First, Last>: the range is [First, Last) and must not be empty");
+  static_assert(ordered_layer_bounds(First, Last),
+                "tide::layer_range<First, Last>: the range is [First, Last) and must not be empty");
+  static_assert(valid_layer_bound(First) && valid_layer_bound(Last),
+                "tide::layer_range<First, Last>: a layer index is below tide::max_from_end (2^30); count from the end "
+                "with tide::from_end(k)");
   using tide_knob_of = rule_spec;                                    //!< Makes this a selector of `rule`.
   static constexpr std::string_view tide_knob_name = "layer_range";  //!< Names the selector in diagnostics.
   //! Sets `r.first_layer` and `r.last_layer`.

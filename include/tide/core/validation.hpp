@@ -46,6 +46,7 @@ enum class schedule_issue_code : std::uint8_t {
   undeclared_layer_input,     //!< a layer type's input is not accounted for (no carry, input slot or independence)
   zero_spill_buffers,         //!< slots are spilled but there are no spill buffers
   disk_tier_needs_reversal,   //!< disk snapshots without an explicit reversal
+  rule_layer_out_of_range,    //!< a rule names a layer index of `max_from_end` or more (other than `all_layers`)
 };
 
 //! One issue with the names and numbers its message needs; converts to `true` when there is one.
@@ -135,9 +136,14 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
     auto const& r = p.rules[i];
     for (auto n : r.slots)
       if (!known(n)) return detail::issue(c::unknown_rule_slot, {}, n, i);
-    if (r.first_layer >= r.last_layer) return detail::issue(c::empty_rule_range, {}, {}, r.first_layer, r.last_layer);
+    // An index is an index (a flag says "from the end", no range of values does): one past what a
+    // rule may name is refused as the policy-file reader refuses it, not read as a count.
+    if (!valid_layer_bound(r.first_layer)) return detail::issue(c::rule_layer_out_of_range, {}, {}, i, r.first_layer.value);
+    if (!valid_layer_bound(r.last_layer)) return detail::issue(c::rule_layer_out_of_range, {}, {}, i, r.last_layer.value);
+    if (!ordered_layer_bounds(r.first_layer, r.last_layer))
+      return detail::issue(c::empty_rule_range, {}, {}, r.first_layer.value, r.last_layer.value);
     // A bound counted from the end: the range must not be empty in this stack.
-    if (counts_from_end(r.first_layer) || (r.last_layer != all_layers && counts_from_end(r.last_layer))) {
+    if (counts_from_end(r.first_layer) || counts_from_end(r.last_layer)) {
       auto const first = resolve_layer(r.first_layer, s.layer_count()), last = resolve_layer(r.last_layer, s.layer_count());
       if (first >= last) return detail::issue(c::empty_rule_range, {}, {}, first, last);
     }
@@ -180,6 +186,10 @@ inline std::string to_message(schedule_issue const& i) {
     case c::empty_rule_range:
       return "tide: a policy rule selects layers [" + std::to_string(i.value) + ", " + std::to_string(i.limit) +
              "), an empty range: use first < last";
+    case c::rule_layer_out_of_range:
+      return "tide: policy rule " + std::to_string(i.value) + " names layer " + std::to_string(i.limit) +
+             ", past the largest layer index a rule may name (" + std::to_string(max_from_end - 1) +
+             "): name a layer of the stack, tide::all_layers for the end, or count from the end with tide::from_end(k)";
     case c::unused_rule:
       return "tide: policy rule " + std::to_string(i.value) + " (" + std::string(i.quantity) + " " +
              (i.slot_name.empty() ? std::string("of any slot") : "of slot " + q(i.slot_name) + (i.type_name.empty() ? "" : ", ...")) +
@@ -281,6 +291,9 @@ consteval void static_check() {
                 "tide: a policy rule names a slot that no layer of the stack has: check the names in tide::slot_names<...>");
   static_assert(issue != c::empty_rule_range,
                 "tide: a policy rule selects an empty layer range: use tide::layer_range<First, Last> with First < Last");
+  static_assert(issue != c::rule_layer_out_of_range,
+                "tide: a policy rule names a layer index of tide::max_from_end (2^30) or more: name a layer of the "
+                "stack, tide::all_layers for the end, or count from the end with tide::from_end(k)");
   static_assert(issue != c::unused_rule,
                 "tide: a policy rule decides no (layer, slot) of the stack: it matches none (check its "
                 "tide::layer_range, slot names and minimum size) or earlier rules decide everything it matches; "

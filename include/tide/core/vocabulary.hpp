@@ -66,24 +66,72 @@ constexpr std::string_view to_string(stream_role s) noexcept {
 
 //! A size known only at run time (it depends on batch and sequence length).
 inline constexpr std::size_t dynamic_bytes = std::numeric_limits<std::size_t>::max();
-//! "Every layer from here on" in a layer range: the end of the stack, `from_end(0)`.
+//! "Every layer from here on" as a rule's end: a layer index past every layer a stack can have
+//! (`rule_spec::last_layer`'s default). A plain index, not a code: `from_end(0)` is the same bound.
 inline constexpr std::uint32_t all_layers = std::numeric_limits<std::uint32_t>::max();
-//! The most layers `from_end` counts back (and so one past the largest layer index a rule may
-//! name: a stack has far fewer layers, `max_ops` bounds its program).
+//! The most layers `from_end` counts back, and one past the largest layer index a rule may name
+//! (a stack has far fewer layers: `max_ops` bounds its program). `all_layers` is the one larger
+//! index a rule's end may be.
 inline constexpr std::uint32_t max_from_end = std::uint32_t{1} << 30;
-//! A layer index counted from the end of the stack, for rules that must follow the stack's depth:
-//! `from_end(1)` is the last layer, `from_end(0)` the end (`all_layers`); a rule of layers
-//! `[from_end(2), all_layers)` selects the last two. Counts past the first layer select from 0.
-constexpr std::uint32_t from_end(std::uint32_t k) noexcept { return all_layers - (k < max_from_end ? k : max_from_end); }
-//! True when layer index `l` counts from the end (`from_end(k)`, `all_layers` included).
-constexpr bool counts_from_end(std::uint32_t l) noexcept { return l >= all_layers - max_from_end; }
+
+//! One bound of a rule's layer range: a layer index, or a count of layers from the end of the
+//! stack, so that one rule fits stacks of any depth. Which of the two is a flag, not a range of
+//! values: every index is an index (`rule_spec{.first_layer = 3'500'000'000}` names layer
+//! 3,500,000,000, which validation refuses as past `max_from_end`), and only `tide::from_end(k)`
+//! counts from the end. A plain `std::uint32_t` converts to an index, so `.first_layer = 3` and
+//! `tide::layer_range<0, 31>` read as before.
+struct layer_bound {
+  std::uint32_t value = 0;  //!< the layer index, or with `from_end` the layers counted back from the end
+  bool from_end = false;    //!< true: `value` counts back from the end of the stack (1: the last layer)
+
+  //! Layer 0.
+  constexpr layer_bound() = default;
+  //! The layer index `index` (`all_layers`: past every layer, the end).
+  constexpr layer_bound(std::uint32_t index) noexcept : value(index) {}  // NOLINT(google-explicit-constructor): 3 reads as layer 3
+  //! `k` layers back from the end of the stack (`tide::from_end(k)` says it shorter).
+  [[nodiscard]] static constexpr layer_bound counted_from_end(std::uint32_t k) noexcept {
+    layer_bound b;
+    b.value = k;
+    b.from_end = true;
+    return b;
+  }
+  //! True when this bound counts from the end of the stack.
+  [[nodiscard]] constexpr bool counts_from_end() const noexcept { return from_end; }
+  //! The layer index it names in a stack of `layer_count` layers: an index as it is, a count from
+  //! the end resolved (counts past the first layer resolve to 0).
+  [[nodiscard]] constexpr std::uint32_t resolve(std::uint32_t layer_count) const noexcept {
+    if (!from_end) return value;
+    return value >= layer_count ? 0 : layer_count - value;
+  }
+  //! Equal when both are the same index or the same count from the end.
+  friend constexpr bool operator==(layer_bound, layer_bound) noexcept = default;
+};
+
+//! A layer bound counted from the end of the stack, for rules that must follow the stack's depth:
+//! `from_end(1)` is the last layer, `from_end(0)` the end (the index `all_layers`); a rule of layers
+//! `[from_end(2), all_layers)` selects the last two. Counts past the first layer select from 0;
+//! counts above `max_from_end` are taken as `max_from_end`.
+constexpr layer_bound from_end(std::uint32_t k) noexcept {
+  return k == 0 ? layer_bound{all_layers} : layer_bound::counted_from_end(k < max_from_end ? k : max_from_end);
+}
+//! True when bound `l` counts from the end (`from_end(k)` with k > 0).
+constexpr bool counts_from_end(layer_bound l) noexcept { return l.counts_from_end(); }
 //! How many layers from the end `l` counts (`counts_from_end(l)` must hold).
-constexpr std::uint32_t from_end_count(std::uint32_t l) noexcept { return all_layers - l; }
-//! Layer index `l` in a stack of `layer_count` layers: from the end resolved, others as they are.
-constexpr std::uint32_t resolve_layer(std::uint32_t l, std::uint32_t layer_count) noexcept {
-  if (!counts_from_end(l)) return l;
-  auto const k = from_end_count(l);
-  return k >= layer_count ? 0 : layer_count - k;
+constexpr std::uint32_t from_end_count(layer_bound l) noexcept { return l.value; }
+//! Bound `l` in a stack of `layer_count` layers: from the end resolved, indices as they are.
+constexpr std::uint32_t resolve_layer(layer_bound l, std::uint32_t layer_count) noexcept { return l.resolve(layer_count); }
+//! False when [first, last) is empty in every stack: two indices not ascending, two counts from the
+//! end not descending, or a count from the end before an index other than `all_layers` (which a
+//! rule may not name: the order must hold in stacks of any depth). Which layers a range selects in
+//! a given stack is `resolve_layer`'s.
+constexpr bool ordered_layer_bounds(layer_bound first, layer_bound last) noexcept {
+  if (first.from_end == last.from_end) return first.from_end ? first.value > last.value : first.value < last.value;
+  return !first.from_end || last.value == all_layers;
+}
+//! True when `l` is a layer index a rule may name: below `max_from_end`, or `all_layers` (the end);
+//! any count from the end is.
+constexpr bool valid_layer_bound(layer_bound l) noexcept {
+  return l.from_end || l.value < max_from_end || l.value == all_layers;
 }
 
 //! `n` rounded up to a multiple of `a` (unchecked: see `checked_align_up`).

@@ -19,6 +19,10 @@ namespace tide::io {
 
 //! A cost table as a calibration file (what `tide::calibrate` measured, or a hand-written table).
 inline json to_json(cost_table const& t) {
+  // What the reader takes, no more: one check of the table (cost_table::check) for both, so a
+  // written file always reads back (1.8e308 microseconds was written and then refused).
+  static_assert(cost_table::max_time_us == max_time_us, "the readers' time bound is the cost table's");
+  t.check();
   // JSON has no NaN or infinity (nlohmann would write null): refuse them here, naming the field.
   auto finite = [](double v, std::string const& what) {
     if (!std::isfinite(v)) throw error("tide: the cost table's " + what + " is " + std::to_string(v) + ": not writable as JSON");
@@ -125,6 +129,7 @@ inline cost_table cost_table_from_json(json const& j, std::string_view document 
     if (t.hbm_bytes_per_second > 0 && t.hbm_bytes_per_second < 1)
       hbm.fail("expected 0 (copies never slow compute) or at least 1 byte per second, found " + hbm.value().dump());
   }
+  t.check();  // the one check the writer, the planner and the lower bound run too (never fails after the bounds above)
   return t;
 }
 

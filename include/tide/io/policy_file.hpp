@@ -29,8 +29,8 @@ inline json to_json(strategy const& st) {
       for (auto n : r.slots) rule["slots"].push_back(std::string(n));
     }
     // A bound counted from the end is negative (-1: the last layer); the end is the default.
-    auto bound = [](std::uint32_t l) {
-      return counts_from_end(l) ? json(-static_cast<std::int64_t>(from_end_count(l))) : json(l);
+    auto bound = [](layer_bound l) {
+      return counts_from_end(l) ? json(-static_cast<std::int64_t>(from_end_count(l))) : json(l.value);
     };
     if (r.first_layer != 0) rule["first_layer"] = bound(r.first_layer);
     if (r.last_layer != all_layers) rule["last_layer"] = bound(r.last_layer);
@@ -111,7 +111,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
         rule.last_layer = l.value().is_null() ? all_layers : l.layer_bound();
         if (rule.last_layer == 0) l.fail("a range that ends before layer 0 selects nothing");
       }
-      if (rule.first_layer >= rule.last_layer)
+      if (!ordered_layer_bounds(rule.first_layer, rule.last_layer))
         r.fail("the layer range [first_layer, last_layer) is empty: the last layer is excluded");
       if (r.has("layers")) {
         auto const l = r.at("layers");
@@ -120,7 +120,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
                  "from the end (-1: the last layer)");
         rule.first_layer = l.at(0).layer_bound();
         rule.last_layer = l.at(1).value().is_null() ? all_layers : l.at(1).layer_bound();
-        if (rule.first_layer >= rule.last_layer)
+        if (!ordered_layer_bounds(rule.first_layer, rule.last_layer))
           l.fail("the range [" + l.at(0).value().dump() + ", " + l.at(1).value().dump() +
                  ") is empty: the last layer is excluded");
       }

@@ -48,6 +48,9 @@ struct strategy_options {
   bool include_plan = true;  //!< add the planner's row (seeded with the others; shown when it fits)
   // Added after 0.3.0, last, so that positional initializers keep their meaning.
   std::size_t storage_budget = 0;  //!< bytes of spill file a row may use (the planner's `plan_options::storage_budget`)
+  //! Most (layer, slot) decisions the planner's row takes (`plan_options::max_decisions`); with
+  //! `include_plan`, a larger stack is refused before any row is built.
+  std::size_t max_decisions = plan_options{}.max_decisions;
 };
 
 //! One simulated strategy of the table.
@@ -126,6 +129,7 @@ inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, str
   return make_plan(stack, costs,
                    {.device_budget = opt.device_budget,
                     .host_budget = opt.host_budget,
+                    .max_decisions = opt.max_decisions,
                     .candidates = default_candidates(stack, opt.chunk_bytes, opt.collectives),
                     .resident_bytes = opt.resident_bytes,
                     .seeds = std::move(seeds),
@@ -138,6 +142,12 @@ inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, str
 inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
                                                     strategy_options const& opt = {}) {
   costs.check_against(stack);
+  // The planner's row refuses a stack over its limit: before the other rows are built, not after.
+  if (opt.include_plan && decision_count(stack) > opt.max_decisions)
+    throw schedule_error("tide: compare_strategies' planner row takes at most " + std::to_string(opt.max_decisions) +
+                         " (layer, slot) decisions (strategy_options::max_decisions) and this stack has " +
+                         std::to_string(decision_count(stack)) +
+                         ": raise the limit knowing planning takes minutes, or set include_plan = false");
   std::vector<strategy_row> rows;
   auto add = [&](std::string key, std::string name, tide::strategy st) {
     rows.push_back(evaluate_strategy(stack, costs, std::move(st), opt, std::move(key), std::move(name)));

@@ -163,6 +163,14 @@ inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_op
 }
 }  // namespace detail
 
+//! The (layer, slot) decisions a plan of `stack` makes: what `plan_options::max_decisions` bounds.
+//! Cheap (one pass over the layers), so a caller can refuse a stack before any costly work.
+[[nodiscard]] inline std::size_t decision_count(stack_spec const& stack) noexcept {
+  std::size_t decisions = 0;
+  for (std::uint32_t l = 0; l < stack.layer_count(); ++l) decisions += stack.layer(l).slots.size();
+  return decisions;
+}
+
 //! Plans `stack` under `costs` and `opt`: the fastest simulated schedule that fits, or
 //! `fits == false` with the smallest device peak reached. For a stack with a carry it chooses the
 //! carries' checkpoints with the slots' placements: the slots are planned for each of
@@ -177,8 +185,7 @@ inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_op
   // A stack that does not say where a layer's input comes from would let the search
   // rematerialize it: refuse it by name rather than plan wrong gradients (or nothing).
   if (auto const i = detail::find_structure_issue(stack, {}, {}, {})) throw schedule_error(to_message(i));
-  std::size_t decisions = 0;
-  for (std::uint32_t l = 0; l < stack.layer_count(); ++l) decisions += stack.layer(l).slots.size();
+  auto const decisions = decision_count(stack);
   if (decisions > opt.max_decisions)
     throw schedule_error("tide: the planner takes at most " + std::to_string(opt.max_decisions) +
                          " (layer, slot) decisions (plan_options::max_decisions) and this stack has " +

@@ -119,8 +119,10 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
       sel.push_back(n + ">");
     }
     if (rule.first_layer != 0 || rule.last_layer != all_layers) {
-      auto bound = [](std::uint32_t l) {
-        return counts_from_end(l) ? "tide::from_end(" + std::to_string(from_end_count(l)) + ")" : std::to_string(l);
+      auto bound = [](layer_bound l) {
+        return counts_from_end(l) ? "tide::from_end(" + std::to_string(from_end_count(l)) + ")"
+               : l == all_layers  ? std::string("tide::all_layers")
+                                  : std::to_string(l.value);
       };
       sel.push_back("tide::layer_range<" + bound(rule.first_layer) +
                     (rule.last_layer == all_layers ? std::string() : ", " + bound(rule.last_layer)) + ">");

@@ -38,6 +38,7 @@
 
 #include <tide/core/error.hpp>
 #include <tide/core/vocabulary.hpp>
+#include <tide/storage/detail/direct_io_alignment.hpp>
 
 namespace tide {
 
@@ -70,6 +71,11 @@ struct storage_options {
   std::size_t request_bytes = std::size_t{1} << 20;  //!< a transfer goes as requests of this size, in flight together
   std::uint32_t queue_depth = 32;                    //!< io_uring: requests in flight at once
   bool quiet = false;  //!< take a fallback without a line on stderr (`description()` still says it)
+  //! The direct-I/O alignment of the device under `directory`, where the kernel does not report it
+  //! (or to require more than it reports): the file takes the larger of this and what `statx`
+  //! (`STATX_DIOALIGN`) or the device's logical block size says, and refuses a smaller storage
+  //! alignment when it is opened. Not given: what the kernel reports.
+  std::optional<std::size_t> direct_io_alignment{};
 };
 
 //! A preallocated, unlinked file the storage stream writes spilled slots to and reads them from.
@@ -81,7 +87,8 @@ class spill_file {
   static constexpr std::size_t least_alignment = 512;
 
   //! Creates the file in `opt.directory` and reserves `bytes` of it (throws `storage_error` naming
-  //! the directory and the bytes when it cannot). `alignment`: every transfer's offset and
+  //! the directory and the bytes when it cannot). With `O_DIRECT`, an `alignment` below the file's
+  //! direct-I/O alignment (see `direct_io_alignment()`) is refused, naming both. `alignment`: every transfer's offset and
   //! buffer address and length are multiples of it (direct I/O moves whole logical blocks; a
   //! transfer that is not is refused, never rounded up past the caller's buffer).
   spill_file(storage_options opt, std::size_t bytes, std::size_t alignment) : opt_(std::move(opt)), alignment_(alignment) {
@@ -96,6 +103,7 @@ class spill_file {
                           EINVAL);
     open_file();
     try {
+      check_direct_io_alignment();
       reserve(bytes);
       start_io();
     } catch (...) {
@@ -175,6 +183,21 @@ class spill_file {
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   //! What every transfer's length, buffer address and file offset are multiples of.
   [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
+  //! With `O_DIRECT`, what direct I/O on the file needs (`statx` `STATX_DIOALIGN`, else the
+  //! device's logical block size, raised to `storage_options::direct_io_alignment`); nothing when
+  //! the file is buffered or neither the kernel nor the options say.
+  [[nodiscard]] std::optional<std::size_t> direct_io_alignment() const noexcept { return dio_required_; }
+  //! Takes transfers aligned to `alignment` from now on, when it is below `alignment()` (a schedule
+  //! of a smaller storage alignment set up on a backend whose file was opened for a larger one);
+  //! throws `storage_error` as the constructor does when direct I/O needs more.
+  void lower_alignment(std::size_t alignment) {
+    std::lock_guard lock(transfer_mutex_);
+    if (alignment >= alignment_) return;
+    if (alignment == 0 || (alignment & (alignment - 1)) != 0)
+      throw storage_error("tide: the storage alignment " + std::to_string(alignment) + " is not a power of two", EINVAL);
+    refuse_below_direct_io(alignment);
+    alignment_ = alignment;
+  }
   //! The path in use: `io_uring` or `posix` (never `automatic`).
   [[nodiscard]] storage_io io() const noexcept { return uring_ ? storage_io::io_uring : storage_io::posix; }
   //! True when the file is open with `O_DIRECT`.
@@ -229,6 +252,29 @@ class spill_file {
     }
   }
 
+  // With O_DIRECT, the device's alignment: a smaller one fails every transfer with EINVAL, so it is
+  // refused here, when the backend is set up, not at the first store.
+  void check_direct_io_alignment() {
+    if (!direct_) return;
+    dio_ = detail::probe_direct_io_alignment(fd_);
+    std::size_t need = dio_ ? dio_->required() : 0;
+    if (opt_.direct_io_alignment && *opt_.direct_io_alignment > need) {
+      need = *opt_.direct_io_alignment;
+      dio_ = detail::direct_io_alignment{need, need, "storage_options::direct_io_alignment"};
+    }
+    if (need > 0) dio_required_ = need;
+    refuse_below_direct_io(alignment_);
+  }
+  void refuse_below_direct_io(std::size_t alignment) const {
+    if (!dio_required_ || alignment >= *dio_required_) return;
+    auto const need = std::to_string(*dio_required_);
+    throw storage_error(where() + ": direct I/O on this file moves blocks of " + need + " bytes (" + dio_->source +
+                            ") and the storage alignment is " + std::to_string(alignment) +
+                            ": use buffer_spec::storage_alignment of " + need + " or more (tide::storage_alignment<" + need +
+                            ">), or storage_options::direct = false",
+                        EINVAL);
+  }
+
   void start_io() {
     std::string why;
     if (opt_.io != storage_io::posix) {
@@ -257,7 +303,9 @@ class spill_file {
   void describe() {
     description_ = std::string(uring_ ? "io_uring" : "pread/pwrite") + (direct_ ? ", O_DIRECT" : "") +
                    (registered() ? ", registered buffers" : "") + register_note_ + open_note_ + ": spill file in '" +
-                   opt_.directory + "' (unlinked), " + std::to_string(size_) + " bytes";
+                   opt_.directory + "' (unlinked), " + std::to_string(size_) + " bytes" +
+                   (dio_required_ ? "; direct I/O in blocks of " + std::to_string(*dio_required_) + " bytes (" + dio_->source + ")"
+                                  : std::string());
   }
 
   void close_all() noexcept {
@@ -413,6 +461,8 @@ class spill_file {
 
   storage_options opt_;
   std::size_t alignment_ = 4096;
+  std::optional<detail::direct_io_alignment> dio_;  // what direct I/O needs and where it was learned
+  std::optional<std::size_t> dio_required_;
   int fd_ = -1;
   std::size_t size_ = 0;
   bool uring_ = false;
@@ -426,7 +476,8 @@ namespace detail {
 //! A backend's setup of its storage tier for a schedule that stores `bytes` with regions aligned
 //! to `alignment`: refuses a backend without a directory (naming `backend`'s option) and an
 //! alignment below what direct I/O moves, then opens `file` or grows it. One file serves every
-//! schedule set up on the backend: each pads its transfers to its own alignment.
+//! schedule set up on the backend: it takes the smallest alignment asked, and refuses one below its
+//! device's direct-I/O alignment (`spill_file::direct_io_alignment()`), naming both.
 inline void prepare_spill_file(std::optional<spill_file>& file, storage_options const& opt, std::size_t bytes,
                                std::size_t alignment, std::string_view backend) {
   if (opt.directory.empty())
@@ -437,8 +488,12 @@ inline void prepare_spill_file(std::optional<spill_file>& file, storage_options 
     throw error("tide::" + std::string(backend) + ": the schedule's storage alignment (" + std::to_string(alignment) +
                 ") is below the " + std::to_string(spill_file::least_alignment) +
                 " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
-  if (!file) file.emplace(opt, bytes, spill_file::least_alignment);
-  else file->reserve(bytes);
+  if (!file) {
+    file.emplace(opt, bytes, alignment);
+  } else {
+    file->lower_alignment(alignment);
+    file->reserve(bytes);
+  }
 }
 }  // namespace detail
 

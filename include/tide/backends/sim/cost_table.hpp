@@ -7,9 +7,12 @@
 //! (`transformer.hpp`), from a measured run (`calibrate.hpp`), or is written by hand.
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <utility>
 #include <span>
 #include <string>
 #include <vector>
@@ -107,8 +110,62 @@ struct cost_table {
     for (auto const& l : layers) t += l.forward_us + l.backward_us;
     return t;
   }
-  //! Throws `cost_model_error` naming the mismatch when the table does not describe `stack`.
+  //! The longest time an entry may give, in microseconds (11.6 days): what the file readers take.
+  static constexpr double max_time_us = 1e12;
+
+  //! Throws `cost_model_error` naming the field and its value when a number of the table is not
+  //! one the cost model can use: a time (compute, slot recompute, collective, overhead, latency)
+  //! that is negative, NaN or above `max_time_us`, a bandwidth that is negative, NaN or infinite, a
+  //! `memory_bound_share` outside [0, 1]. With such values a plan could beat its lower bound or
+  //! cost nothing. The one check of a table: the planner, the lower bound, `compare_strategies`
+  //! (through `check_against`) and the calibration file's reader and writer all run it.
+  void check() const {
+    auto num = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.17g", v);
+      return std::string(b);
+    };
+    auto time = [&](double v, std::string const& what) {
+      if (!(v >= 0 && v <= max_time_us))
+        throw cost_model_error("tide: the cost table's " + what + " is " + num(v) + ": give a time from 0 to 1e12 microseconds");
+    };
+    auto rate = [&](double v, std::string const& what) {
+      if (!(v >= 0 && v < std::numeric_limits<double>::infinity()))
+        throw cost_model_error("tide: the cost table's " + what + " is " + num(v) +
+                               ": give a finite bandwidth in bytes per second, or 0 for unpaced");
+    };
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      auto const& c = layers[l];
+      auto const at = "layer " + std::to_string(l) + " ";
+      time(c.forward_us, at + "forward_us");
+      time(c.backward_us, at + "backward_us");
+      // Below zero means "as forward_us" (the default, -1); NaN or infinite means nothing.
+      if (!(std::isfinite(c.recompute_us) && c.recompute_us <= max_time_us))
+        throw cost_model_error("tide: the cost table's " + at + "recompute_us is " + num(c.recompute_us) +
+                               ": give a time from 0 to 1e12 microseconds, or a negative one for forward_us");
+      for (std::size_t k = 0; k < c.slot_recompute_us.size(); ++k)
+        time(c.slot_recompute_us[k], at + "slot_recompute_us[" + std::to_string(k) + "]");
+      time(c.gather_us, at + "gather_us");
+      time(c.reduce_us, at + "reduce_us");
+      time(c.regather_us, at + "regather_us");
+      if (!(c.memory_bound_share >= 0 && c.memory_bound_share <= 1))
+        throw cost_model_error("tide: " + at + "of the cost table has memory_bound_share " + num(c.memory_bound_share) +
+                               ": give a share in [0, 1]");
+    }
+    time(sync_latency_us, "sync_latency_us");
+    time(op_overhead_us, "op_overhead_us");
+    rate(hbm_bytes_per_second, "hbm_bytes_per_second");
+    for (auto const& [d, what] : {std::pair{&link.d2h, "link d2h"}, {&link.h2d, "link h2d"}, {&storage.write, "storage write"},
+                                  {&storage.read, "storage read"}}) {
+      rate(d->bytes_per_second, std::string(what) + " bytes_per_second");
+      time(d->latency_us, std::string(what) + " latency_us");
+    }
+  }
+
+  //! Throws `cost_model_error` naming the mismatch when the table does not describe `stack`, or a
+  //! value `check()` refuses.
   void check_against(stack_spec const& stack) const {
+    check();
     if (layers.size() != stack.layer_count())
       throw cost_model_error("tide: the cost table has " + std::to_string(layers.size()) + " layers but the stack has " +
                            std::to_string(stack.layer_count()) + ": give one layer_cost per layer");

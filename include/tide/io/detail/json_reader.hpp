@@ -134,8 +134,9 @@ class node {
   //! FLOPs or bytes of work: from 0 to 1e30 (the time it makes is checked on the hardware).
   double work() const { return number(0, 1e30); }
   //! A rule's layer bound: a layer index below `max_from_end`, or a negative count from the end
-  //! (-k: `from_end(k)`, k at most `max_from_end`).
-  std::uint32_t layer_bound() const {
+  //! (-k: `from_end(k)`, k at most `max_from_end`); the same bounds `find_schedule_issue` puts on
+  //! a `rule_spec` built in C++.
+  tide::layer_bound layer_bound() const {
     std::int64_t x = 0;
     if (v_->is_number_integer()) x = v_->is_number_unsigned() && v_->get<std::uint64_t>() > (std::uint64_t{1} << 62)
                                          ? std::int64_t{1} << 62
@@ -143,10 +144,10 @@ class node {
     else if (v_->is_number_float() && v_->get<double>() == std::floor(v_->get<double>()) && std::abs(v_->get<double>()) < 4e9)
       x = static_cast<std::int64_t>(v_->get<double>());
     else fail("expected a layer index, found " + (v_->is_number() ? v_->dump() : type_name(*v_)));
-    if (x >= static_cast<std::int64_t>(all_layers - max_from_end) || x < -static_cast<std::int64_t>(max_from_end))
+    if (x >= static_cast<std::int64_t>(max_from_end) || x < -static_cast<std::int64_t>(max_from_end))
       fail("expected a layer index from " + std::to_string(-static_cast<std::int64_t>(max_from_end)) + " (negative: from "
-           "the end) to " + std::to_string(all_layers - max_from_end - 1) + ", found " + std::to_string(x));
-    return x < 0 ? from_end(static_cast<std::uint32_t>(-x)) : static_cast<std::uint32_t>(x);
+           "the end) to " + std::to_string(max_from_end - 1) + ", found " + std::to_string(x));
+    return x < 0 ? from_end(static_cast<std::uint32_t>(-x)) : tide::layer_bound{static_cast<std::uint32_t>(x)};
   }
   std::int32_t i32_or_minus_one() const {
     std::int64_t x = 0;
