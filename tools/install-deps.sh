@@ -24,12 +24,12 @@ python_modules() {
   fi
 }
 # cuFile (GPUDirect Storage), when there is a CUDA toolkit without it: the nvidia-cufile wheel's
-# headers and library, into a directory of tide's own (tools/find_cufile.py looks there). Optional:
+# headers and library, into a directory of tide's own (tools/find_nvidia_lib.py looks there). Optional:
 # without it the CUDA backend stages spilled slots through the pinned ring.
 cufile() {
   local nvcc_path
   nvcc_path=$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null) || return 0
-  [ -n "$(python3 "$(dirname "$0")/find_cufile.py" "$(dirname "$(dirname "$nvcc_path")")")" ] && return 0
+  [ -n "$(python3 "$(dirname "$0")/find_nvidia_lib.py" cufile "$(dirname "$(dirname "$nvcc_path")")")" ] && return 0
   local dir="${TIDE_CUFILE_DIR:-$HOME/.cache/tide/nvidia-cufile}" cu
   cu=$("$nvcc_path" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
   echo "tide: installing cuFile (the nvidia-cufile wheel for CUDA $cu) into $dir" >&2

@@ -4,6 +4,11 @@ suites: what `ninja` must build before `meson test --no-rebuild --no-suite ...` 
 a build whose configuration skips suites (the sanitizer builds) does not compile their programs.
 
 usage: test_targets.py BUILD_DIR [SUITE...]   (prints one output path per line, relative to BUILD_DIR)
+       test_targets.py BUILD_DIR --only SUITE [--except SUITE]... [--benchmarks]
+With --only, the tests of that suite instead, less those of the --except suites (and with
+--benchmarks, the suite's benchmarks too): what bench/gpu/check.sh builds before it runs
+`meson test --suite cuda --no-suite compile --no-rebuild` and the GPU benchmarks, so that the build
+and the test phase cannot disagree.
 
 A test needs the targets Meson lists as its dependencies and any built file named on its command
 line (a script's program argument). Custom targets (generated files: copies, configured sources)
@@ -12,7 +17,24 @@ cost nothing to make."""
 import json, pathlib, subprocess, sys
 
 build = pathlib.Path(sys.argv[1]).resolve()
-skipped = set(sys.argv[2:])
+args = sys.argv[2:]
+with_benchmarks = "--benchmarks" in args
+only = set()
+skipped = set()
+i = 0
+while i < len(args):
+    if args[i] in ("--only", "--except"):
+        if i + 1 >= len(args):
+            sys.exit(f"test_targets.py: {args[i]} needs a suite")
+        (only if args[i] == "--only" else skipped).add(args[i + 1])
+        i += 2
+    elif args[i] == "--benchmarks":
+        i += 1
+    elif args[i].startswith("--"):
+        sys.exit(f"test_targets.py: unknown option {args[i]}")
+    else:
+        skipped.add(args[i])
+        i += 1
 
 
 def introspect(what):
@@ -24,9 +46,10 @@ targets = introspect("--targets")
 by_id = {t["id"]: t for t in targets}
 by_file = {pathlib.Path(f).resolve(): t for t in targets for f in t["filename"]}
 need = {t["id"]: t for t in targets if t["type"] == "custom"}
-for test in introspect("--tests"):
+runs = introspect("--tests") + (introspect("--benchmarks") if with_benchmarks else [])
+for test in runs:
     suites = {s.split(":", 1)[-1] for s in test["suite"]}
-    if suites & skipped:
+    if (only and not suites & only) or suites & skipped:
         continue
     for dep in test.get("depends", []):
         if dep in by_id:

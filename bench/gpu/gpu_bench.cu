@@ -3,20 +3,24 @@
 // - step time of keep-all, remat, offload with copies on the compute stream, offload with latency
 //   hiding (with and without a high-priority prefetch stream), and latency hiding with chunked
 //   copies, on a stack where keep-all fits;
+// - tide's fixed cost of one step (no op): the copy rows' tide time includes it once;
 // - the largest batch that fits under a device budget, per policy.
-// Without a GPU it says so and exits 77.
-#include <benchmark/benchmark.h>
-
+// Without a GPU it says so and exits 77. Rows are JSON Lines (harness.hpp), written as each case ends.
+#include "harness.hpp"
 #include "model.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
+using gpu_bench::clock_type;
+using gpu_bench::row;
+using gpu_bench::seconds_since;
 
 // ---- copy bandwidth ---------------------------------------------------------------------------
 
@@ -39,63 +43,72 @@ struct copy_buffers {
 // Both variants time enqueue + completion of one copy with the host clock, so they are measured
 // the same way; tide's includes its NVTX range, the end-of-step join and the synchronization of
 // four streams.
-void raw_copy(benchmark::State& state, bool to_host) {
-  auto const n = static_cast<std::size_t>(state.range(0));
+void raw_copy(row& r, std::size_t n, bool to_host, double min_time) {
   copy_buffers b(n);
   cudaStream_t s = nullptr;
   TIDE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (auto _ : state) {
-    auto const t0 = clock_type::now();
-    if (to_host)
-      TIDE_CUDA_CHECK(cudaMemcpyAsync(b.host, b.device, n, cudaMemcpyDeviceToHost, s));
-    else
-      TIDE_CUDA_CHECK(cudaMemcpyAsync(b.device, b.host, n, cudaMemcpyHostToDevice, s));
-    TIDE_CUDA_CHECK(cudaStreamSynchronize(s));
-    state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - t0).count());
-  }
+  auto const [iterations, total] = gpu_bench::repeat(
+      [&] {
+        auto const t0 = clock_type::now();
+        if (to_host)
+          TIDE_CUDA_CHECK(cudaMemcpyAsync(b.host, b.device, n, cudaMemcpyDeviceToHost, s));
+        else
+          TIDE_CUDA_CHECK(cudaMemcpyAsync(b.device, b.host, n, cudaMemcpyHostToDevice, s));
+        TIDE_CUDA_CHECK(cudaStreamSynchronize(s));
+        return seconds_since(t0);
+      },
+      min_time, 5);
   TIDE_CUDA_CHECK(cudaStreamDestroy(s));
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
+  r.set("iterations", iterations);
+  r.set("us", 1e6 * total / iterations);
+  r.set("bytes_per_second", static_cast<double>(n) * iterations / total);
 }
 
-void tide_copy(benchmark::State& state, bool to_host) {
-  auto const n = static_cast<std::size_t>(state.range(0));
+// One tide step around one copy (`n` bytes), or around nothing (`n` = 0): the empty step is tide's
+// fixed cost per step (begin, the end-of-step join of its streams, the wait), which every copy row
+// of tide pays once and a bare cudaMemcpyAsync does not.
+void tide_copy(row& r, std::size_t n, bool to_host, double min_time) {
   tide::cuda_backend_options o;
   o.nvtx = true;
   tide::cuda_backend be(o);
-  auto const a = be.setup({.ops = 1, .device_bytes = n, .host_bytes = n});
-  TIDE_CUDA_CHECK(cudaMemset(a.device, 1, n));
+  auto const a = be.setup({.ops = 1, .device_bytes = std::max<std::size_t>(n, 1), .host_bytes = std::max<std::size_t>(n, 1)});
+  if (n) TIDE_CUDA_CHECK(cudaMemset(a.device, 1, n));
   TIDE_CUDA_CHECK(cudaDeviceSynchronize());
   tide::op op;
   op.kind = to_host ? tide::op_kind::offload : tide::op_kind::prefetch;
   op.stream = to_host ? tide::stream_role::d2h : tide::stream_role::h2d;
   op.bytes = n;
-  for (auto _ : state) {
-    auto const t0 = clock_type::now();
-    be.begin_step({});  // no schedule: the copy's NVTX range names no slot
-    if (to_host)
-      be.copy(op.stream, 0, op, a.host, a.device, n);
-    else
-      be.copy(op.stream, 0, op, a.device, a.host, n);
-    be.end_step();   // everything enqueued (does not block)
-    be.wait_step();  // the copy has completed
-    state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - t0).count());
-  }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * static_cast<std::int64_t>(n));
+  auto const [iterations, total] = gpu_bench::repeat(
+      [&] {
+        auto const t0 = clock_type::now();
+        be.begin_step({});  // no schedule: the copy's NVTX range names no slot
+        if (n && to_host)
+          be.copy(op.stream, 0, op, a.host, a.device, n);
+        else if (n)
+          be.copy(op.stream, 0, op, a.device, a.host, n);
+        be.end_step();   // everything enqueued (does not block)
+        be.wait_step();  // the copy has completed
+        return seconds_since(t0);
+      },
+      min_time, 5);
+  r.set("iterations", iterations);
+  r.set("us", 1e6 * total / iterations);
+  if (n) r.set("bytes_per_second", static_cast<double>(n) * iterations / total);
 }
 
-void copy_sizes(benchmark::internal::Benchmark* b) {
-  for (std::int64_t mib : {1, 16, 64, 256}) b->Arg(mib << 20);
-  b->UseManualTime()->Unit(benchmark::kMicrosecond)->MinTime(0.2);
+void add_copies(gpu_bench::runner& run) {
+  for (bool to_host : {true, false})
+    for (std::size_t mib : {1, 16, 64, 256}) {
+      auto const n = mib << 20;
+      std::string const d = to_host ? "d2h" : "h2d";
+      run.add(d + "_raw/" + std::to_string(n), [=, &run](row& r) { raw_copy(r, n, to_host, run.min_time()); });
+      run.add(d + "_tide/" + std::to_string(n), [=, &run](row& r) { tide_copy(r, n, to_host, run.min_time()); });
+    }
+  run.add("step_empty", [&run](row& r) {
+    tide_copy(r, 0, true, run.min_time());
+    r.set("label", "tide step with no op (fixed cost per step)");
+  });
 }
-
-void d2h_raw(benchmark::State& s) { raw_copy(s, true); }
-void d2h_tide(benchmark::State& s) { tide_copy(s, true); }
-void h2d_raw(benchmark::State& s) { raw_copy(s, false); }
-void h2d_tide(benchmark::State& s) { tide_copy(s, false); }
-BENCHMARK(d2h_raw)->Apply(copy_sizes);
-BENCHMARK(d2h_tide)->Apply(copy_sizes);
-BENCHMARK(h2d_raw)->Apply(copy_sizes);
-BENCHMARK(h2d_tide)->Apply(copy_sizes);
 
 // ---- step time per policy -------------------------------------------------------------------------
 
@@ -116,7 +129,7 @@ cuda_stack::model const& step_model(cuda_stack::dims const& d) {
   return m;
 }
 
-void step_time(benchmark::State& state, std::size_t policy, bool prefetch_priority, cuda_stack::dims const& dims = step_dims) {
+void step_time(row& r, std::size_t policy, bool prefetch_priority, cuda_stack::dims const& dims = step_dims) {
   auto const& m = step_model(dims);
   auto const c = cuda_stack::policy_cases(dims).at(policy);
   auto const s = cuda_stack::build(dims, c);
@@ -130,41 +143,41 @@ void step_time(benchmark::State& state, std::size_t policy, bool prefetch_priori
   auto fwd = [&](tide::forward_context<cudaStream_t> const& ctx) { m.forward(ctx); };
   auto bwd = [&](tide::backward_context<cudaStream_t> const& ctx) { m.backward(ctx); };
   ex.step(fwd, bwd);  // warm-up
-  for (auto _ : state) {
+  std::vector<double> ms;
+  for (int i = 0; i < 10; ++i) {
     auto const t0 = clock_type::now();
     ex.step(fwd, bwd);
-    state.SetIterationTime(std::chrono::duration<double>(clock_type::now() - t0).count());
+    ms.push_back(1e3 * seconds_since(t0));
   }
-  state.counters["device_MiB"] = static_cast<double>(s.peak_device_bytes()) / (1 << 20);
-  state.counters["host_MiB"] = static_cast<double>(s.peak_host_bytes()) / (1 << 20);
-  state.SetLabel(c.name + (prefetch_priority ? "" : ", default prefetch priority"));
+  std::sort(ms.begin(), ms.end());
+  double sum = 0;
+  for (double m : ms) sum += m;
+  r.set("real_time", sum / static_cast<double>(ms.size()));  // ms, the mean of 10 steps
+  r.set("median_ms", (ms[4] + ms[5]) / 2);
+  r.set("min_ms", ms.front());
+  r.set("device_MiB", static_cast<double>(s.peak_device_bytes()) / (1 << 20));
+  r.set("host_MiB", static_cast<double>(s.peak_host_bytes()) / (1 << 20));
+  r.set("label", c.name + (prefetch_priority ? "" : ", default prefetch priority"));
 }
 
-void step_keep_all(benchmark::State& s) { step_time(s, 0, true); }
-void step_remat(benchmark::State& s) { step_time(s, 1, true); }
-void step_offload_on_compute(benchmark::State& s) { step_time(s, 2, true); }
-void step_offload_hidden(benchmark::State& s) { step_time(s, 3, true); }
-void step_offload_hidden_default_priority(benchmark::State& s) { step_time(s, 3, false); }
-void step_offload_hidden_chunked(benchmark::State& s) { step_time(s, 4, true); }
-BENCHMARK(step_keep_all)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_remat)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_offload_on_compute)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_offload_hidden)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_offload_hidden_default_priority)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_offload_hidden_chunked)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-void step_wide_keep_all(benchmark::State& s) { step_time(s, 0, true, wide_dims); }
-void step_wide_offload_on_compute(benchmark::State& s) { step_time(s, 2, true, wide_dims); }
-void step_wide_offload_hidden(benchmark::State& s) { step_time(s, 3, true, wide_dims); }
-BENCHMARK(step_wide_keep_all)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_wide_offload_on_compute)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
-BENCHMARK(step_wide_offload_hidden)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+void add_steps(gpu_bench::runner& run) {
+  run.add("step_keep_all", [](row& r) { step_time(r, 0, true); });
+  run.add("step_remat", [](row& r) { step_time(r, 1, true); });
+  run.add("step_offload_on_compute", [](row& r) { step_time(r, 2, true); });
+  run.add("step_offload_hidden", [](row& r) { step_time(r, 3, true); });
+  run.add("step_offload_hidden_default_priority", [](row& r) { step_time(r, 3, false); });
+  run.add("step_offload_hidden_chunked", [](row& r) { step_time(r, 4, true); });
+  run.add("step_wide_keep_all", [](row& r) { step_time(r, 0, true, wide_dims); });
+  run.add("step_wide_offload_on_compute", [](row& r) { step_time(r, 2, true, wide_dims); });
+  run.add("step_wide_offload_hidden", [](row& r) { step_time(r, 3, true, wide_dims); });
+}
 
 // ---- the largest batch under a device budget ----------------------------------------------------
 
 // The budget is what keep-all needs at the step benchmark's batch. The search is over the
 // schedule's predicted peak (what setup allocates); the result is then confirmed by allocating
 // the arenas under the budget on the GPU.
-void max_batch(benchmark::State& state, std::size_t policy) {
+void max_batch(row& r, std::size_t policy) {
   auto const c = cuda_stack::policy_cases(step_dims).at(policy);
   auto const budget = cuda_stack::build(step_dims, cuda_stack::policy_cases(step_dims)[0]).peak_device_bytes();
   auto peak = [&](std::uint32_t batch) {
@@ -176,8 +189,7 @@ void max_batch(benchmark::State& state, std::size_t policy) {
   std::uint32_t const step = 64, limit = step_dims.batch * 64;
   std::uint32_t lo = 0;
   for (std::uint32_t b = step; b <= limit && peak(b) <= budget; b += step) lo = b;
-  for (auto _ : state) {
-    if (lo == 0) continue;
+  if (lo != 0) {
     auto d = step_dims;
     d.batch = lo;
     auto const s = cuda_stack::build(d, c);
@@ -187,27 +199,28 @@ void max_batch(benchmark::State& state, std::size_t policy) {
     tide::executor_options eo;
     eo.check_schedule = false;
     tide::executor ex(be, s, eo);  // allocates the arenas under the budget, or throws
-    benchmark::DoNotOptimize(ex.memory().device);
+    if (ex.memory().device == nullptr) throw std::runtime_error("max_batch: the executor allocated no device arena");
   }
-  state.counters["max_batch"] = lo;
-  state.counters["budget_MiB"] = static_cast<double>(budget) / (1 << 20);
-  state.SetLabel(c.name);
+  r.set("max_batch", lo);
+  r.set("budget_MiB", static_cast<double>(budget) / (1 << 20));
+  r.set("label", c.name);
 }
 
-void max_batch_keep_all(benchmark::State& s) { max_batch(s, 0); }
-void max_batch_remat(benchmark::State& s) { max_batch(s, 1); }
-void max_batch_offload_hidden(benchmark::State& s) { max_batch(s, 3); }
-BENCHMARK(max_batch_keep_all)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(max_batch_remat)->Iterations(1)->Unit(benchmark::kMillisecond);
-BENCHMARK(max_batch_offload_hidden)->Iterations(1)->Unit(benchmark::kMillisecond);
+void add_max_batches(gpu_bench::runner& run) {
+  run.add("max_batch_keep_all", [](row& r) { max_batch(r, 0); });
+  run.add("max_batch_remat", [](row& r) { max_batch(r, 1); });
+  run.add("max_batch_offload_hidden", [](row& r) { max_batch(r, 3); });
+}
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (auto const rc = example::without_device("gpu_bench")) return *rc;
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  gpu_bench::runner run(argc, argv);
+  add_copies(run);
+  add_steps(run);
+  add_max_batches(run);
+  // --list needs no device: the GPU check's dry run reads the case names from it.
+  if (!run.listing())
+    if (auto const rc = example::without_device("gpu_bench")) return *rc;
+  return run.run();
 }

@@ -3,12 +3,15 @@
 // synchronization's deadline and pauses (issue 27, items 1, 3, 7 and 12).
 #include <gtest/gtest.h>
 
+#include <tide/backends/cuda/detail/call_within.hpp>
 #include <tide/backends/cuda/detail/sync_wait.hpp>
 #include <tide/backends/cuda/device_probe.hpp>
 #include <tide/backends/cuda/memory.hpp>
 
 #include <chrono>
 #include <cstdlib>
+#include <stdexcept>
+#include <thread>
 #include <string>
 
 using namespace std::chrono_literals;
@@ -109,4 +112,23 @@ TEST(Synchronize, PausesGrowWithTheWaitAndStayShort) {
   EXPECT_EQ(sync_pause(3200us), 50us);
   EXPECT_EQ(sync_pause(10s), 50us);
   for (auto w = 2000us; w < 10s; w += w / 3) EXPECT_LE(sync_pause(w) * 64, w) << w.count();
+}
+
+// The bounded call behind the cuFile driver's open: a call that returns in time gives its result
+// or rethrows its exception; one that does not is abandoned at the limit (a driver that never
+// answers costs the limit, not the rest of the run).
+TEST(CallWithin, ReturnsInTimeRethrowsAndAbandonsAtTheLimit) {
+  using namespace std::chrono_literals;
+  EXPECT_EQ(tide::detail::call_within(5s, [] { return 42; }), 42);
+  EXPECT_THROW((void)tide::detail::call_within(5s, []() -> int { throw std::runtime_error("driver said no"); }),
+               std::runtime_error);
+  auto const t0 = std::chrono::steady_clock::now();
+  auto const never = tide::detail::call_within(100ms, [] {
+    std::this_thread::sleep_for(2s);  // stands in for a call that does not come back
+    return 1;
+  });
+  auto const waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_FALSE(never.has_value());
+  EXPECT_GE(waited, 100ms);
+  EXPECT_LT(waited, 1500ms);
 }

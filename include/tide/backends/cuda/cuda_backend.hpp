@@ -89,6 +89,10 @@ struct cuda_backend_options {
   //! transfers on the storage stream. Disk snapshots of a chain's carry stay staged (they live in
   //! the host arena). `storage_path()` says which path is used and why.
   gpu_direct_mode gpu_direct = gpu_direct_mode::automatic;
+  //! How long opening the cuFile driver may take before GPUDirect Storage counts as unavailable
+  //! (`automatic` then stages, `required` throws `storage_error` saying so): without the nvidia-fs
+  //! module cuFileDriverOpen has been seen never to return.
+  std::chrono::milliseconds gpu_direct_open_timeout = std::chrono::seconds(20);
 };
 
 
@@ -465,7 +469,7 @@ class cuda_backend {
     try {
       // Registered anew at every setup, even at the same address: an arena freed and allocated
       // again there is other memory (setup dropped the old registration before reserving).
-      gds_.emplace(file_->native_handle(), "the spill file in '" + file_->directory() + "'");
+      gds_.emplace(file_->native_handle(), "the spill file in '" + file_->directory() + "'", opt_.gpu_direct_open_timeout);
       gds_->register_stream(stream(stream_role::storage));
       gds_->register_buffer(device_ring, bytes);
       redirect_ = {host_ring, device_ring, bytes};

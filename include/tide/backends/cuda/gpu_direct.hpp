@@ -9,8 +9,12 @@
 //! system or the driver cannot do GPUDirect, cuFile's own compatibility mode moves the bytes
 //! (through its bounce buffers); `gds_file::description()` says which.
 
+#include <cerrno>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,6 +27,7 @@
 #include <cufile.h>
 #endif
 
+#include <tide/backends/cuda/detail/call_within.hpp>
 #include <tide/core/error.hpp>
 
 namespace tide {
@@ -63,6 +68,26 @@ inline void check_cufile(CUfileError_t e, char const* call, std::string const& w
   if (IS_CUDA_ERR(e)) why += " (CUDA driver error " + std::to_string(static_cast<int>(e.cu_err)) + ")";
   throw storage_error("tide: " + std::string(call) + " failed for " + what + ": " + why, static_cast<int>(e.err));
 }
+
+//! Opens the cuFile driver once per process (it stays open: closing it races CUDA's own teardown),
+//! waiting at most `limit`: without the nvidia-fs module cuFileDriverOpen has been seen never to
+//! return. A call that timed out is not started again; every later open fails at once.
+inline void open_cufile_driver(std::chrono::milliseconds limit, std::string const& what) {
+  static std::mutex m;
+  static std::optional<CUfileError_t> opened;
+  static bool timed_out = false;
+  std::lock_guard lock(m);
+  if (!opened && !timed_out) {
+    opened = call_within(limit, [] { return cuFileDriverOpen(); });
+    timed_out = !opened;
+  }
+  if (timed_out)
+    throw storage_error("tide: cuFileDriverOpen did not return within " + std::to_string(limit.count()) + " ms for " + what +
+                            " (is the nvidia-fs driver loaded? GPUDirect Storage needs it; gpu_direct_mode::off stages through "
+                            "the pinned ring instead, and cuda_backend_options::gpu_direct_open_timeout sets the wait)",
+                        ETIMEDOUT);
+  check_cufile(*opened, "cuFileDriverOpen", what);
+}
 }  // namespace detail
 
 //! A spill file's descriptor registered with cuFile, the device buffers it moves bytes to and
@@ -70,11 +95,11 @@ inline void check_cufile(CUfileError_t e, char const* call, std::string const& w
 //! stream reaches each transfer, so they live here, one record per op, until the step is waited).
 class gds_file {
  public:
-  //! Opens the cuFile driver (once per process; it stays open) and registers `fd` (the spill
-  //! file, opened with O_DIRECT). `where` names the file in errors.
-  gds_file(int fd, std::string where) : where_(std::move(where)) {
-    static CUfileError_t const opened = cuFileDriverOpen();  // process-wide; closing it races CUDA's own teardown
-    detail::check_cufile(opened, "cuFileDriverOpen", where_);
+  //! Opens the cuFile driver (once per process, waiting at most `open_timeout`; it stays open)
+  //! and registers `fd` (the spill file, opened with O_DIRECT). `where` names the file in errors.
+  gds_file(int fd, std::string where, std::chrono::milliseconds open_timeout = std::chrono::seconds(20))
+      : where_(std::move(where)) {
+    detail::open_cufile_driver(open_timeout, where_);
     CUfileDescr_t d{};
     d.type = CU_FILE_HANDLE_TYPE_OPAQUE_FD;
     d.handle.fd = fd;
