@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   1. the main build, with NDEBUG defined: every host test, the examples, the compile-fail and consumer tests, the
-#      2-rank MPI tests, and every CUDA target compiled for sm_90 when nvcc is found (GPU tests
-#      exit 77 without a GPU and count as skipped);
+#      2-rank MPI tests (the CUDA suite is left to step 5, which builds it from scratch);
 #   2. the host tests again under ThreadSanitizer;
 #   3. and under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the fuzzers (libFuzzer with clang, ASan + UBSan): the schedule fuzzer 45 s and the file
@@ -11,7 +10,9 @@
 #   5. the GPU check script in dry-run mode (bench/gpu/check.sh --dry-run: its configure, build,
 #      device probe, CUDA suite, table and goals, everything but the GPU) in a fresh build directory,
 #      offline and without Debian's GoogleTest and Google Benchmark, then with simulated failing
-#      phases (the summary and the table must still appear): tools/check_gpu_dry_run.py.
+#      phases (the summary and the table must still appear): tools/check_gpu_dry_run.py; then, in
+#      that build, every CUDA header compiled on its own with nvcc and the docs' CUDA code. The
+#      CUDA suite's GPU tests exit 77 without a GPU and count as skipped.
 # Usage: tools/test.sh [main|tsan|asan|fuzz|gpucheck ...]   (default: all five)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,8 +39,12 @@ for c in "${configs[@]}"; do
       # against 62 s here), while backtraces and sanitizer reports still name file and line. The
       # ThreadSanitizer build below is the -O2 one.
       setup build-test/main -Dcuda=auto -Dbenchmarks=true -Db_ndebug=true -Ddebug=false -Doptimization=1 -Dcpp_args=-g1
-      ninja -C build-test/main -j "$jobs"
-      meson test -C build-test/main --print-errorlogs --num-processes "$jobs"
+      # Everything but the CUDA suite's programs and the CUDA objects: the GPU check's dry run
+      # (gpucheck, below) compiles and runs those in a build of its own, from scratch, as on a GPU
+      # machine; compiling them here too would double the CUDA compile (issue 38).
+      mapfile -t main_targets < <(python3 tools/test_targets.py build-test/main --all-except-suite cuda)
+      ninja -C build-test/main -j "$jobs" "${main_targets[@]}"
+      meson test -C build-test/main --no-rebuild --print-errorlogs --num-processes "$jobs" --no-suite cuda
       ;;
     tsan | asan)
       san=thread
@@ -99,6 +104,11 @@ for c in "${configs[@]}"; do
           offline=()
         fi
         python3 tools/check_gpu_dry_run.py "$dir" "$results" "${offline[@]}"
+        # The CUDA checks that need no GPU and that the GPU check leaves to CI (the main build
+        # compiles no CUDA): every CUDA header on its own with nvcc, the docs' CUDA code, the
+        # sticky-error list, in the check's own build.
+        ninja -C "$dir" -j "$jobs" tests/cuda/libself_contained_cuda_headers.a
+        meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" --logbase ci-cuda-compile docs_cuda sticky_errors
         echo '{"name": "gpu_check_dry_run", "result": "OK"}' >build-test/gpucheck/result.json
       else
         echo "no nvcc: the GPU check's dry run is skipped"
@@ -114,11 +124,19 @@ python3 - "${configs[@]}" <<'PY'
 import json, sys
 counts = {"OK": 0, "FAIL": 0, "SKIP": 0}
 for c in sys.argv[1:]:
-    log = "build-test/gpucheck/result.json" if c == "gpucheck" else f"build-test/{c}/meson-logs/testlog.json"
-    with open(log) as f:
-        for line in f:
-            r = json.loads(line)["result"]
-            key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
-            counts[key] += 1
+    logs = [f"build-test/{c}/meson-logs/testlog.json"]
+    if c == "gpucheck":  # the dry run's verdict, and the CUDA tests it and CI ran in its build
+        logs = ["build-test/gpucheck/result.json"] + [f"build-test/gpucheck/build/meson-logs/{n}.json"
+                                                      for n in ("gpu-check", "ci-cuda-compile")]
+    for log in logs:
+        try:
+            f = open(log)
+        except FileNotFoundError:
+            continue  # no nvcc: no CUDA tests ran
+        with f:
+            for line in f:
+                r = json.loads(line)["result"]
+                key = "OK" if r in ("OK", "EXPECTEDFAIL") else "SKIP" if r == "SKIP" else "FAIL"
+                counts[key] += 1
 print(f"tide: {counts['OK']} passed, {counts['FAIL']} failed, {counts['SKIP']} skipped")
 PY

@@ -9,6 +9,10 @@ With --only, the tests of that suite instead, less those of the --except suites 
 --benchmarks, the suite's benchmarks too): what bench/gpu/check.sh builds before it runs
 `meson test --suite cuda --no-suite compile --no-rebuild` and the GPU benchmarks, so that the build
 and the test phase cannot disagree.
+       test_targets.py BUILD_DIR --all-except-suite SUITE
+Every target built by default, less what only the tests and benchmarks of SUITE need and less every
+target with CUDA sources: what CI's main build compiles, since the GPU check's own build (which CI
+runs from scratch) compiles the CUDA suite.
 
 A test needs the targets Meson lists as its dependencies and any built file named on its command
 line (a script's program argument). Custom targets (generated files: copies, configured sources)
@@ -19,6 +23,7 @@ import json, pathlib, subprocess, sys
 build = pathlib.Path(sys.argv[1]).resolve()
 args = sys.argv[2:]
 with_benchmarks = "--benchmarks" in args
+all_except = None
 only = set()
 skipped = set()
 i = 0
@@ -28,6 +33,12 @@ while i < len(args):
             sys.exit(f"test_targets.py: {args[i]} needs a suite")
         (only if args[i] == "--only" else skipped).add(args[i + 1])
         i += 2
+    elif args[i] == "--all-except-suite":
+        if i + 1 >= len(args):
+            sys.exit("test_targets.py: --all-except-suite needs a suite")
+        all_except = args[i + 1]
+        i += 2
+        continue
     elif args[i] == "--benchmarks":
         i += 1
     elif args[i].startswith("--"):
@@ -45,20 +56,36 @@ def introspect(what):
 targets = introspect("--targets")
 by_id = {t["id"]: t for t in targets}
 by_file = {pathlib.Path(f).resolve(): t for t in targets for f in t["filename"]}
+def needed(runs, keep):
+    """The targets the runs for which keep(suites) holds name as dependencies or on their command lines."""
+    need = {}
+    for test in runs:
+        suites = {s.split(":", 1)[-1] for s in test["suite"]}
+        if not keep(suites):
+            continue
+        for dep in test.get("depends", []):
+            if dep in by_id:
+                need[dep] = by_id[dep]
+        for arg in test["cmd"] + test.get("env", {}).get("PATH", "").split(":"):
+            p = pathlib.Path(arg)
+            p = (p if p.is_absolute() else build / p).resolve()
+            if p in by_file:
+                need[by_file[p]["id"]] = by_file[p]
+    return need
+
+
 need = {t["id"]: t for t in targets if t["type"] == "custom"}
-runs = introspect("--tests") + (introspect("--benchmarks") if with_benchmarks else [])
-for test in runs:
-    suites = {s.split(":", 1)[-1] for s in test["suite"]}
-    if (only and not suites & only) or suites & skipped:
-        continue
-    for dep in test.get("depends", []):
-        if dep in by_id:
-            need[dep] = by_id[dep]
-    for arg in test["cmd"] + test.get("env", {}).get("PATH", "").split(":"):
-        p = pathlib.Path(arg)
-        p = (p if p.is_absolute() else build / p).resolve()
-        if p in by_file:
-            need[by_file[p]["id"]] = by_file[p]
+if all_except is not None:
+    runs = introspect("--tests") + introspect("--benchmarks")
+    theirs = needed(runs, lambda s: all_except in s)
+    others = needed(runs, lambda s: all_except not in s)
+    for t in targets:
+        cuda = any(src.get("language") == "cuda" for src in t["target_sources"])
+        if t["build_by_default"] and not cuda and not (t["id"] in theirs and t["id"] not in others):
+            need[t["id"]] = t
+else:
+    runs = introspect("--tests") + (introspect("--benchmarks") if with_benchmarks else [])
+    need.update(needed(runs, lambda s: not ((only and not s & only) or s & skipped)))
 for t in need.values():
     for f in t["filename"]:
         print(pathlib.Path(f).resolve().relative_to(build))
