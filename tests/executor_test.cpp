@@ -155,7 +155,7 @@ TEST(Executor, StressRandomStacksPoliciesPipelines) {
                    .first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
                    .last_layer = all_layers,
                    .min_bytes = uni(0, 1) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
-      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, st.layer_count()));
+      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer.value + 1, st.layer_count()));
       if (uni(0, 1)) rs.slots.push_back(slot_names[uni(0, 4)]);
       if (!rs.slots.empty() && !st.has_slot(rs.slots[0])) rs.slots.clear();
       p.rules.push_back(rs);
@@ -231,7 +231,7 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
                    .first_layer = static_cast<std::uint32_t>(uni(0, st.layer_count() - 1)),
                    .last_layer = all_layers,
                    .min_bytes = uni(0, 2) ? 0 : static_cast<std::size_t>(uni(0, 1 << 16))};
-      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer + 1, st.layer_count()));
+      rs.last_layer = static_cast<std::uint32_t>(uni(rs.first_layer.value + 1, st.layer_count()));
       if (uni(0, 1)) {
         rs.slots.push_back(workload::chain::input);
         if (!present.empty() && uni(0, 1)) rs.slots.push_back(present[uni(0, present.size() - 1)]);
@@ -451,7 +451,9 @@ TEST(DebugChecks, UseBeforePrefetchIsCaught) {
 TEST(DebugChecks, PoisonExposesAMissingRecompute) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_remat({"y"})})});
   host_backend b;
-  executor exec(b, s, {.debug_checks = true});  // a debug check: on explicitly (off by default under NDEBUG)
+  // A debug check: on explicitly (off by default under NDEBUG); the reproduction check, which
+  // names this mistake first (ContractTest), off, to see what the poison alone shows.
+  executor exec(b, s, {.debug_checks = true, .check_reproduction = false});
   std::vector<unsigned char> seen;
   // A forward that forgets to produce y in recompute mode: backward sees the poison pattern.
   exec.step(

@@ -169,15 +169,19 @@ struct chain : chain_params {
   void forward(Ctx const& c) {
     auto const l = c.layer;
     auto const ki = c.slot_index(input);
-    auto x = c.slot(ki);
+    std::span<std::byte const> x;
     if (c.mode == tide::forward_mode::forward) {  // the input slot is saved data: recompute mode must not rebuild it
       if (l == 0) {  // a fresh batch each step
         work_bytes = in_bytes[0];
         for (std::size_t i = 0, n = words(work_bytes); i < n; ++i)
           store_word(std::span(work.data(), work_bytes), i, mix((step << 32) + i));
       }
-      if (work_bytes != x.size()) throw std::logic_error("chain: activation size mismatch");
-      std::memcpy(x.data(), work.data(), x.size());
+      auto const in = c.slot(ki);
+      if (work_bytes != in.size()) throw std::logic_error("chain: activation size mismatch");
+      std::memcpy(in.data(), work.data(), in.size());
+      x = in;
+    } else {
+      x = c.saved(ki);  // a recompute reads the saved input (slot() would be scratch)
     }
     auto const hx = fold(param[l], x);
     for (std::uint16_t k = 0; k < c.slot_count(); ++k)
@@ -235,6 +239,20 @@ struct carry_chain : chain_params {
     for (std::size_t i = 0, n = words(in.size()); i < n; ++i) store_word(in, i, mix((step << 32) + i));
   }
 
+  // A layer's forward as it would be written without tide's modes: every slot and the carry out,
+  // in every mode. Passed as the recompute (and the advance) too, it must give keep-all's
+  // gradients: what a recompute does not rebuild, and its carry out, land in lent scratch.
+  template <class Ctx>
+  void unchanged_forward(Ctx const& c) {
+    auto const x = c.carry_in();
+    auto const hx = fold(param[c.layer], x);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k) derive(c.slot(k), hx + 0x9E3779B97F4A7C15ull * (k + 1), x);
+    auto const out = c.carry_out();
+    if (out.size() != bytes) throw std::logic_error("carry_chain: carry_out() is not the carry's size in this mode");
+    derive(out, hx, x);
+    if (c.produces_carry()) ++forwards;
+  }
+
   // An advance may write its slots (a forward run unchanged would); it writes junk, so that
   // scratch overlapping anything live would change the gradients.
   template <class Ctx>
@@ -250,13 +268,16 @@ struct carry_chain : chain_params {
     }
   }
 
+  //! The loss gradient of the stack's output `y` against a target, into the gradient.
+  void seed(std::span<std::byte const> y) {
+    for (std::size_t i = 0, n = words(bytes); i < n; ++i) store_word(std::span(g), i, load_word(y, i) - mix(0x7A67 + i));
+  }
+  bool seed_in_backward = true;  // false: the turn seeds it (tide::turn)
+
   template <class Ctx>
   void backward(Ctx const& c) {
     auto const l = c.layer;
-    if (l + 1 == param.size()) {  // the loss gradient of the output against a target
-      auto const y = c.output();
-      for (std::size_t i = 0, n = words(bytes); i < n; ++i) store_word(std::span(g), i, load_word(y, i) - mix(0x7A67 + i));
-    }
+    if (l + 1 == param.size() && seed_in_backward) seed(c.output());
     std::span<std::byte const> go(g.data(), bytes);
     auto const x = c.carry_in();
     auto h = fold(param[l], go);

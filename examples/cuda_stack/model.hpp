@@ -98,15 +98,19 @@ class model {
       throw tide::slot_error("cuda_stack: the layer input cannot be rematerialized (nothing before it is saved)");
     auto const s = c.stream;
     auto const n = d_.elements();
-    auto* in = c.slot(input).data();
-    auto* pre_act = c.slot(pre).data();
-    auto* activ = c.slot(act).data();
+    // What this call writes: slot(); what a recompute reads without rebuilding it: its saved data
+    // (in a recompute, slot() of such a slot is scratch tide lends).
+    auto const read = [&](tide::slot_handle<float> h) -> float const* {
+      return c.mode == tide::forward_mode::recompute && !c.produces(h) ? c.saved(h).data() : c.slot(h).data();
+    };
     if (c.mode == tide::forward_mode::forward)
-      TIDE_CUDA_CHECK(cudaMemcpyAsync(in, c.layer == 0 ? x0_.get() : running_.get(), d_.slot_bytes(),
+      TIDE_CUDA_CHECK(cudaMemcpyAsync(c.slot(input).data(), c.layer == 0 ? x0_.get() : running_.get(), d_.slot_bytes(),
                                       cudaMemcpyDeviceToDevice, s));
+    auto const* in = read(input);
+    auto* activ = c.slot(act).data();
     int const b = static_cast<int>(d_.batch), w = static_cast<int>(d_.width);
-    if (c.produces(pre)) gemm(b, w, w, in, w, 1, weight(c.layer), w, 1, pre_act, s);
-    if (c.produces(act)) relu_forward(pre_act, activ, n, s);
+    if (c.produces(pre)) gemm(b, w, w, in, w, 1, weight(c.layer), w, 1, c.slot(pre).data(), s);
+    if (c.produces(act)) relu_forward(read(pre), activ, n, s);
     if (c.mode == tide::forward_mode::forward) rmsnorm_forward(activ, running_.get(), b, w, s);
   }
 

@@ -86,11 +86,18 @@ class network {
   template <class Ctx>
   void forward(Ctx const& ctx) {
     auto const l = ctx.layer;
-    auto x = ctx.slot(input_slot);
     auto z = ctx.slot(pre_act_slot);
     auto a = ctx.slot(act_slot);
     auto r = ctx.slot(inv_rms_slot);
-    if (ctx.mode == tide::forward_mode::forward) std::memcpy(x.data(), l == 0 ? input_.data() : h_.data(), x.size_bytes());
+    // The input: written in a forward; in a recompute, its saved data (slot() would be scratch).
+    std::span<float const> x;
+    if (ctx.mode == tide::forward_mode::forward) {
+      auto const in = ctx.slot(input_slot);
+      std::memcpy(in.data(), l == 0 ? input_.data() : h_.data(), in.size_bytes());
+      x = in;
+    } else {
+      x = ctx.saved(input_slot);
+    }
     bool const want_z = ctx.produces(pre_act_slot), want_a = ctx.produces(act_slot), want_r = ctx.produces(inv_rms_slot);
     if (!(want_z || want_a || want_r)) return;
     auto const B = c_.batch, H = c_.width;

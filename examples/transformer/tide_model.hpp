@@ -86,8 +86,9 @@ inline slot_map make_slot_map(tide::stack_spec const& st) {
 }
 
 //! Trains a `model` (float) one step at a time through a tide executor: the embedding writes the
-//! executor's carry input, the layers run in the executor's lambdas on tide's slots, the head
-//! runs in the last layer's backward, the embedding's backward after the step.
+//! executor's carry input, the layers run in the executor's lambdas on tide's slots, the head and
+//! the loss in the step's turn (between the last forward and the first backward), the
+//! embedding's backward after the step.
 class trainer {
  public:
   trainer(config c, shape s, std::uint64_t seed = 1)
@@ -104,7 +105,8 @@ class trainer {
     prepare(tokens, targets);
     model_.embed(tokens, shape_, ex.template carry_input<float>());
     loss_ = 0;
-    ex.step([this](auto const& ctx) { forward(ctx); }, [this](auto const& ctx) { backward(ctx); });
+    ex.step([this](auto const& ctx) { forward(ctx); }, [this](auto const& ctx) { backward(ctx); },
+            tide::turn{[this](auto const& ctx) { turn(ctx); }});
     model_.embed_backward(tokens, shape_, grad_);
     return loss_;
   }
@@ -123,15 +125,28 @@ class trainer {
   template <class Ctx>
   void forward(Ctx const& ctx) {
     auto const in = ctx.template carry_in<float>();
-    if (ctx.mode == tide::forward_mode::recompute)
-      model_.layer_recompute(ctx.layer, shape_, in, slots_.spans(ctx), slots_.produced(ctx), slots_.bound(ctx));
-    else
+    if (ctx.mode == tide::forward_mode::recompute) {
+      // The model's recompute takes one array: the tensors it rebuilds (where tide wants them,
+      // slot()) and those it reads instead, `available` (their saved data, saved(): in a recompute
+      // slot() of a tensor it does not rebuild is scratch). It never writes the latter.
+      auto spans = slots_.spans(ctx);
+      auto const saved = slots_.saved(ctx);
+      for (std::size_t i = 0; i < tensor_count; ++i)
+        if (!saved[i].empty()) spans[i] = {const_cast<float*>(saved[i].data()), saved[i].size()};
+      model_.layer_recompute(ctx.layer, shape_, in, spans, slots_.produced(ctx), slots_.bound(ctx));
+    } else {
       model_.layer_forward(ctx.layer, shape_, in, slots_.spans(ctx), ctx.template carry_out<float>());
+    }
   }
-  //! The backward lambda's body: the head in the last layer's, then the layer's backward.
+  //! The turn's body: the head and the loss on the stack's output, seeding the gradient of the
+  //! residual stream that the backward lambdas pass down.
+  template <class Ctx>
+  void turn(Ctx const& ctx) {
+    loss_ = model_.head(ctx.template output<float>(), targets_, shape_, grad_);
+  }
+  //! The backward lambda's body: the layer's backward, from the gradient the turn seeded.
   template <class Ctx>
   void backward(Ctx const& ctx) {
-    if (ctx.layer + 1 == model_.cfg().layers) loss_ = model_.head(ctx.template output<float>(), targets_, shape_, grad_);
     model_.layer_backward(ctx.layer, shape_, ctx.template carry_in<float>(), slots_.spans(ctx), grad_, grad_);
   }
 

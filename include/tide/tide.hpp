@@ -29,6 +29,7 @@
 #include <tide/executor/context.hpp>
 #include <tide/executor/executor.hpp>
 #include <tide/executor/slot_map.hpp>
+#include <tide/executor/turn.hpp>
 #include <tide/storage/spill_file.hpp>
 
 #include <tide/backends/host/host_backend.hpp>

@@ -33,6 +33,13 @@ struct slot_binding {
   //! spill ring's last uses (its bytes stay in the ring from forward to backward).
   std::size_t file_offset = not_stored;
   static constexpr std::size_t not_stored = static_cast<std::size_t>(-1);  //!< see `file_offset`
+  //! Device offset a recompute lends the forward lambda for the slot when it does not rebuild it
+  //! (kept, offloaded or spilled, in a layer with a recompute): scratch after the layer's remat
+  //! slots that nothing reads, so a layer's unchanged forward can run as its recompute without
+  //! touching the saved bytes; `no_scratch` elsewhere, and in a schedule written without it (the
+  //! context then refuses the access by name).
+  std::size_t recompute_offset = no_scratch;
+  static constexpr std::size_t no_scratch = static_cast<std::size_t>(-1);  //!< see `recompute_offset`
   //! True when the slot's bytes go to the storage file (a spilled slot outside the ring's last uses).
   [[nodiscard]] constexpr bool stored() const noexcept { return where == placement::spill && file_offset != not_stored; }
   //! Field-wise equality.
@@ -102,6 +109,14 @@ struct arena_layout {
   //! An advance's slots, sized for the largest layer advanced; it shares the backward area's
   //! remat scratch (which is the larger of the two)
   std::size_t advance_scratch_bytes = 0;
+  //! What a recompute is lent beside the remat slots it rebuilds: its layer's other slots
+  //! (`slot_binding::recompute_offset`, after the remat slots) and, in a stack with a carry, its
+  //! carry out; sized for the largest layer that recomputes, in the backward area's scratch
+  //! (shared with remat and advance scratch: one of them runs at a time, on the compute stream)
+  std::size_t recompute_scratch_bytes = 0;
+  //! Device offset of the carry out a recompute is lent (a stack with a carry and a recompute),
+  //! else `no_carry`
+  std::size_t recompute_carry_offset = no_carry;
   std::size_t carry_bytes = 0;        //!< device carry buffers, at `carry.device_area`
   std::size_t host_carry_bytes = 0;   //!< host carry snapshots, at `carry.host_area`
   std::size_t spill_area = 0;         //!< host offset of the spill ring (aligned to the storage alignment)

@@ -180,19 +180,36 @@ struct layer_context {
   }
 };
 
-//! Why the forward lambda runs (`forward_context::mode`).
+//! Why the forward lambda runs (`forward_context::mode`). What each mode may read and write:
+//!
+//! | mode      | `slot(k)` (writable)                                   | `saved(k)` (read-only)          | `carry_out()`            |
+//! |-----------|--------------------------------------------------------|---------------------------------|--------------------------|
+//! | forward   | the slot's forward buffer: write every slot            | refused                         | write it all             |
+//! | recompute | `produces(k)`: the buffer backward reads: rebuild it;  | the saved data of a slot it     | lent scratch, read by no |
+//! |           | otherwise scratch lent by tide, read by no one         | does not rebuild (refused else) | one (`produces_carry()`  |
+//! |           |                                                        |                                 | is false)                |
+//! | advance   | scratch lent by tide, read by no one                   | refused                         | write it all             |
+//!
+//! So a layer's unchanged forward (writing every slot and its carry out) runs correctly in every
+//! mode, and a recompute that reads what it does not rebuild reads it through `saved(k)`.
 enum class forward_mode : std::uint8_t {
   forward,    //!< the step's forward: write every slot (and the carry out)
-  recompute,  //!< before the backward: write the remat slots only; the others hold their saved data
-  advance,    //!< a segment recomputation of checkpointing: write the carry out and no slot
+  recompute,  //!< before the backward: rebuild the remat slots; read the others through `saved()`
+  advance,    //!< a segment recomputation of checkpointing: write the carry out; the slots are scratch
 };
 
-//! Given to the forward lambda, in one of three modes (`mode`). In forward mode every slot is to
-//! be written; in recompute mode only the remat slots are, and the others hold their saved data.
-//! In a stack with a carry the lambda reads `carry_in()` in every mode; a forward also writes all
-//! of `carry_out()`, an advance writes the carry out and may write its slots (scratch nobody
-//! reads: no slot is `produces()`), and a recompute writes its remat slots and no carry
-//! (`produces_carry()`).
+//! The name of a forward mode, for messages: "forward", "recompute", "advance".
+[[nodiscard]] constexpr std::string_view to_string(forward_mode m) noexcept {
+  return m == forward_mode::forward ? "forward" : m == forward_mode::recompute ? "recompute" : "advance";
+}
+
+//! Given to the forward lambda, in one of three modes (`mode`; the table at `forward_mode` is the
+//! contract). In forward mode every slot is to be written; in recompute mode only the remat slots
+//! (`produces(k)`), the others' saved data is read through `saved(k)`, and whatever the lambda
+//! writes through `slot(k)` or `carry_out()` for the rest lands in scratch tide lends from its
+//! arena (counted in the predicted peak) and nobody reads; in an advance the carry out is written
+//! and the slots are such scratch. In a stack with a carry the lambda reads `carry_in()` in every
+//! mode.
 // The deprecated members' implicit uses (the context's copy and default construction) are tide's,
 // not the user's: silenced here; a lambda that reads them is still warned.
 #pragma GCC diagnostic push
@@ -208,59 +225,120 @@ struct forward_context : layer_context<Stream> {
 
   //! True when this call must produce slot `k`: every slot in a forward, the remat slots in a
   //! recompute, none in an advance.
-  bool produces(std::uint16_t k) const {
+  [[nodiscard]] bool produces(std::uint16_t k) const {
     auto const& b = this->binding(k);  // checked in every mode
     return mode == forward_mode::forward || (mode == forward_mode::recompute && b.where == placement::remat);
   }
-  //! True when this call must write `carry_out()`: a forward or an advance of a stack with a carry.
-  bool produces_carry() const noexcept { return this->carry_out_data != nullptr; }
-  //! Where the layer writes its carry out (carry `layer + 1`; for the last layer the stack's
-  //! output); empty in a recompute and when the stack has no carry.
-  std::span<std::byte> carry_out() const noexcept {
+  //! True when this call must write `carry_out()`: a forward or an advance of a stack with a carry
+  //! (a recompute may write it too, into scratch, but need not).
+  [[nodiscard]] bool produces_carry() const noexcept {
+    return this->carry_out_data != nullptr && mode != forward_mode::recompute;
+  }
+  //! Where the layer writes its carry out: carry `layer + 1` (for the last layer the stack's
+  //! output) in a forward or an advance; in a recompute, scratch lent by tide that nobody reads
+  //! (so an unchanged forward may write it); empty when the stack has no carry. Throws
+  //! `slot_error` in a recompute of a schedule that lends no carry scratch (written by hand).
+  [[nodiscard]] std::span<std::byte> carry_out() const {
+    if (this->carry_out_data == nullptr && mode == forward_mode::recompute && this->carry_bytes > 0) this->refuse_carry_out();
     return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
   }
   //! The same as elements of `T`; throws `slot_error` if the carry's size or alignment does not fit T.
   template <class T>
-  std::span<T> carry_out() const {
+  [[nodiscard]] std::span<T> carry_out() const {
     return this->template typed_carry<T>(carry_out());
   }
   //! True when this call must produce the slot of handle `h`.
   template <class T>
-  bool produces(slot_handle<T> h) const {
+  [[nodiscard]] bool produces(slot_handle<T> h) const {
     return produces(this->index_of(h));
   }
   //! True when this call must produce slot `Name`.
   template <fixed_string Name>
-  bool produces() const {
+  [[nodiscard]] bool produces() const {
     return produces(this->template index_of<Name>());
   }
 
-  //! Slot `k`'s bytes: its forward buffer; in recompute mode the buffer its backward reads; in an
-  //! advance, scratch lent by tide from its arena (and counted in the peak) that nothing reads, so
-  //! a layer's forward can run unchanged.
-  std::span<std::byte> slot(std::uint16_t k) const {
+  //! Slot `k`'s bytes to write: its forward buffer in a forward; in a recompute, the buffer its
+  //! backward reads when `produces(k)`, else scratch lent by tide (counted in the peak) that
+  //! nobody reads; in an advance, such scratch. Never the saved bytes: read those with `saved(k)`.
+  [[nodiscard]] std::span<std::byte> slot(std::uint16_t k) const {
     auto const& b = this->binding(k);
-    auto const at = mode == forward_mode::advance   ? b.advance_offset
-                    : mode == forward_mode::recompute ? b.backward_offset
-                                                      : b.forward_offset;
+    std::size_t at = b.forward_offset;
+    if (mode == forward_mode::advance) {
+      at = b.advance_offset;
+    } else if (mode == forward_mode::recompute) {
+      at = b.where == placement::remat ? b.backward_offset : b.recompute_offset;
+      if (at == slot_binding::no_scratch) this->refuse_scratch(k);
+    }
     return {this->device + at, b.bytes};
   }
   //! The slot as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
-  std::span<T> slot(slot_handle<T> h) const {
+  [[nodiscard]] std::span<T> slot(slot_handle<T> h) const {
     auto const k = this->index_of(h);
     return this->template typed<T>(slot(k), k);
   }
   //! Slot `Name` as elements of `T` (resolved once per thread and layer type, then cached).
   template <fixed_string Name, class T = std::byte>
-  std::span<T> slot() const {
+  [[nodiscard]] std::span<T> slot() const {
     auto const k = this->template index_of<Name>();
     return this->template typed<T>(slot(k), k);
   }
   //! Slot `k` as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
   template <class T>
-  std::span<T> slot_as(std::uint16_t k) const {
+  [[nodiscard]] std::span<T> slot_as(std::uint16_t k) const {
     return this->template typed<T>(slot(k), k);
+  }
+
+  //! The saved data of slot `k`, read-only, in a recompute that does not rebuild it (kept, or
+  //! prefetched back): what a selective recompute reads instead of recomputing it. Throws
+  //! `slot_error` naming the layer, the slot and the mode elsewhere: in a forward or an advance
+  //! (nothing is saved yet, or it belongs to a later backward) and for a slot this recompute
+  //! rebuilds (`produces(k)`: write it through `slot(k)`).
+  [[nodiscard]] std::span<std::byte const> saved(std::uint16_t k) const {
+    auto const& b = this->binding(k);
+    if (mode != forward_mode::recompute || b.where == placement::remat) this->refuse_saved(k);
+    return {this->device + b.backward_offset, b.bytes};
+  }
+  //! The saved data of the slot of handle `h` as elements of `T` (see `saved(k)`).
+  template <class T>
+  [[nodiscard]] std::span<T const> saved(slot_handle<T> h) const {
+    auto const k = this->index_of(h);
+    return this->template typed<T const>(saved(k), k);
+  }
+  //! The saved data of slot `Name` as elements of `T` (see `saved(k)`).
+  template <fixed_string Name, class T = std::byte>
+  [[nodiscard]] std::span<T const> saved() const {
+    auto const k = this->template index_of<Name>();
+    return this->template typed<T const>(saved(k), k);
+  }
+  //! The saved data of slot `k` as elements of `T` (see `saved(k)`).
+  template <class T>
+  [[nodiscard]] std::span<T const> saved_as(std::uint16_t k) const {
+    return this->template typed<T const>(saved(k), k);
+  }
+
+ private:
+  [[noreturn]] void refuse_saved(std::uint16_t k) const {
+    throw slot_error("tide: layer " + std::to_string(this->layer) + " (" + std::string(this->type_name) + "), slot '" +
+                     std::string(this->slot_name(k)) + "', " + std::string(to_string(mode)) +
+                     " mode: saved() reads the saved data of a slot a recompute does not rebuild, " +
+                     (mode == forward_mode::recompute
+                          ? std::string("and this recompute rebuilds it (produces() is true): write it through slot()")
+                          : std::string("and only a recompute has any: in a forward or an advance use slot()")));
+  }
+  [[noreturn]] void refuse_scratch(std::uint16_t k) const {
+    throw slot_error("tide: layer " + std::to_string(this->layer) + " (" + std::string(this->type_name) + "), slot '" +
+                     std::string(this->slot_name(k)) +
+                     "', recompute mode: the recompute does not rebuild this slot and the schedule lends no scratch "
+                     "for it (slot_binding::recompute_offset, set by build_schedule): read its saved data with "
+                     "ctx.saved(k), and write it only when ctx.produces(k)");
+  }
+  [[noreturn]] void refuse_carry_out() const {
+    throw slot_error("tide: layer " + std::to_string(this->layer) + " (" + std::string(this->type_name) +
+                     "), recompute mode: the schedule lends no carry scratch to a recompute "
+                     "(arena_layout::recompute_carry_offset, set by build_schedule): write ctx.carry_out() only when "
+                     "ctx.produces_carry()");
   }
 };
 #pragma GCC diagnostic pop
@@ -300,6 +378,28 @@ struct backward_context : layer_context<Stream> {
   template <class T>
   std::span<T const> slot_as(std::uint16_t k) const {
     return this->template typed<T const>(slot(k), k);
+  }
+};
+
+//! Given to the turn (`tide::turn{f}`, see `executor::step`): the work between the last layer's
+//! forward and the first backward (the head, the loss, the seed of the gradient), on the compute
+//! stream, ordered after the last forward and before every recompute and backward. In a stack with
+//! a carry, `output()` is the stack's output (the last layer's carry out), read-only: the seed
+//! gradient goes into the buffer the backward lambdas pass down (the user's, which tide does not
+//! own), e.g. captured by the turn.
+template <class Stream>
+struct turn_context {
+  std::uint32_t layer = 0;                    //!< the last layer: its forward has just run
+  Stream stream{};                            //!< the compute stream, to enqueue the turn's work on
+  std::byte const* output_data = nullptr;     //!< the stack's output (a stack with a carry), else null
+  std::size_t output_bytes = 0;               //!< its size (0 when the stack has no carry)
+
+  //! The stack's output (the last layer's carry out), read-only; empty when the stack has no carry.
+  [[nodiscard]] std::span<std::byte const> output() const noexcept { return {output_data, output_data ? output_bytes : 0}; }
+  //! The same as elements of `T`; throws `slot_error` if the output's size or alignment does not fit T.
+  template <class T>
+  [[nodiscard]] std::span<T const> output() const {
+    return detail::view_as<T const>(output(), [] { return "the stack's output (the turn's output())"; });
   }
 };
 

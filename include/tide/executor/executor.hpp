@@ -30,7 +30,9 @@
 #include <tide/executor/backend.hpp>
 #include <tide/executor/context.hpp>
 #include <tide/executor/detail/debug_checks.hpp>
+#include <tide/executor/detail/step_args.hpp>
 #include <tide/executor/hooks.hpp>
+#include <tide/executor/turn.hpp>
 #include <tide/trace/timeline.hpp>
 
 namespace tide {
@@ -47,6 +49,10 @@ struct executor_options {
 #endif
   std::byte guard_pattern{0xFD};   //!< written past the end of each slot a lambda writes, checked after it
   std::byte poison_pattern{0xDB};  //!< written over dead buffers, so that reading stale data shows
+  //! With `debug_checks`, on backends whose device memory the host reads: a recompute must rebuild
+  //! its slots, and an advance its carry out, bitwise as the forward wrote them (off for a forward
+  //! that is not deterministic).
+  bool check_reproduction = true;
   //! Where the backend records each step's op intervals and blocking waits (nullptr: nowhere);
   //! `executor::record_timeline` changes it later.
   tide::timeline* timeline = nullptr;
@@ -65,11 +71,12 @@ class executor {
   using backward_context_type = tide::backward_context<stream_type>;      //!< what the backward lambda gets
   using collective_context_type = tide::collective_context<stream_type>;  //!< what collective hooks get
   using step_end_context_type = tide::step_end_context<stream_type>;      //!< what a hook's `agree` gets
+  using turn_context_type = tide::turn_context<stream_type>;              //!< what the turn gets
 
   //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
   //! `opt.timeline`. `s` must outlive the executor.
   executor(Backend& backend, schedule_view s, executor_options opt = {})
-      : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern) {
+      : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern, opt.check_reproduction) {
     if (opt_.check_schedule) check_schedule(s_);
     if constexpr (!storage_backend<Backend>)
       if (s_.arena.storage_bytes > 0)
@@ -148,72 +155,24 @@ class executor {
 
   //! Runs one step: forward of every layer, then backward in reverse, with copies, recomputes
   //! and collective hooks as scheduled; returns once it has completed, rethrowing its first
-  //! error. `step(f, b, h)` is `enqueue(f, b, h)` then `wait()`.
-  template <class Forward, class Backward, class Hooks = tide::hooks<>>
-  void step(Forward&& forward, Backward&& backward, Hooks&& hooks = {}) {
-    enqueue(forward, backward, hooks);
+  //! error. After the lambdas, optionally `tide::turn{f}` (the work between the last forward and
+  //! the first backward: the head, the loss, the seed gradient; see turn.hpp), then optionally
+  //! `tide::hooks{...}`. `step(f, b, more...)` is `enqueue(f, b, more...)` then `wait()`.
+  template <class Forward, class Backward, class... More>
+  void step(Forward&& forward, Backward&& backward, More&&... more) {
+    enqueue(forward, backward, more...);
     wait();
   }
 
   //! Enqueues one step and returns without waiting for it; `wait()` completes it. On CUDA the
   //! step's work is ordered before whatever is enqueued on the compute stream afterwards. The
-  //! lambdas and hooks are used until `wait()` returns (the host backend calls them on its
-  //! workers), so they are taken by lvalue reference and must outlive it. A step still pending
-  //! is waited for first (its error is thrown here). An error while enqueueing drains what was
-  //! enqueued and is thrown here.
-  template <class Forward, class Backward, class Hooks = tide::hooks<> const>
-  void enqueue(Forward& forward, Backward& backward, Hooks& hooks = no_hooks_) {
-    static_assert(std::is_invocable_v<Forward&, forward_context_type const&>,
-                  "tide::executor: the forward lambda must be callable as f(tide::forward_context<Stream> const&)");
-    static_assert(std::is_invocable_v<Backward&, backward_context_type const&>,
-                  "tide::executor: the backward lambda must be callable as f(tide::backward_context<Stream> const&)");
-    static_assert(detail::is_hooks<std::remove_cv_t<Hooks>>::value,
-                  "tide::executor: the third argument must be tide::hooks{.before_forward = ..., .after_backward = ...}");
-    // As called: const when the hooks object is (and the hook is not a std::ref).
-    using gather_t = std::remove_reference_t<decltype(unwrap(hooks.before_forward))>;
-    using regather_t = std::remove_reference_t<decltype(unwrap(hooks.before_backward))>;
-    using reduce_t = std::remove_reference_t<decltype(unwrap(hooks.after_backward))>;
-    static_assert(std::is_invocable_v<std::remove_const_t<gather_t>&, collective_context_type const&>,
-                  "tide::executor: hooks::before_forward must be callable as h(tide::collective_context<Stream> const&)");
-    static_assert(std::is_invocable_v<std::remove_const_t<regather_t>&, collective_context_type const&>,
-                  "tide::executor: hooks::before_backward must be callable as h(tide::collective_context<Stream> const&)");
-    static_assert(std::is_invocable_v<std::remove_const_t<reduce_t>&, collective_context_type const&>,
-                  "tide::executor: hooks::after_backward must be callable as h(tide::collective_context<Stream> const&)");
-    static_assert(std::is_invocable_v<gather_t&, collective_context_type const&> &&
-                      std::is_invocable_v<regather_t&, collective_context_type const&> &&
-                      std::is_invocable_v<reduce_t&, collective_context_type const&>,
-                  "tide::executor: a hook's call operator is not const but the tide::hooks object is: pass the hook "
-                  "by std::ref, or the hooks object non-const");
-    static_assert(detail::finish_callable<gather_t> && detail::finish_callable<regather_t> && detail::finish_callable<reduce_t>,
-                  "tide::executor: a hook's finish_step() is not const but the tide::hooks object is, so it could "
-                  "not be told that the step ended: pass the hook by std::ref, or the hooks object non-const");
-    static_assert(detail::agree_callable<gather_t, stream_type> && detail::agree_callable<regather_t, stream_type> &&
-                      detail::agree_callable<reduce_t, stream_type>,
-                  "tide::executor: a hook's agree(ctx) is not const but the tide::hooks object is, so the step-end "
-                  "agreement could not run: pass the hook by std::ref, or the hooks object non-const");
-    refuse_reentry("enqueue");
-    check_hooks<gather_t, regather_t, reduce_t>();
-    if (pending_) wait();
-    if (in_step_.exchange(true))
-      throw error("tide::executor: a step of this executor is already running (steps are neither reentrant nor "
-                  "concurrent)");
-    step_flag guard{in_step_};
-    auto& gather = unwrap(hooks.before_forward);
-    auto& regather = unwrap(hooks.before_backward);
-    auto& reduce = unwrap(hooks.after_backward);
-    forward_ = erase<forward_context_type>(forward);
-    backward_ = erase<backward_context_type>(backward);
-    gather_ = erase<collective_context_type>(gather);
-    regather_ = erase<collective_context_type>(regather);
-    reduce_ = erase<collective_context_type>(reduce);
-    finish_ = {{finisher(gather), finisher(regather), finisher(reduce)}};
-    agreers_ = 0;
-    add_agreer(gather);
-    add_agreer(regather);
-    add_agreer(reduce);
-    finishing_hooks_on_error([&] { issue(); });
-    pending_ = true;
-    guard.armed = false;
+  //! lambdas, the turn and the hooks are used until `wait()` returns (the host backend calls them
+  //! on its workers), so they are taken by lvalue reference and must outlive it. A step still
+  //! pending is waited for first (its error is thrown here). An error while enqueueing drains what
+  //! was enqueued and is thrown here.
+  template <class Forward, class Backward, class... More>
+  void enqueue(Forward& forward, Backward& backward, More&... more) {
+    detail::with_step_args([&](auto& turn, auto& hooks) { enqueue_step(forward, backward, turn, hooks); }, more...);
   }
 
   //! Completes the step `enqueue` started: one synchronization, then the first error of the
@@ -232,7 +191,39 @@ class executor {
   bool pending() const noexcept { return pending_; }
 
  private:
-  static constexpr tide::hooks<> no_hooks_{};
+  template <class Forward, class Backward, class Turn, class Hooks>
+  void enqueue_step(Forward& forward, Backward& backward, Turn& turn, Hooks& hooks) {
+    // As called: const when the hooks object is (and the hook is not a std::ref).
+    using gather_t = std::remove_reference_t<decltype(unwrap(hooks.before_forward))>;
+    using regather_t = std::remove_reference_t<decltype(unwrap(hooks.before_backward))>;
+    using reduce_t = std::remove_reference_t<decltype(unwrap(hooks.after_backward))>;
+    static_assert(detail::check_step_callables<stream_type, Forward, Backward, Turn, gather_t, regather_t, reduce_t>());
+    refuse_reentry("enqueue");
+    check_hooks<gather_t, regather_t, reduce_t>();
+    if (pending_) wait();
+    if (in_step_.exchange(true))
+      throw error("tide::executor: a step of this executor is already running (steps are neither reentrant nor "
+                  "concurrent)");
+    step_flag guard{in_step_};
+    auto& gather = unwrap(hooks.before_forward);
+    auto& regather = unwrap(hooks.before_backward);
+    auto& reduce = unwrap(hooks.after_backward);
+    forward_ = erase<forward_context_type>(forward);
+    backward_ = erase<backward_context_type>(backward);
+    if constexpr (std::is_same_v<std::remove_cv_t<Turn>, detail::no_turn>) turn_ = {};
+    else turn_ = erase<turn_context_type>(unwrap(turn.run));
+    gather_ = erase<collective_context_type>(gather);
+    regather_ = erase<collective_context_type>(regather);
+    reduce_ = erase<collective_context_type>(reduce);
+    finish_ = {{finisher(gather), finisher(regather), finisher(reduce)}};
+    agreers_ = 0;
+    add_agreer(gather);
+    add_agreer(regather);
+    add_agreer(reduce);
+    finishing_hooks_on_error([&] { issue(); });
+    pending_ = true;
+    guard.armed = false;
+  }
 
   //! A step, `wait` or `record_timeline` from inside one of this executor's own lambdas or hooks
   //! would wait for the step that is running it: refuse it (the error fails the outer step).
@@ -297,8 +288,7 @@ class executor {
 
   template <class T>
   static auto& unwrap(T& h) noexcept {
-    if constexpr (detail::is_reference_wrapper<std::remove_cv_t<T>>::value) return h.get();
-    else return h;
+    return detail::unwrap_ref(h);
   }
 
   //! Tells hooks with `finish_step()` that the step has synchronized; they may throw (the NCCL
@@ -517,6 +507,9 @@ class executor {
     auto c = layer_ctx<Ctx>(o.layer, o.stream);
     if (o.carry_in != no_carry) c.carry_in_data = arenas_.device + o.carry_in;
     if (o.carry_out != no_carry) c.carry_out_data = arenas_.device + o.carry_out;
+    // A recompute's carry out is scratch tide lends (nobody reads it), so a forward runs unchanged.
+    if (o.kind == op_kind::recompute && s_.carry.present() && s_.arena.recompute_carry_offset != no_carry)
+      c.carry_out_data = arenas_.device + s_.arena.recompute_carry_offset;
     c.carry_bytes = s_.carry.bytes;
     return c;
   }
@@ -544,6 +537,12 @@ class executor {
           c.advance = o.kind == op_kind::advance;
 #pragma GCC diagnostic pop
           forward_.call(forward_.obj, c);
+          // The turn: right after the last forward, in its op (on the compute stream, before
+          // every recompute and backward), so that it needs no op of its own in the program.
+          if (turn_.call && o.kind == op_kind::forward && o.layer + 1 == s_.layer_count()) {
+            turn_context_type t{o.layer, c.stream, c.carry_out_data, s_.carry.bytes};
+            turn_.call(turn_.obj, t);
+          }
           break;
         }
         case op_kind::backward: {
@@ -573,6 +572,7 @@ class executor {
   detail::debug_checks checks_;
   erased<forward_context_type> forward_;
   erased<backward_context_type> backward_;
+  erased<turn_context_type> turn_;  // call == nullptr: no turn
   erased<collective_context_type> gather_;
   erased<collective_context_type> regather_;
   erased<collective_context_type> reduce_;

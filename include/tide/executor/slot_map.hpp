@@ -13,6 +13,7 @@
 #include <array>
 #include <bitset>
 #include <cstddef>
+#include <span>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -22,6 +23,7 @@
 #include <tide/core/error.hpp>
 #include <tide/core/slot_handle.hpp>
 #include <tide/core/stack.hpp>
+#include <tide/executor/context.hpp>
 
 namespace tide {
 
@@ -67,6 +69,17 @@ class slot_map {
   [[nodiscard]] auto spans(Ctx const& ctx) const {
     std::array<decltype(ctx.slot(slot_handle<T>{})), N> out{};
     for (auto const& e : of(ctx).entries) out[e.index] = ctx.slot(e.handle);
+    return out;
+  }
+  //! In a recompute, the saved data of every slot of `ctx`'s layer that it does not rebuild,
+  //! read-only (`ctx.saved`), span `i` the slot index `i` names; empty for the slots it rebuilds,
+  //! for those the layer's type lacks, and in a forward or an advance (nothing saved to read).
+  template <class Ctx>
+  [[nodiscard]] std::array<std::span<T const>, N> saved(Ctx const& ctx) const {
+    std::array<std::span<T const>, N> out{};
+    if (ctx.mode != forward_mode::recompute) return out;
+    for (auto const& e : of(ctx).entries)
+      if (!ctx.produces(e.handle)) out[e.index] = ctx.saved(e.handle);
     return out;
   }
   //! The indices this forward call must produce (`ctx.produces`).

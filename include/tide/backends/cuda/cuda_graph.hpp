@@ -188,13 +188,15 @@ class cuda_graph {
   ~cuda_graph() { destroy(); }
 
   //! Captures one step of `ex`, an executor on a `cuda_backend` (the arguments of
-  //! `executor::step`: forward, backward, and optionally `tide::hooks{...}`), and instantiates it.
+  //! `executor::step`: forward, backward, optionally `tide::turn{f}` and `tide::hooks{...}`; the
+  //! turn is captured with the step, on the compute stream), and instantiates it.
   //! Replaces an earlier capture. Throws what the step throws, or `cuda_error` when capture fails
   //! (e.g. a lambda made a call that is illegal during capture, such as a synchronization);
   //! `error` when `ex` has debug checks on.
-  template <class Executor, class Forward, class Backward, class... Hooks>
-  void capture(Executor& ex, Forward&& forward, Backward&& backward, Hooks&&... hooks) {
-    static_assert(sizeof...(Hooks) <= 1, "tide::cuda_graph::capture(ex, forward, backward, hooks): one tide::hooks{...} at most");
+  template <class Executor, class Forward, class Backward, class... More>
+  void capture(Executor& ex, Forward&& forward, Backward&& backward, More&&... more) {
+    static_assert(sizeof...(More) <= 2,
+                  "tide::cuda_graph::capture(ex, forward, backward[, tide::turn{f}][, tide::hooks{...}]): a turn and hooks at most");
     // Debug-check host nodes would replay with counters never reset and errors never rethrown.
     if (ex.options().debug_checks)
       throw error("tide::cuda_graph::capture: turn off executor_options::debug_checks for captured steps");
@@ -206,7 +208,7 @@ class cuda_graph {
       decltype(be)& b;
       ~withdraw() { b.cancel_capture(); }
     } guard{be};
-    ex.step(std::forward<Forward>(forward), std::forward<Backward>(backward), std::forward<Hooks>(hooks)...);
+    ex.step(std::forward<Forward>(forward), std::forward<Backward>(backward), std::forward<More>(more)...);
     auto step = be.end_capture();
     // Uploaded at instantiation (the first replay does not pay for it), and kernel nodes keep the
     // priority of the stream they were captured on (the prefetch stream's, when raised).

@@ -43,16 +43,26 @@ constexpr schedule_issue builder::lay_out_arena() {
   // An advance runs on the compute stream between two layers' backward work, when the recompute
   // scratch holds nothing live: its slots share that scratch.
   a.advance_scratch_bytes = advance_scratch;
+  // A recompute is lent scratch for the slots it does not rebuild (after its remat slots) and for
+  // its carry out, so that a layer's unchanged forward can run as its recompute without touching
+  // saved bytes; it runs on the compute stream as an advance does, so it shares that scratch.
+  std::size_t recompute_slots = 0, recompute_carry = 0;
+  for (std::uint32_t l = 0; l < L; ++l)
+    if (s.layers[l].remat_bytes > 0) recompute_slots = std::max(recompute_slots, layer_region[l]);
+  if (carries && recompute_slots > 0 && !checked_align_up(stack.carry.bytes, dalign, recompute_carry))
+    return overflow("carry, aligned,", {}, stack.carry.name);
+  if (!checked_add(recompute_slots, recompute_carry, a.recompute_scratch_bytes)) return overflow("recompute scratch");
   std::size_t forward_size = 0, backward_size = 0;
   if (!checked_add(a.offload_ring_bytes, remat_scratch, forward_size) ||
-      !checked_add(a.staging_ring_bytes, std::max(remat_scratch, advance_scratch), backward_size))
-    return overflow("transient area (ring plus remat or advance scratch)");
+      !checked_add(a.staging_ring_bytes, std::max({remat_scratch, advance_scratch, a.recompute_scratch_bytes}), backward_size))
+    return overflow("transient area (ring plus remat, advance or recompute scratch)");
   a.forward_area = kept;
   std::size_t phases = 0;
   if (buffers.share_phase_regions) phases = std::max(forward_size, backward_size);
   else if (!checked_add(forward_size, backward_size, phases)) return overflow("transient area of both phases");
   if (!checked_add(kept, phases, a.device_bytes)) return overflow("device arena");
   a.backward_area = buffers.share_phase_regions ? kept : kept + forward_size;  // <= device_bytes: cannot wrap
+  if (recompute_carry > 0) a.recompute_carry_offset = a.backward_area + a.staging_ring_bytes + recompute_slots;
   a.host_bytes = host;
 
   // The spill ring, after the offloaded slots' host regions: spilled layer j passes through
@@ -92,14 +102,19 @@ constexpr schedule_issue builder::lay_out_arena() {
   for (std::uint32_t l = 0; l < L; ++l) {
     auto const& lb = s.layers[l];
     std::size_t scratch = a.backward_area + a.staging_ring_bytes;  // an advance's slots, packed
+    std::size_t lent = scratch + lb.remat_bytes;  // a recompute's other slots, after its remat slots
     for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
       auto& b = s.slots[lb.first_slot + k];
+      std::size_t region = 0;  // as in place(), which proved these cannot overflow
+      if (!checked_add(b.bytes, buffers.guard_bytes, region) || !checked_align_up(region, dalign, region))
+        return overflow("size plus guard bytes", lb.type_name, b.name);
       if (advanced[l]) {
         b.advance_offset = scratch;
-        std::size_t region = 0;  // as in place(), which proved these cannot overflow
-        if (!checked_add(b.bytes, buffers.guard_bytes, region) || !checked_align_up(region, dalign, region))
-          return overflow("size plus guard bytes", lb.type_name, b.name);
         scratch += region;
+      }
+      if (lb.remat_bytes > 0 && b.where != placement::remat) {
+        b.recompute_offset = lent;
+        lent += region;
       }
       if (b.where == placement::offload || b.where == placement::spill) {
         auto const j = ring_index[l];

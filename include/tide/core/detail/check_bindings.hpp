@@ -57,7 +57,13 @@ inline void check_bindings(schedule_view const& s) {
       auto const with_guard = add_or_fail(b.bytes, guard, [&] { return "binding: the size plus guard of " + what(); });
       add_or_fail(b.forward_offset, with_guard, [&] { return "binding: the forward range of " + what(); });
       add_or_fail(b.backward_offset, with_guard, [&] { return "binding: the backward range of " + what(); });
-      add_or_fail(b.advance_offset, b.bytes, [&] { return "binding: the advance range of " + what(); });
+      add_or_fail(b.advance_offset, with_guard, [&] { return "binding: the advance range of " + what(); });
+      if (b.recompute_offset != slot_binding::no_scratch) {
+        if (b.where == placement::remat)
+          check_fail("binding: " + what() + " is rematerialized but has recompute scratch: a recompute rebuilds it at its "
+                     "backward offset");
+        add_or_fail(b.recompute_offset, with_guard, [&] { return "binding: the recompute scratch range of " + what(); });
+      }
       if (b.where == placement::offload)
         add_or_fail(b.host_offset, b.bytes, [&] { return "binding: the host range of " + what(); });
       if (b.where == placement::spill) {

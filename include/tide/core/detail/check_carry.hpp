@@ -26,6 +26,8 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
   if (!c.present()) {
     if (o.carry_in != no_carry || o.carry_out != no_carry || o.kind == op_kind::advance || copy)
       check_fail(what() + " reads, writes or copies a carry, but the schedule has none");
+    if (o.kind == op_kind::recompute && s.arena.recompute_carry_offset != no_carry)
+      check_fail(what() + " is lent carry scratch (arena_layout::recompute_carry_offset), but the schedule has no carry");
     return;
   }
   auto const fits = [&](std::size_t at, char const* which) {
@@ -54,6 +56,8 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
                                      "layer's backward reads"));
   fits(o.carry_in, "carry in");
   if (wants_out) fits(o.carry_out, "carry out");
+  if (o.kind == op_kind::recompute && s.arena.recompute_carry_offset != no_carry)
+    fits(s.arena.recompute_carry_offset, "recompute carry scratch");
   if (o.kind == op_kind::forward && o.layer == 0 && o.carry_in != c.input_offset())
     check_fail(what() + " reads carry 0 at device offset " + std::to_string(o.carry_in) + ", not at the input buffer (" +
                std::to_string(c.input_offset()) + ") the user writes");

@@ -84,13 +84,17 @@ inline void check_layout(schedule_view const& s) {
 
   // Guarded regions of one op do not overlap: the slots a forward writes, each with its guard,
   // at forward offsets; the slots a recompute or backward touches at backward offsets, remat
-  // slots with their guard. (Overlaps of the slots' bytes alone were rejected by check_bindings:
-  // what overlaps here is a guard.) No overflow: check_bindings proved offset + bytes + guard.
-  if (guard == 0) return;
+  // slots with their guard, and the scratch a recompute is lent for the others, with its guard.
+  // (Overlaps of the slots' bytes alone at forward or backward offsets were rejected by
+  // check_bindings: what overlaps there is a guard.) No overflow: check_bindings proved
+  // offset + bytes + guard.
   struct region {
     std::size_t begin, end;
     std::uint32_t slot;
-    bool operator<(region const& o) const noexcept { return std::tie(begin, end, slot) < std::tie(o.begin, o.end, o.slot); }
+    bool scratch;
+    bool operator<(region const& o) const noexcept {
+      return std::tie(begin, end, slot, scratch) < std::tie(o.begin, o.end, o.slot, o.scratch);
+    }
   };
   std::vector<region> regions;
   for (std::uint32_t l = 0; l < s.layers.size(); ++l) {
@@ -101,20 +105,30 @@ inline void check_layout(schedule_view const& s) {
         auto const& b = slots[k];
         auto const at = fwd ? b.forward_offset : b.backward_offset;
         bool const guarded = fwd || b.where == placement::remat;
-        regions.push_back({at, at + b.bytes + (guarded ? guard : 0), k});
+        regions.push_back({at, at + b.bytes + (guarded ? guard : 0), k, false});
+        if (!fwd && b.recompute_offset != slot_binding::no_scratch)
+          regions.push_back({b.recompute_offset, b.recompute_offset + b.bytes + guard, k, true});
       }
+      if (guard == 0 && regions.size() == slots.size()) continue;  // proven by check_bindings
       std::sort(regions.begin(), regions.end());
       for (std::size_t j = 1; j < regions.size(); ++j) {
         auto const& x = regions[j - 1];
         auto const& y = regions[j];
         if (x.end <= y.begin) continue;
         auto const& bx = slots[x.slot];
+        auto const name = [&](region const& r) {
+          return (r.scratch ? "the recompute scratch of " : "") + slot_label(s, l, r.slot);
+        };
+        if (x.begin + bx.bytes > y.begin)
+          check_fail("guard: " + name(x) + " " + bytes_text(x.begin, x.begin + bx.bytes) + " overlaps " + name(y) + " " +
+                     bytes_text(y.begin, y.begin + slots[y.slot].bytes) +
+                     " in the device arena: a recompute touches both at once");
         check_fail("guard: the " + str(guard) + " guard bytes " + bytes_text(x.begin + bx.bytes, x.end) + " after " +
-                   slot_label(s, l, x.slot) + " overlap slot '" + std::string(slots[y.slot].name) + "' " +
-                   bytes_text(y.begin, y.begin + slots[y.slot].bytes) + " in the device arena (" +
+                   name(x) + " overlap " + name(y) + " " + bytes_text(y.begin, y.begin + slots[y.slot].bytes) +
+                   " in the device arena (" +
                    (fwd ? "forward offsets: the executor's debug checks write guard bytes after every slot before a forward"
-                        : "backward offsets: the executor's debug checks write guard bytes after every remat slot before a "
-                          "recompute") +
+                        : "backward offsets: the executor's debug checks write guard bytes after every remat slot and "
+                          "every slot of recompute scratch before a recompute") +
                    ")");
       }
     }

@@ -263,7 +263,7 @@ inline checked_program check_program(schedule_view const& s) {
     total += is_storage(o.kind)                                             ? 4
              : is_copy(o.kind)                                              ? 2
              : is_collective(o.kind)                                  ? 0
-                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 2u : 1u) + 2;
+                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 4u : 2u) + 3;
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
   p.accesses.reserve(total);
@@ -297,16 +297,27 @@ inline checked_program check_program(schedule_view const& s) {
         }
         break;
       case op_kind::recompute:
+        // It reads the saved slots, rebuilds the remat ones, and may write the scratch it is lent
+        // for the others and for its carry out (nothing reads those).
         for (std::uint16_t k = 0; k < slots.size(); ++k) {
           add(false, slots[k].where == placement::remat, slots[k].backward_offset, slots[k].bytes, k, 0);
           if (slots[k].where == placement::remat) add_guard(slots[k].backward_offset + slots[k].bytes, k);
+          if (auto const at = slots[k].recompute_offset; at != slot_binding::no_scratch) {
+            add(false, true, at, slots[k].bytes, k, 0);
+            add_guard(at + slots[k].bytes, k);
+          }
         }
+        if (s.carry.present() && s.arena.recompute_carry_offset != no_carry)
+          add_carry(false, true, s.arena.recompute_carry_offset, o.layer + 1);
         break;
       case op_kind::backward:
         for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
         break;
       case op_kind::advance:  // the carry, and its slots as scratch the lambda may write
-        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, true, slots[k].advance_offset, slots[k].bytes, k, 0);
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, true, slots[k].advance_offset, slots[k].bytes, k, 0);
+          add_guard(slots[k].advance_offset + slots[k].bytes, k);
+        }
         break;
       case op_kind::offload:
         if (o.slot == carry_slot) {

@@ -23,18 +23,31 @@ namespace tide::detail {
 
 //! A debug check's failure: which check, at which op, on which slot binding.
 struct debug_failure {
-  enum kind_t : std::uint8_t { none, guard, prefetch, carry } kind = none;
+  //! guard: bytes past a slot (or its lent scratch) overwritten; prefetch: a read before its
+  //! prefetch; carry: a carry out left unwritten; rebuilt: a recompute's slot or an advance's carry
+  //! out that differs bitwise from what the forward wrote.
+  enum kind_t : std::uint8_t { none, guard, prefetch, carry, rebuilt } kind = none;
   std::uint32_t op = 0;
-  std::uint32_t slot = 0;  //!< index into the schedule's slot bindings
+  std::uint32_t slot = 0;  //!< index into the schedule's slot bindings (rebuilt: carry_slot for the carry)
   std::size_t detail = 0;  //!< guard: the overwritten byte; prefetch: the slot's first prefetch op
 };
+
+//! FNV-1a of `n` bytes at `p`: what the reproduction check compares (8 bytes kept per slot).
+inline std::uint64_t bytes_hash(std::byte const* p, std::size_t n) noexcept {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint64_t>(p[i])) * 1099511628211ull;
+  return h;
+}
 
 //! The checks of one executor's schedule. `attach` gives them the device arena, the executor's
 //! failure flag and where to report; `before` and `after` enqueue them around op `i`.
 class debug_checks {
  public:
-  debug_checks(schedule_view s, std::byte guard_pattern, std::byte poison_pattern)
-      : s_(s), guard_(guard_pattern), poison_(poison_pattern), prefetched_(s.slots.size()), first_prefetch_(s.slots.size(), 0) {}
+  //! `reproduce`: also check that a recompute rebuilds its slots, and an advance its carry out,
+  //! bitwise as the forward wrote them (on backends whose device memory the host can read).
+  debug_checks(schedule_view s, std::byte guard_pattern, std::byte poison_pattern, bool reproduce = true)
+      : s_(s), guard_(guard_pattern), poison_(poison_pattern), reproduce_(reproduce), prefetched_(s.slots.size()),
+        first_prefetch_(s.slots.size(), 0), forward_hash_(s.slots.size(), 0), carry_hash_(s.layers.size(), 0) {}
   debug_checks(debug_checks const&) = delete;
   debug_checks& operator=(debug_checks const&) = delete;
 
@@ -64,8 +77,11 @@ class debug_checks {
   void before(Backend& backend, stream_role role, op const& o, std::uint32_t i) {
     if (o.kind == op_kind::backward || o.kind == op_kind::recompute) backend.host_task(role, task{&check_prefetched, this, i});
     if constexpr (Backend::device_memory_is_host_accessible) {
-      if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
-        backend.host_task(role, task{&write_guards, this, i});
+      // What a forward, recompute or advance writes starts as poison: a slot it leaves partly
+      // unwritten compares equal between forward and recompute, and a read of lent scratch (a
+      // recompute reading slot(k) for saved data) sees poison, which the reproduction check shows.
+      if (is_layer_write(o.kind)) backend.host_task(role, task{&poison_written, this, i});
+      if (s_.buffers.guard_bytes > 0 && is_layer_write(o.kind)) backend.host_task(role, task{&write_guards, this, i});
       if (o.kind != op_kind::backward && o.carry_out != no_carry) backend.host_task(role, task{&poison_carry_out, this, i});
     }
   }
@@ -75,9 +91,10 @@ class debug_checks {
     bool const carry_copy = o.slot == carry_slot;
     if (o.kind == op_kind::prefetch && !carry_copy) backend.host_task(role, task{&count_prefetch, this, i});
     if constexpr (Backend::device_memory_is_host_accessible) {
-      if (s_.buffers.guard_bytes > 0 && (o.kind == op_kind::forward || o.kind == op_kind::recompute))
-        backend.host_task(role, task{&check_guards, this, i});
+      if (s_.buffers.guard_bytes > 0 && is_layer_write(o.kind)) backend.host_task(role, task{&check_guards, this, i});
       if (o.kind != op_kind::backward && o.carry_out != no_carry) backend.host_task(role, task{&check_carry_out, this, i});
+      // Before the poison below: the forward's remat slots die with it.
+      if (reproduce_ && is_layer_write(o.kind)) backend.host_task(role, task{&check_reproduced, this, i});
       if (o.kind == op_kind::forward || o.kind == op_kind::backward || (o.kind == op_kind::offload && !carry_copy))
         backend.host_task(role, task{&poison, this, i});
     }
@@ -96,12 +113,29 @@ class debug_checks {
                               std::string(s_.carry.name) + "', " + std::to_string(s_.carry.bytes) +
                               " bytes): every byte still holds the poison pattern; write ctx.carry_out() in every mode "
                               "(forward, recompute and advance)");
+    auto const layer = "layer " + std::to_string(o.layer) + " (" + std::string(s_.layers[o.layer].type_name) + ")";
+    if (f.kind == debug_failure::rebuilt && f.slot == carry_slot)
+      throw debug_check_error("tide: the advance of " + layer + " (op #" + std::to_string(f.op) + ", advance mode) wrote a carry out ('" +
+                              std::string(s_.carry.name) + "') that differs bitwise from what its forward wrote: an "
+                              "advance must reproduce the forward. It likely read a slot through ctx.slot(k), which in an "
+                              "advance is scratch tide lends (poisoned here), not data: compute from ctx.carry_in(); if "
+                              "the forward is not deterministic, turn executor_options::check_reproduction off");
     auto const& b = s_.slots[f.slot];
-    if (f.kind == debug_failure::guard)
-      throw debug_check_error("tide: the " + std::string(to_string(o.kind)) + " lambda of layer " +
-                              std::to_string(o.layer) + " wrote past the end of slot '" + std::string(b.name) + "' (" +
-                              std::to_string(b.bytes) + " bytes): guard byte " + std::to_string(f.detail) +
-                              " was overwritten");
+    if (f.kind == debug_failure::rebuilt)
+      throw debug_check_error("tide: the recompute of " + layer + " (op #" + std::to_string(f.op) + ", recompute mode) rebuilt slot '" +
+                              std::string(b.name) + "' (" + std::to_string(b.bytes) +
+                              " bytes) differently from what its forward wrote: a recompute must rebuild a slot bitwise. "
+                              "It likely read a slot it does not rebuild through ctx.slot(k), which in a recompute is "
+                              "scratch tide lends (poisoned here), not the saved data: read that with ctx.saved(k); if "
+                              "the forward is not deterministic, turn executor_options::check_reproduction off");
+    if (f.kind == debug_failure::guard) {
+      bool const scratch = o.kind == op_kind::advance || (o.kind == op_kind::recompute && b.where != placement::remat);
+      throw debug_check_error("tide: the " + std::string(to_string(o.kind)) + " lambda of layer " + std::to_string(o.layer) +
+                              " wrote past the end of slot '" + std::string(b.name) + "' (" + std::to_string(b.bytes) +
+                              " bytes" + (scratch ? ", in the scratch tide lends for it in " + std::string(to_string(o.kind)) + " mode" : "") +
+                              ", layer type '" + std::string(s_.layers[o.layer].type_name) + "'): guard byte " +
+                              std::to_string(f.detail) + " was overwritten");
+    }
     throw debug_check_error("tide: op #" + std::to_string(f.op) + " (" + op_label(s_, o) + ") reads slot '" + std::string(b.name) +
                             "' whose prefetch has not completed (op #" + std::to_string(f.detail) + " prefetch, " +
                             std::to_string(s_.ops[f.detail].chunks) + " chunk(s)): the program lacks a wait on it");
@@ -127,23 +161,70 @@ class debug_checks {
     e.report({debug_failure::carry, i, 0, 0});
   }
 
-  static bool guarded(op const& o, slot_binding const& b) { return o.kind == op_kind::forward || b.where == placement::remat; }
-  static std::size_t offset_for(op const& o, slot_binding const& b) {
-    return o.kind == op_kind::forward ? b.forward_offset : b.backward_offset;
+  //! The ops that call the forward lambda: they write slots (or the scratch lent for them).
+  static bool is_layer_write(op_kind k) noexcept {
+    return k == op_kind::forward || k == op_kind::recompute || k == op_kind::advance;
+  }
+  //! Where op `o` lets the forward lambda write slot `b` (`slot(k)` in its mode), or `no_scratch`.
+  static std::size_t written_at(op const& o, slot_binding const& b) noexcept {
+    if (o.kind == op_kind::forward) return b.forward_offset;
+    if (o.kind == op_kind::advance) return b.advance_offset;
+    return b.where == placement::remat ? b.backward_offset : b.recompute_offset;
+  }
+  static void poison_written(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    if (e.failed()) return;
+    auto const& o = e.s_.ops[i];
+    auto const p = static_cast<int>(e.poison_);
+    for (auto const& b : e.s_.slots_of(o.layer)) {
+      // A forward's kept and offloaded slots are written in place of data nothing holds yet; its
+      // remat slots and every slot of a recompute or an advance are rebuilt or scratch.
+      if (o.kind == op_kind::forward && b.where != placement::remat) continue;
+      if (auto const at = written_at(o, b); at != slot_binding::no_scratch) std::memset(e.device_ + at, p, b.bytes);
+    }
+    if (o.kind == op_kind::recompute && e.s_.carry.present() && e.s_.arena.recompute_carry_offset != no_carry)
+      std::memset(e.device_ + e.s_.arena.recompute_carry_offset, p, e.s_.carry.bytes);
+  }
+  //! After a forward: the hashes of its remat slots and its carry out. After a recompute: its
+  //! remat slots must hash as the forward's; after an advance, its carry out.
+  static void check_reproduced(void* self, std::uint32_t i) noexcept {
+    auto& e = *static_cast<debug_checks*>(self);
+    if (e.failed()) return;
+    auto const& o = e.s_.ops[i];
+    auto const first = e.s_.layers[o.layer].first_slot;
+    auto const slots = e.s_.slots_of(o.layer);
+    if (o.kind == op_kind::forward || o.kind == op_kind::recompute) {
+      for (std::uint32_t k = 0; k < slots.size(); ++k) {
+        auto const& b = slots[k];
+        if (b.where != placement::remat) continue;
+        auto const h = bytes_hash(e.device_ + written_at(o, b), b.bytes);
+        if (o.kind == op_kind::forward) {
+          e.forward_hash_[first + k] = h;
+        } else if (h != e.forward_hash_[first + k]) {
+          e.report({debug_failure::rebuilt, i, first + k, 0});
+          return;
+        }
+      }
+    }
+    if (o.carry_out == no_carry || o.kind == op_kind::recompute) return;
+    auto const h = bytes_hash(e.device_ + o.carry_out, e.s_.carry.bytes);
+    if (o.kind == op_kind::forward) e.carry_hash_[o.layer] = h;
+    else if (h != e.carry_hash_[o.layer]) e.report({debug_failure::rebuilt, i, carry_slot, 0});
   }
   static void write_guards(void* self, std::uint32_t i) noexcept {
     auto& e = *static_cast<debug_checks*>(self);
     auto const& o = e.s_.ops[i];
     for (auto const& b : e.s_.slots_of(o.layer))
-      if (guarded(o, b))
-        std::memset(e.device_ + offset_for(o, b) + b.bytes, static_cast<int>(e.guard_), e.s_.buffers.guard_bytes);
+      if (auto const at = written_at(o, b); at != slot_binding::no_scratch)
+        std::memset(e.device_ + at + b.bytes, static_cast<int>(e.guard_), e.s_.buffers.guard_bytes);
   }
   static void check_guards(void* self, std::uint32_t i) noexcept {
     auto& e = *static_cast<debug_checks*>(self);
     auto const& o = e.s_.ops[i];
     for (auto const& b : e.s_.slots_of(o.layer)) {
-      if (!guarded(o, b)) continue;
-      auto const* g = e.device_ + offset_for(o, b) + b.bytes;
+      auto const at = written_at(o, b);
+      if (at == slot_binding::no_scratch) continue;
+      auto const* g = e.device_ + at + b.bytes;
       for (std::size_t k = 0; k < e.s_.buffers.guard_bytes; ++k)
         if (g[k] != e.guard_) {
           e.report({debug_failure::guard, i, static_cast<std::uint32_t>(&b - e.s_.slots.data()), k});
@@ -195,8 +276,11 @@ class debug_checks {
 
   schedule_view s_;
   std::byte guard_, poison_;
+  bool reproduce_ = true;
   std::vector<std::atomic<std::uint32_t>> prefetched_;  // per slot binding: chunks prefetched this step
   std::vector<std::uint32_t> first_prefetch_;           // per offloaded slot binding: its first prefetch op
+  std::vector<std::uint64_t> forward_hash_;             // per remat slot binding: what this step's forward wrote
+  std::vector<std::uint64_t> carry_hash_;               // per layer: the carry out its forward wrote
   std::byte* device_ = nullptr;
   std::byte* host_ = nullptr;
   std::atomic<bool> const* failed_ = nullptr;
