@@ -1,24 +1,89 @@
 #!/usr/bin/env bash
-# How long a translation unit that builds a 61-layer constexpr schedule takes to compile, against
-# the same translation unit without the schedule (same includes) and an empty one. Best of N.
+# What including tide costs (issue 41): CPU seconds (user + system) of one compile at -O2, best of N
+# (default 3), for the translation units a user meets first:
+#   empty         an empty main (the compiler's own start-up)
+#   std           a TU with <vector>, <string>, <algorithm>, <functional>, <thread>, <random>, <sstream>
+#   umbrella      #include <tide/tide.hpp> and an empty main
+#   readme        the README's first C++ program (a compile-time stack, one step on the host backend)
+#   schedule61    bench/compile_time/schedule61.cpp (a 61-layer constexpr schedule)
+#   transformer   examples/transformer/main.cpp (a run-time-stack trainer; needs OpenBLAS's headers)
+#   tide-plan     tools/tide-plan/main.cpp (needs nlohmann/json)
+#   cuda          examples/cuda_stack/main.cu with nvcc (sm_90; needs nvcc)
+# then the phases g++ -ftime-report names for the README program.
+#
+# Usage: tools/compile_time.sh [N] [NAME...]   (CXX, NVCC override the compilers)
+# CPU seconds, not wall: this is a benchmark to read side by side in one run, not a timed test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=${CXX:-g++}
-n=${1:-3}
-src=bench/compile_time/schedule61.cpp
-best() {
-  local b=999999
-  for _ in $(seq "$n"); do
-    local t0 t1
-    t0=$(date +%s%N)
-    "$cxx" -std=c++20 -O2 -Iinclude "$@" -c -o /dev/null
-    t1=$(date +%s%N)
-    b=$(( (t1 - t0) / 1000000 < b ? (t1 - t0) / 1000000 : b ))
+nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
+n=3
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then n=$1; shift; fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+printf '%s\n' '#include <algorithm>' '#include <functional>' '#include <random>' '#include <sstream>' '#include <string>' \
+  '#include <thread>' '#include <vector>' \
+  'int main() { std::vector<std::string> v{"b", "a"}; std::sort(v.begin(), v.end()); std::ostringstream s; s << v[0];' \
+  '  std::mt19937 g(1); std::function<int()> f = [&] { return int(g() % 2); }; std::thread t([] {}); t.join(); return f(); }' \
+  >"$work/std.cpp"
+echo 'int main() { return 0; }' >"$work/empty.cpp"
+printf '%s\n' '#include <tide/tide.hpp>' 'int main() { return 0; }' >"$work/umbrella.cpp"
+awk '/^```cpp/ {f = 1; n++; next} /^```/ {f = 0} f && n == 1' README.md >"$work/readme.cpp"
+
+openblas=$(pkg-config --cflags openblas 2>/dev/null || true)
+json=$(pkg-config --cflags nlohmann_json 2>/dev/null || true)
+cccl=$(dirname "$(dirname "$nvcc")")/include/cccl
+
+# cpu_seconds COMMAND...: CPU seconds of COMMAND and its children, best of n; "-" if it fails.
+cpu_seconds() {
+  local best="" i t
+  for ((i = 0; i < n; i++)); do
+    local TIMEFORMAT='%U %S'
+    t=$({ time "$@" >/dev/null 2>"$work/err" || echo FAIL; } 2>&1 | tail -n 1)
+    if [[ $t == FAIL* ]] || ! [[ $t =~ ^[0-9.]+\ [0-9.]+$ ]]; then
+      echo "-"
+      echo "compile_time.sh: '$*' failed: $(head -c 400 "$work/err")" >&2
+      return
+    fi
+    t=$(awk -v a="${t% *}" -v b="${t#* }" 'BEGIN {printf "%.2f", a + b}')
+    [[ -z $best ]] || awk -v a="$t" -v b="$best" 'BEGIN {exit !(a < b)}' && best=$t
   done
-  echo "$b"
+  echo "$best"
 }
-echo 'int main() { return 0; }' > /tmp/tide_empty.cpp
-empty=$(best /tmp/tide_empty.cpp)
-includes=$(best -DTIDE_EMPTY "$src")
-sched=$(best "$src")
-echo "compile time ($cxx, -O2, best of $n): empty TU ${empty} ms; <tide/tide.hpp> only ${includes} ms; 61-layer constexpr schedule ${sched} ms (+$((sched - includes)) ms for the schedule, +$((sched - empty)) ms over an empty TU)"
+
+host=(-std=c++20 -O2 -Iinclude -c -o /dev/null)
+declare -A cmd
+cmd[empty]="$cxx ${host[*]} $work/empty.cpp"
+cmd[std]="$cxx ${host[*]} $work/std.cpp"
+cmd[umbrella]="$cxx ${host[*]} $work/umbrella.cpp"
+cmd[readme]="$cxx ${host[*]} $work/readme.cpp"
+cmd[schedule61]="$cxx ${host[*]} bench/compile_time/schedule61.cpp"
+cmd[transformer]="$cxx ${host[*]} -Iexamples/common -Iexamples/transformer $openblas examples/transformer/main.cpp"
+cmd[tide-plan]="$cxx ${host[*]} -Iexamples/common $json tools/tide-plan/main.cpp"
+cmd[cuda]="$nvcc -std=c++20 -O2 -arch=sm_90 -Iinclude -I$cccl -Iexamples/common -Iexamples/cuda_stack -c -o /dev/null examples/cuda_stack/main.cu"
+names=("$@")
+((${#names[@]})) || names=(empty std umbrella readme schedule61 transformer tide-plan cuda)
+
+echo "compile time: CPU seconds (user + sys) of one compile, -O2, best of $n; $($cxx --version | head -n 1); $(date -u '+%Y-%m-%d'); $(nproc) cores"
+printf '  %-12s %8s\n' "unit" "CPU s"
+for name in "${names[@]}"; do
+  [[ -n ${cmd[$name]:-} ]] || { echo "compile_time.sh: no unit '$name' (${!cmd[*]})" >&2; exit 2; }
+  # shellcheck disable=SC2086 # the command line is split on purpose
+  printf '  %-12s %8s\n' "$name" "$(cpu_seconds ${cmd[$name]})"
+done
+
+if [[ " ${names[*]} " == *" readme "* ]]; then
+  echo
+  echo "g++ -ftime-report, the README program: the largest phases and items (user s, share)"
+  $cxx "${host[@]}" -ftime-report "$work/readme.cpp" 2>&1 >/dev/null | python3 -c '
+import re, sys
+rows = []
+for line in sys.stdin:
+    m = re.match(r"^ ([^:]+?)\s*:\s*([0-9.]+) \(\s*([0-9]+)%\)", line)  # name, usr s, usr share
+    if m and not m.group(1).startswith("TOTAL"):
+        rows.append((float(m.group(2)), m.group(3), m.group(1).strip()))
+for w, share, name in sorted(rows, reverse=True)[:8]:
+    print(f"  {w:6.2f} s {share:>3s}%  {name}")  # "phase ..." rows are the totals; "|" rows are within them
+'
+fi
