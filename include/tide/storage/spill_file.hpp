@@ -281,16 +281,19 @@ class spill_file {
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
       int const r = io_uring_queue_init(std::max<std::uint32_t>(opt_.queue_depth, 1), &ring_, 0);
       if (r == 0) uring_ = true;
-      else why = std::strerror(-r);
+      else why = std::string("not available at run time: io_uring_queue_init failed: ") + std::strerror(-r);
       if (r == -ENOSYS || r == -EPERM) why += " (the kernel or a sandbox forbids io_uring)";
 #else
-      why = "tide was built without liburing (install liburing-dev and rebuild)";
+      // Not the same as "not installed": liburing may well be installed, and this translation
+      // unit compiled without the macro (a plain compiler line, a build without tide's Meson/CMake).
+      why = "not compiled in: this code was compiled without TIDE_HAVE_LIBURING (define TIDE_HAVE_LIBURING=1 and link "
+            "liburing, -luring; tide's Meson dependency, CMake target and pkg-config file do both where liburing is found)";
 #endif
       if (!uring_ && opt_.io == storage_io::io_uring)
-        throw storage_error(where() + ": io_uring is not available: " + why, ENOSYS);
+        throw storage_error(where() + ": io_uring (storage_io::io_uring) is " + why, ENOSYS);
     }
     describe();
-    if (!uring_ && opt_.io == storage_io::automatic) say(description_ + " (io_uring unavailable: " + why + ")");
+    if (!uring_ && opt_.io == storage_io::automatic) say(description_ + " (io_uring " + why + ")");
     if (!direct_ && opt_.direct) say(description_);
   }
 
