@@ -126,6 +126,51 @@ TEST(CudaBackend, GraphReplayEqualsEagerStep) {
   EXPECT_FALSE(be.capturing());
 }
 
+// The turn (tide::turn{f}) runs on the compute stream between the last forward and the first
+// backward, eagerly and inside a captured graph (its memset becomes a node of the graph).
+TEST(CudaBackend, TheTurnRunsOnTheComputeStreamEagerAndCaptured) {
+  cuda_stack::model const m(small);
+  auto const s = hidden_schedule();
+  tide::cuda_backend be(example::backend_options());
+  tide::executor_options eo;
+  eo.debug_checks = false;
+  tide::executor ex(be, s, eo);
+  int* flag = nullptr;
+  ASSERT_EQ(cudaMalloc(&flag, sizeof(int)), cudaSuccess);
+  int turns = 0;
+  cudaStream_t seen = nullptr;
+  auto fwd = [&](tide::forward_context<cudaStream_t> const& c) { m.forward(c); };
+  auto bwd = [&](tide::backward_context<cudaStream_t> const& c) { m.backward(c); };
+  tide::turn const turn{[&](tide::turn_context<cudaStream_t> const& c) {
+    ++turns;
+    seen = c.stream;
+    EXPECT_EQ(c.layer, s.layer_count() - 1);
+    EXPECT_TRUE(c.output().empty());  // cuda_stack has no carry
+    TIDE_CUDA_CHECK(cudaMemsetAsync(flag, 1, sizeof(int), c.stream));
+  }};
+  auto read_flag = [&] {
+    int v = 0;
+    TIDE_CUDA_CHECK(cudaMemcpy(&v, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    TIDE_CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
+    return v;
+  };
+  TIDE_CUDA_CHECK(cudaMemset(flag, 0, sizeof(int)));
+  ex.step(fwd, bwd, turn);
+  EXPECT_EQ(turns, 1);
+  EXPECT_EQ(seen, be.stream(tide::stream_role::compute));
+  EXPECT_EQ(read_flag(), 0x01010101);
+  tide::cuda_graph g;
+  g.capture(ex, fwd, bwd, turn);  // runs nothing on the device: the memset is captured
+  EXPECT_EQ(turns, 2);
+  for (int i = 0; i < 2; ++i) {
+    g.replay();
+    TIDE_CUDA_CHECK(cudaStreamSynchronize(be.stream(tide::stream_role::compute)));
+    EXPECT_EQ(read_flag(), 0x01010101) << "replay " << i;
+  }
+  EXPECT_EQ(turns, 2);  // a replay calls no host code
+  static_cast<void>(cudaFree(flag));
+}
+
 TEST(CudaBackend, ArenasAreAllocatedOnceAtStableAddresses) {
   struct counting_resource {
     int allocations = 0;

@@ -79,10 +79,12 @@ class gpu_trainer {
     m_.embed_tokens(tokens_.get(), ex.template carry_input<float>().data(), st);
     auto fwd = [this](auto const& ctx) { forward(ctx); };
     auto bwd = [this](auto const& ctx) { backward(ctx); };
+    // The head and the loss between the last forward and the first backward, seeding grad_.
+    tide::turn const turn{[this](auto const& ctx) { m_.head(ctx.template output<float>().data(), targets_.get(), grad_.get(), ctx.stream); }};
     if (!graph) {
-      ex.step(fwd, bwd);
+      ex.step(fwd, bwd, turn);
     } else {
-      if (!graph->ready()) graph->capture(ex, fwd, bwd);  // runs nothing
+      if (!graph->ready()) graph->capture(ex, fwd, bwd, turn);  // runs nothing
       graph->replay();
       TRANSFORMER_CUDA(cudaStreamSynchronize(st));
     }
@@ -93,15 +95,21 @@ class gpu_trainer {
   template <class Ctx>
   void forward(Ctx const& ctx) {
     auto const in = ctx.template carry_in<float>().data();
-    if (ctx.mode == tide::forward_mode::recompute)
-      m_.layer_recompute(ctx.layer, in, pointers(slots_.spans(ctx)), slots_.produced(ctx), slots_.bound(ctx), ctx.stream);
-    else  // a forward, or an advance (whose slots tide lends as scratch)
+    if (ctx.mode == tide::forward_mode::recompute) {
+      // The tensors it rebuilds where tide wants them (slot()), the ones it reads instead their
+      // saved data (saved(): in a recompute, slot() of a tensor it does not rebuild is scratch).
+      auto p = pointers(slots_.spans(ctx));
+      auto const saved = slots_.saved(ctx);
+      for (std::size_t i = 0; i < p.size(); ++i)
+        if (!saved[i].empty()) p[i] = const_cast<float*>(saved[i].data());  // read only: `available`
+      m_.layer_recompute(ctx.layer, in, p, slots_.produced(ctx), slots_.bound(ctx), ctx.stream);
+    } else {  // a forward, or an advance (whose slots tide lends as scratch)
       m_.layer_forward(ctx.layer, in, pointers(slots_.spans(ctx)), ctx.template carry_out<float>().data(), ctx.stream);
+    }
   }
   template <class Ctx>
   void backward(Ctx const& ctx) {
     auto const l = ctx.layer;
-    if (l + 1 == m_.cfg().layers) m_.head(ctx.template output<float>().data(), targets_.get(), grad_.get(), ctx.stream);
     m_.layer_backward(l, ctx.template carry_in<float>().data(), pointers(slots_.spans(ctx)), grad_.get(),
                       grad_.get(), ctx.stream);
     if (l == 0) {  // the embedding's backward and the loss, still in the step

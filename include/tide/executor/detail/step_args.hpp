@@ -70,7 +70,8 @@ consteval bool check_step_callables() {
   static_assert(std::is_invocable_v<std::remove_const_t<turn_fn>&, turn_context<Stream> const&>,
                 "tide::executor: the turn must be callable as f(tide::turn_context<Stream> const&): write "
                 "tide::turn{[&](auto const& ctx) { ... ctx.output() ... }}");
-  static_assert(std::is_invocable_v<turn_fn&, turn_context<Stream> const&>,
+  static_assert(!std::is_invocable_v<std::remove_const_t<turn_fn>&, turn_context<Stream> const&> ||
+                    std::is_invocable_v<turn_fn&, turn_context<Stream> const&>,
                 "tide::executor: the turn's call operator is not const but the tide::turn object is: pass it by "
                 "std::ref (tide::turn{std::ref(f)}), or the turn object non-const");
   using ctx = collective_context<Stream>;
