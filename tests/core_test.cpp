@@ -101,9 +101,11 @@ TEST(Schedule, NaivePipelinePutsCopiesOnComputeStream) {
 TEST(Schedule, RematAndKeepPeaksByHand) {
   using p = policy<remat<slot_names<"b">, layer_range<1, 3>>>;
   auto s = build_schedule(three::spec(), {.policy = p::spec()});
-  // kept: a x3 (1024 each) + b of layer 0 (3072); remat scratch one b (3072), shared by phases.
+  // kept: a x3 (1024 each) + b of layer 0 (3072); remat scratch one b (3072), shared by phases;
+  // a recompute is lent scratch for a, which it does not rebuild (1024), after its b.
   EXPECT_EQ(s.arena.kept_bytes, 3 * 1024u + 3072u);
-  EXPECT_EQ(s.peak_device_bytes(), 3 * 1024u + 3072u + 3072u);
+  EXPECT_EQ(s.arena.recompute_scratch_bytes, 3072u + 1024u);
+  EXPECT_EQ(s.peak_device_bytes(), 3 * 1024u + 3072u + 3072u + 1024u);
   EXPECT_EQ(s.peak_host_bytes(), 0u);
   expect_program(s, {
                         {op_kind::forward, compute, 0, {}},
@@ -517,6 +519,52 @@ TEST(Hardening, RulesThatDecideNothingAreErrors) {
   policy_spec shared{rule_spec{.where = placement::offload, .first_layer = 20}};
   shared.allow_unused_rules = true;
   EXPECT_EQ(build_schedule(st, {.policy = shared}).peak_host_bytes(), 0u);
+}
+
+// Issue 40, item 5: "from the end" is a flag, not a range of values a real index can land in.
+// rule_spec{.first_layer = 3'500'000'000} was read as a count from the end and selected every
+// layer; now it is an index, refused by name past what a rule may name, as the policy-file reader
+// refuses it. from_end(k) still counts from the end, in values and in types.
+TEST(Hardening, ALargeLayerIndexIsAnIndexNotACountFromTheEnd) {
+  auto st = one_slot_stack(4096, 16);
+  rule_spec const huge{.where = placement::offload, .first_layer = 3'500'000'000u};
+  EXPECT_FALSE(counts_from_end(huge.first_layer));
+  EXPECT_EQ(resolve_layer(huge.first_layer, 16), 3'500'000'000u);
+  auto const issue = find_schedule_issue(st, {.policy = {huge}});
+  EXPECT_EQ(issue.code, schedule_issue_code::rule_layer_out_of_range);
+  auto const m = what_of([&] { (void)build_schedule(st, {.policy = {huge}}); });
+  EXPECT_TRUE(has(m, "policy rule 0 names layer 3500000000, past the largest layer index a rule may name (1073741823)")) << m;
+  EXPECT_TRUE(has(m, "tide::from_end(k)")) << m;
+  // Even with unused rules allowed (where it used to select every layer): refused, nothing offloaded.
+  policy_spec lenient{huge};
+  lenient.allow_unused_rules = true;
+  EXPECT_THROW((void)build_schedule(st, {.policy = lenient}), schedule_error);
+  // Every value a from_end used to be is an index now; the same count from the end is not.
+  for (std::uint32_t v : {all_layers - 1, all_layers - 2, all_layers - max_from_end, max_from_end}) {
+    rule_spec r{.where = placement::offload, .first_layer = v};
+    EXPECT_EQ(find_schedule_issue(st, {.policy = {r}}).code, schedule_issue_code::rule_layer_out_of_range) << v;
+    r.last_layer = v;
+    r.first_layer = 0;
+    EXPECT_EQ(find_schedule_issue(st, {.policy = {r}}).code, schedule_issue_code::rule_layer_out_of_range) << v;
+  }
+  // The largest index is a plain index (selects nothing here); all_layers is the end.
+  policy_spec last_index{rule_spec{.where = placement::offload, .first_layer = max_from_end - 1}};
+  EXPECT_EQ(find_schedule_issue(st, {.policy = last_index}).code, schedule_issue_code::unused_rule);
+  // from_end(k): the flag, the same selection as before.
+  rule_spec const last_two{.where = placement::offload, .first_layer = from_end(2)};
+  EXPECT_TRUE(counts_from_end(last_two.first_layer));
+  EXPECT_EQ(from_end_count(last_two.first_layer), 2u);
+  EXPECT_NE(last_two.first_layer, layer_bound{2});
+  EXPECT_EQ(from_end(0), layer_bound{all_layers});
+  EXPECT_EQ(from_end(max_from_end + 5), from_end(max_from_end));
+  auto const s = build_schedule(st, {.policy = {last_two}});
+  EXPECT_EQ(s.peak_host_bytes(), 2u * 4096u);
+  static_assert(ordered_layer_bounds(0, from_end(1)) && ordered_layer_bounds(from_end(3), from_end(1)) &&
+                !ordered_layer_bounds(from_end(1), from_end(3)) && !ordered_layer_bounds(from_end(2), 10) &&
+                ordered_layer_bounds(from_end(2), all_layers) && !ordered_layer_bounds(3, 3));
+  // The type-level spelling takes the same bounds.
+  EXPECT_EQ(offload<layer_range<from_end(2)>>::spec().first_layer, from_end(2));
+  EXPECT_EQ((offload<layer_range<1, 3>>::spec().last_layer), layer_bound{3});
 }
 
 // Item 10: the default pipeline (prefetch distance 1) used to reject any offload on a one-layer

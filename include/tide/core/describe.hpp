@@ -61,10 +61,10 @@ inline std::string describe(strategy const& st) {
     if (rule.slots.empty()) r += "any slot";
     for (std::size_t i = 0; i < rule.slots.size(); ++i) r.append(i ? ", " : "").append(rule.slots[i]);
     if (rule.first_layer != 0 || rule.last_layer != all_layers) {
-      auto bound = [](std::uint32_t l) {
+      auto bound = [](layer_bound l) {
         return l == all_layers        ? std::string("end")
                : counts_from_end(l) ? "end - " + std::to_string(from_end_count(l))
-                                      : std::to_string(l);
+                                      : std::to_string(l.value);
       };
       r += " of layers [" + bound(rule.first_layer) + ", " + bound(rule.last_layer) + ")";
     }
@@ -105,6 +105,10 @@ inline std::string describe(schedule_view const& s, describe_options opt = {}) {
        " x = " + format_bytes(static_cast<double>(a.staging_ring_bytes)) + ", remat scratch " +
        format_bytes(static_cast<double>(a.remat_scratch_bytes)) +
        (a.advance_scratch_bytes > 0 ? ", advance scratch " + format_bytes(static_cast<double>(a.advance_scratch_bytes)) : "") +
+       // What a recompute is lent beyond its remat slots: the slots it does not rebuild, its carry out.
+       (a.recompute_scratch_bytes > a.remat_scratch_bytes
+            ? ", recompute scratch " + format_bytes(static_cast<double>(a.recompute_scratch_bytes))
+            : "") +
        (s.buffers.share_phase_regions ? ", phases share" : "") +
        "), peak host " + format_bytes(static_cast<double>(a.host_bytes)) +
        (a.spill_buffers > 0 ? " (spill ring " + std::to_string(a.spill_buffers) + " x = " +
