@@ -102,6 +102,12 @@ void arguments(std::string_view text) {
   for (auto const& g : {a.device_memory_gib, a.host_budget_gib})
     if (g && !(*g >= 0 && *g <= double(1u << 24))) finding("a budget outside [0, 2^24] GiB was accepted");
   if (a.max_decisions && (*a.max_decisions == 0 || *a.max_decisions > 100'000'000)) finding("--max-decisions out of range was accepted");
+  // --micro-batch lists and ranges (issue 42): what was accepted is increasing, each from 1 to 65536, at most 64.
+  auto const& mb = a.micro_batches;
+  if (mb.size() > tide_plan::max_micro_batches || (!mb.empty() && (mb.front() == 0 || mb.back() > (1u << 16))))
+    finding("a --micro-batch list out of range was accepted");
+  for (std::size_t i = 1; i < mb.size(); ++i)
+    if (mb[i] <= mb[i - 1]) finding("a --micro-batch list not increasing (or with a repeat) was accepted");
   // What parse_args accepted is a preset the cost model can price, or a model file.
   if (!a.model.empty()) {
     auto const [m, t] = tide_plan::preset_model(a);

@@ -141,6 +141,32 @@ check(0 <= plan.get("gap_to_bound", 1) <= 0.03, f"gap_to_bound {plan.get('gap_to
 if rows:
     check(rows["planner"]["step_us"] < rows["offload-lhs"]["step_us"], "the plan does not beat the latency-hidden row")
 
+# Throughput by micro-batch (issue 42): each micro-batch planned, the one with the most tokens per
+# second marked and planned below (the top-level plan), every row under its bound.
+r = run(*preset[:5], "1-4", *preset[6:], "--json", "--quiet", "--policy-out", work / "ds_best.json")
+sweep_doc = json.loads(r.stdout or "{}")
+mb = sweep_doc.get("micro_batches", {})
+mrows = mb.get("rows", [])
+check([x["micro_batch"] for x in mrows] == [1, 2, 3, 4], f"micro-batch rows: {[x.get('micro_batch') for x in mrows]}")
+fitting = [x for x in mrows if x["fits"]]
+check(fitting and sum(x["best"] for x in mrows) == 1, f"one best row: {mrows}")
+if fitting:
+    best = max(fitting, key=lambda x: (x["tokens_per_second"], -x["micro_batch"]))
+    check(mb.get("best") == best["micro_batch"] and best["best"], f"best {mb.get('best')}, most tokens/s at {best['micro_batch']}")
+    for x in fitting:
+        check(0 < x["tokens_per_second"] <= x["bound_tokens_per_second"] * (1 + 1e-12), f"micro-batch {x['micro_batch']}: above its bound")
+        check(abs(x["tokens"] / x["step_us"] * 1e6 - x["tokens_per_second"]) <= 1e-6 * x["tokens_per_second"], "tokens/s is not tokens / step")
+        check(x["kept"] + x["offloaded"] + x["rematerialized"] + x["spilled"] == 784, f"micro-batch {x['micro_batch']}: decisions")
+    check(mb.get("bound_tokens_per_second", 0) >= best["tokens_per_second"], "the sweep's bound is below its best")
+    check(f"micro-batch {best['micro_batch']}," in sweep_doc.get("model", ""), f"the plan is not the best micro-batch's: {sweep_doc.get('model')}")
+    check(abs(sweep_doc["plan"]["step_us"] + best["optimizer_us"] - best["step_us"]) <= 1e-6 * best["step_us"],
+          "the top-level plan's step is not the best row's less the optimizer step")
+    check((work / "ds_best.json").exists(), "--policy-out was not written for the best micro-batch")
+r = run(*preset[:5], "2,4", *preset[6:], "--quiet")
+check("best: micro-batch" in r.stdout and "\n  *" in r.stdout, f"the text table marks no best row:\n{r.stdout[:2000]}")
+one = run(*preset, "--quiet").stdout
+check("per micro-batch" not in one and "tokens per second by micro-batch" not in one, "one micro-batch printed the per-micro-batch table")
+
 # Hand-written policy files, as a user edits them (tests/io/policies): the planner, which takes
 # a --policy file as a seed, is no slower than each one that fits. (Under a sanitizer: the model
 # file's only; the preset's is the read-back's code path above.)
@@ -253,6 +279,21 @@ cases = [
     (["--model", "llama-3.1-405b", "--hardware", "h100"], "nothing is left for activations"),
     (["--model", "deepseek-v3", "--offload", "qkv_typo"], "--offload: unknown slot 'qkv_typo'"),
     (["--model", "deepseek-v3", "--micro-batch", "0"], "must be at least 1"),
+    # Micro-batch ranges and lists (issue 42): each malformed one refused by name.
+    (["--model", "deepseek-v3", "--micro-batch", "8-1"], "--micro-batch 8-1: the range 8-1 runs backwards: write 1-8"),
+    (["--model", "deepseek-v3", "--micro-batch", "0-4"], "--micro-batch 0-4: micro-batches must be at least 1"),
+    (["--model", "deepseek-v3", "--micro-batch", "2,4,2"], "micro-batch 2 is given twice"),
+    (["--model", "deepseek-v3", "--micro-batch", "2,,4"], "an empty entry"),
+    (["--model", "deepseek-v3", "--micro-batch", "4,"], "an empty entry"),
+    (["--model", "deepseek-v3", "--micro-batch", "1-100"], "more than 64 micro-batches"),
+    (["--model", "deepseek-v3", "--micro-batch", "1-70000"], "micro-batch 70000 is above 65536"),
+    (["--model", "deepseek-v3", "--micro-batch", "auto,2"], "'auto' is not a micro-batch"),
+    (["--model", "deepseek-v3", "--micro-batch", "1-2-3"], "'2-3' is not a micro-batch"),
+    (["--model", "deepseek-v3", "--micro-batch", "-3"], "'-3' is negative"),
+    (["--model", "deepseek-v3", "--micro-batch", ""], "'' is not a micro-batch"),
+    (["--model", "deepseek-v3", "--seq", "4194304", "--micro-batch", "1,65"], "their product at most 2^28 tokens"),
+    (["--model-file", model, "--micro-batch", "1-4"], "describe a preset"),
+    (["--model", "llama-3.1-405b", "--hardware", "h100", "--micro-batch", "1-2", "--quiet"], "no micro-batch of 1 to 2 fits"),
     (["--model", "deepseek-v3", "--seq", "12x"], "cannot use '12x'"),
     (["--model", "deepseek-v3", "--model-file", model], "give one of --model NAME and --model-file FILE"),
     (["--model-file", model, "--micro-batch", "4"], "describe a preset"),

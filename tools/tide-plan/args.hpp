@@ -7,6 +7,7 @@
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/transformer.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -45,6 +46,14 @@ struct args {
   std::optional<double> device_memory_gib, host_budget_gib;
   double storage_budget_gib = 0;
   std::optional<std::uint64_t> max_decisions;  // not given: plan_options' default
+  // --micro-batch as given: one micro-batch (`micro_batch`), or a list or range (`micro_batches`,
+  // increasing) or auto (`micro_batch_auto`): the per-micro-batch table (tools/tide-plan/sweep.hpp).
+  // `parse_micro_batches` reads it.
+  std::optional<std::string> micro_batch_text;
+  std::vector<std::uint64_t> micro_batches;
+  bool micro_batch_auto = false;
+  //! True when several micro-batches are planned (a list, a range or auto).
+  [[nodiscard]] bool sweep() const noexcept { return micro_batch_auto || !micro_batches.empty(); }
   std::string offload, policy, policy_out, cpp, trace;
   bool json = false, quiet = false, help = false;
 };
@@ -56,7 +65,9 @@ class command_line {
     option("--model", a.model, "NAME", "a preset model: deepseek-v3 or llama-3.1-405b");
     option("--model-file", a.model_file, "FILE", "a model described in JSON (docs/model.schema.json)");
     option("--seq", a.seq, "N", "preset: sequence length (default: 4096 for deepseek-v3, 8192 for llama-3.1-405b)");
-    option("--micro-batch", a.micro_batch, "N", "preset: sequences per micro-batch (default 1)");
+    option("--micro-batch", a.micro_batch_text, "N",
+           "preset: sequences per micro-batch (default 1); a range (1-8), a list (2,4,8) or auto (1, 2, ... while a plan fits) "
+           "plans each and prints tokens per second per micro-batch, the best marked");
     option("--tp", a.tp, "N", "preset: tensor-parallel degree (default 1)");
     option("--gpus", a.gpus, "N", "preset: GPUs in the job (default 1)");
     option("--fsdp", a.fsdp, "N", "preset: FSDP (ZeRO-3) sharding degree (default 1)");
@@ -146,6 +157,10 @@ class command_line {
     auto const [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
     return ec == std::errc{} && end == v.data() + v.size();
   }
+  static bool parse_value(std::string_view v, std::optional<std::string>& out) {
+    out = std::string(v);
+    return true;
+  }
   static bool parse_value(std::string_view v, std::optional<std::uint64_t>& out) {
     std::uint64_t x = 0;
     if (!parse_value(v, x)) return false;
@@ -202,17 +217,79 @@ inline std::string number_text(double x) {
   return buf;
 }
 
+//! Most micro-batches one --micro-batch plans (each a whole plan: a fraction of a second to
+//! seconds), and the largest `auto` tries.
+inline constexpr std::size_t max_micro_batches = 64;
+
+//! Reads `a.micro_batch_text` into `a.micro_batch` (one), or `a.micro_batches` (a list of
+//! micro-batches and ranges, sorted) or `a.micro_batch_auto`; throws `usage_error` naming what is
+//! wrong with it and what to write instead.
+inline void parse_micro_batches(args& a) {
+  if (!a.micro_batch_text) return;
+  std::string_view const text = *a.micro_batch_text;
+  auto const say = [&](std::string const& what) {
+    return usage_error("--micro-batch " + echo(text) + ": " + what +
+                       " (give N, a range A-B such as 1-8, a list such as 2,4,8, or auto)");
+  };
+  if (text == "auto") {
+    a.micro_batch_auto = true;
+    return;
+  }
+  auto const number = [&](std::string_view s) {
+    std::uint64_t x = 0;
+    auto const [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+    if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) throw say("'" + echo(s) + "' is not a micro-batch");
+    if (x == 0) throw say("micro-batches must be at least 1");
+    if (x > (1u << 16)) throw say("micro-batch " + std::string(s) + " is above 65536");
+    return x;
+  };
+  if (text.find_first_of(",-") == std::string_view::npos) {
+    a.micro_batch = number(text);
+    return;
+  }
+  std::vector<std::uint64_t> list;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    auto const end = std::min(text.find(',', pos), text.size());
+    auto const item = text.substr(pos, end - pos);
+    if (item.empty()) throw say("an empty entry");
+    if (item.front() == '-') throw say("'" + echo(item) + "' is negative: micro-batches must be at least 1");
+    auto const dash = item.find('-');
+    if (dash == std::string_view::npos) {
+      list.push_back(number(item));
+    } else {
+      auto const lo = number(item.substr(0, dash)), hi = number(item.substr(dash + 1));
+      if (lo > hi) throw say("the range " + std::string(item) + " runs backwards: write " + std::to_string(hi) + "-" + std::to_string(lo));
+      if (hi - lo >= max_micro_batches) throw say("more than " + std::to_string(max_micro_batches) + " micro-batches, each planned whole");
+      for (auto b = lo; b <= hi; ++b) list.push_back(b);
+    }
+    if (list.size() > max_micro_batches) throw say("more than " + std::to_string(max_micro_batches) + " micro-batches, each planned whole");
+    pos = end + 1;
+  }
+  std::sort(list.begin(), list.end());
+  for (std::size_t i = 1; i < list.size(); ++i)
+    if (list[i] == list[i - 1]) throw say("micro-batch " + std::to_string(list[i]) + " is given twice");
+  a.micro_batches = std::move(list);
+  a.micro_batch = a.micro_batches.front();
+}
+
+//! The largest micro-batch `a` plans.
+[[nodiscard]] inline std::uint64_t largest_micro_batch(args const& a) noexcept {
+  if (a.micro_batch_auto) return max_micro_batches;
+  return a.micro_batches.empty() ? a.micro_batch : a.micro_batches.back();
+}
+
 //! The command line's checks that need no file: one model, a preset's flags only with a preset,
 //! every bound (so no derived size overflows), and, with --json, paths that JSON can hold.
 //! Throws `usage_error`.
 inline void check_args(args const& a) {
   if (a.model.empty() == a.model_file.empty()) throw usage_error("give one of --model NAME and --model-file FILE");
-  if (!a.model_file.empty() && (a.seq || a.micro_batch != 1 || a.tp != 1 || a.gpus != 1 || a.fsdp != 1 || a.ep != 1 || a.pp != 1 || a.fp8))
+  if (!a.model_file.empty() && (a.seq || a.micro_batch != 1 || a.sweep() || a.tp != 1 || a.gpus != 1 || a.fsdp != 1 || a.ep != 1 || a.pp != 1 || a.fp8))
     throw usage_error("--seq, --micro-batch, --tp, --gpus, --fsdp, --ep, --pp and --fp8 describe a preset: a model file gives its sizes itself");
   if (a.micro_batch == 0 || a.tp == 0 || a.gpus == 0 || a.fsdp == 0 || a.ep == 0 || a.pp == 0)
     throw usage_error("--micro-batch, --tp, --gpus, --fsdp, --ep and --pp must be at least 1");
   // Bounds that keep every derived size far from overflow: tokens, slot bytes, FLOPs.
-  if (a.seq > (1u << 22) || a.micro_batch > (1u << 16) || a.seq * a.micro_batch > (std::uint64_t{1} << 28))
+  if (a.seq > (1u << 22) || largest_micro_batch(a) > (1u << 16) || a.seq * largest_micro_batch(a) > (std::uint64_t{1} << 28))
     throw usage_error("--seq is at most 4194304, --micro-batch at most 65536, and their product at most 2^28 tokens");
   if (a.gpus > (1u << 20)) throw usage_error("--gpus is at most 1048576");
   if (a.tp > 1024) throw usage_error("--tp is at most 1024");
@@ -314,6 +391,7 @@ inline args parse_args(int argc, char const* const* argv) {
   args a;
   command_line(a).parse(argc, argv, a);
   if (a.help) return a;
+  parse_micro_batches(a);
   check_args(a);
   check_paths(a);
   if (!a.model.empty()) (void)preset_model(a);

@@ -6,6 +6,7 @@
 // the chosen plan as a policy file, as C++ types and as a predicted timeline. `--help` lists every
 // flag. Bad input exits 2 with a message that names it; docs/planning.md has a walk-through.
 #include "args.hpp"  // the command line, its checks and the preset models (also driven by tests/fuzz/fuzz_files.cpp)
+#include "sweep.hpp"  // --micro-batch 1-8, 2,4,8 or auto: the per-micro-batch table (issue 42)
 
 #include <tide/io/json.hpp>
 #include <tide/plan/policy_codegen.hpp>
@@ -248,7 +249,27 @@ int run(int argc, char** argv) {
     } catch (tide::error const& e) {
       bad_input(e.what());
     }
+  // Several micro-batches: each planned for tokens per second (with the cost model's fixed work
+  // per op and the optimizer step); the best one's strategy table and plan follow, in that model.
+  std::optional<tide_plan::sweep_result> sweep;
+  if (a.sweep()) {
+    std::size_t const memory = a.device_memory_gib ? static_cast<std::size_t>(*a.device_memory_gib * double(1ull << 30)) : hw.hbm_bytes;
+    try {
+      sweep = tide_plan::plan_sweep(a, hw, memory, [&](args const& one) { return make_problem(one, hw, calibration); });
+    } catch (tide::error const& e) {
+      bad_input(e.what());
+    }
+    if (!sweep->plan.best)
+      bad_input("no micro-batch of " + std::to_string(sweep->plan.results.front().micro_batch) + " to " +
+                std::to_string(sweep->plan.results.back().micro_batch) +
+                " fits: raise --device-memory or --host-budget, shard the model state over more GPUs, or shorten --seq");
+    a.micro_batch = sweep->plan.results[*sweep->plan.best].micro_batch;
+  }
   auto p = make_problem(a, hw, calibration);
+  if (sweep) {
+    auto const [m, t] = tide_plan::preset_model(a);
+    add_fixed_work(p.costs, m, hw, t);
+  }
   // An unpaced link (bandwidth 0: what calibrate writes when it does not measure the link) makes
   // every copy free: the plan's offloads are then not a prediction, so say so.
   std::vector<std::string> warnings;
@@ -395,11 +416,16 @@ int run(int argc, char** argv) {
                  {"gap_to_bound", pl.gap_to_bound()},
                  {"schedules_built", pl.evaluations},
                  {"policy", io::to_json(pl.strategy)}};
+    if (sweep) j["micro_batches"] = tide_plan::sweep_json(*sweep);
     j["wrote"] = wrote;
     j["warnings"] = warnings;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
+  if (sweep)
+    std::printf("tokens per second by micro-batch on %s (%zu planned):\n%s\nmicro-batch %llu, the most tokens per second:\n",
+                std::string(hw.name).c_str(), sweep->plan.results.size(), tide_plan::format_sweep(*sweep).c_str(),
+                static_cast<unsigned long long>(a.micro_batch));
   std::printf("%s on %s (%u layers)\n", p.name.c_str(), std::string(hw.name).c_str(), p.stack.layer_count());
   if (p.options.storage_budget)
     std::printf("  storage budget %s (spill file; write %.1f GB/s, read %.1f GB/s)\n",

@@ -93,12 +93,20 @@ struct micro_batch_plan {
   }
 };
 
+//! How `plan_micro_batches` walks its list.
+struct micro_batch_options {
+  //! Stop after the first micro-batch at which no plan fits (its result included): for a list in
+  //! increasing order on a model whose memory grows with the micro-batch, the larger ones cannot
+  //! fit either (what tide-plan's `--micro-batch auto` does).
+  bool stop_at_first_misfit = false;
+};
+
 //! Plans each of `micro_batches` (distinct, each at least 1) with `make_plan` on the problem
 //! `problem` builds for it, and marks the one with the most tokens per second. Throws
 //! `cost_model_error` naming an empty list, a micro-batch of 0 or one given twice, and passes on
 //! what `problem` and `make_plan` throw.
 [[nodiscard]] inline micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> micro_batches,
-                                                         micro_batch_problem_fn const& problem) {
+                                                         micro_batch_problem_fn const& problem, micro_batch_options const& opt = {}) {
   if (micro_batches.empty())
     throw cost_model_error("tide: plan_micro_batches needs at least one micro-batch: give e.g. {1, 2, 4, 8}");
   for (std::size_t i = 0; i < micro_batches.size(); ++i) {
@@ -126,7 +134,9 @@ struct micro_batch_plan {
     if (x.fits() && (!r.best || x.tokens_per_second > r.results[*r.best].tokens_per_second ||
                      (x.tokens_per_second == r.results[*r.best].tokens_per_second && b < r.results[*r.best].micro_batch)))
       r.best = r.results.size();
+    bool const stop = opt.stop_at_first_misfit && !x.fits();
     r.results.push_back(std::move(x));
+    if (stop) break;
   }
   return r;
 }
