@@ -157,13 +157,15 @@ if fitting:
         check(0 < x["tokens_per_second"] <= x["bound_tokens_per_second"] * (1 + 1e-12), f"micro-batch {x['micro_batch']}: above its bound")
         check(abs(x["tokens"] / x["step_us"] * 1e6 - x["tokens_per_second"]) <= 1e-6 * x["tokens_per_second"], "tokens/s is not tokens / step")
         check(x["kept"] + x["offloaded"] + x["rematerialized"] + x["spilled"] == 784, f"micro-batch {x['micro_batch']}: decisions")
+        # A device-only schedule (keep and remat) is one of those the bound covers.
+        check(x["device_only_tokens_per_second"] <= x["bound_tokens_per_second"] * (1 + 1e-12), "a device-only plan above the bound")
     check(mb.get("bound_tokens_per_second", 0) >= best["tokens_per_second"], "the sweep's bound is below its best")
     check(f"micro-batch {best['micro_batch']}," in sweep_doc.get("model", ""), f"the plan is not the best micro-batch's: {sweep_doc.get('model')}")
     check(abs(sweep_doc["plan"]["step_us"] + best["optimizer_us"] - best["step_us"]) <= 1e-6 * best["step_us"],
           "the top-level plan's step is not the best row's less the optimizer step")
     check((work / "ds_best.json").exists(), "--policy-out was not written for the best micro-batch")
 r = run(*preset[:5], "2,4", *preset[6:], "--quiet")
-check("best: micro-batch" in r.stdout and "\n  *" in r.stdout, f"the text table marks no best row:\n{r.stdout[:2000]}")
+check("best: micro-batch" in r.stdout and "\n  *" in r.stdout and "on the device alone" in r.stdout, f"the text table marks no best row:\n{r.stdout[:2000]}")
 one = run(*preset, "--quiet").stdout
 check("per micro-batch" not in one and "tokens per second by micro-batch" not in one, "one micro-batch printed the per-micro-batch table")
 

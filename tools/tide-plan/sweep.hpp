@@ -12,6 +12,7 @@
 #include <tide/plan/compare.hpp>
 #include <tide/plan/micro_batch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
@@ -25,6 +26,9 @@ namespace tide_plan {
 //! The per-micro-batch plans and what the table shows besides them.
 struct sweep_result {
   tide::micro_batch_plan plan;
+  //! The same micro-batches planned on the device alone (keep and remat; no host memory, no spill
+  //! file): the study's comparison, the best device-resident micro-batch against offload.
+  tide::micro_batch_plan device_only;
   std::vector<std::size_t> resident_bytes;  // per result: what the device holds besides activations
   std::vector<std::size_t> device_budget;   // per result: the activations' budget (0: the resident bytes alone exceed the device)
 };
@@ -45,6 +49,7 @@ template <class MakeProblem>
 sweep_result plan_sweep(args const& a, tide::hardware_spec const& hw, std::size_t device_memory, MakeProblem&& make_problem) {
   using namespace tide;
   sweep_result r;
+  bool offload = true;
   auto problem = [&](std::uint64_t b) {
     auto ab = a;
     ab.micro_batch = b;
@@ -53,19 +58,20 @@ sweep_result plan_sweep(args const& a, tide::hardware_spec const& hw, std::size_
     auto const [m, t] = preset_model(ab);
     micro_batch_problem q{.tokens = static_cast<double>(m.tokens()), .outside_step_us = transformer_optimizer_us(m, hw, t)};
     auto const resident = transformer_resident_memory(m, hw, t).total();
-    r.resident_bytes.push_back(resident);
+    if (offload) r.resident_bytes.push_back(resident);
     if (resident >= device_memory) {
       // Nothing left for activations: a budget of 0, so that nothing is planned to fit.
       q.stack = transformer_stack(m);
       q.costs = transformer_batch_costs(m, hw, t);
       q.options = {.device_budget = 0, .host_budget = 0, .method = plan_method::heuristic, .resident_bytes = resident};
-      r.device_budget.push_back(0);
+      if (offload) r.device_budget.push_back(0);
       return q;
     }
     auto p = make_problem(ab);
     add_fixed_work(p.costs, m, hw, t);
     auto o = p.options;
     o.include_plan = false;
+    if (!offload) o.host_budget = 0, o.storage_budget = 0;
     // Seeded as tide-plan seeds one micro-batch's plan (`plan_seeded_by`): the rows and a policy file.
     std::vector<strategy> seeds;
     for (auto const& row : compare_strategies(p.stack, p.costs, o)) seeds.push_back(row.strategy);
@@ -80,11 +86,16 @@ sweep_result plan_sweep(args const& a, tide::hardware_spec const& hw, std::size_
                  .storage_budget = o.storage_budget};
     q.stack = std::move(p.stack);
     q.costs = std::move(p.costs);
-    r.device_budget.push_back(o.device_budget);
+    if (offload) r.device_budget.push_back(o.device_budget);
     return q;
   };
   auto const list = sweep_micro_batches(a);
   r.plan = plan_micro_batches(list, problem, {.stop_at_first_misfit = a.micro_batch_auto});
+  // On the device alone, the micro-batches planned above (fewer fit: auto stops where they end).
+  offload = false;
+  std::vector<std::uint64_t> planned;
+  for (auto const& x : r.plan.results) planned.push_back(x.micro_batch);
+  r.device_only = plan_micro_batches(planned, problem, {.stop_at_first_misfit = a.micro_batch_auto});
   return r;
 }
 
@@ -117,24 +128,31 @@ inline std::string format_sweep(sweep_result const& s) {
   std::string r = "  per micro-batch (step = the schedule's + the optimizer step; * the most tokens/s; bound: no schedule of that micro-batch "
                   "within its budgets is faster):\n";
   char line[512];
-  std::snprintf(line, sizeof line, "    %11s %12s %12s %6s %6s %6s %6s  %-28s %10s %12s %12s  %s\n", "micro-batch", "resident", "act. budget",
-                "kept", "off", "remat", "spill", "pipeline", "step ms", "tokens/s", "bound tok/s", "fits");
+  std::snprintf(line, sizeof line, "    %11s %12s %12s %6s %6s %6s %6s  %-28s %10s %12s %12s %14s  %s\n", "micro-batch", "resident",
+                "act. budget", "kept", "off", "remat", "spill", "pipeline", "step ms", "tokens/s", "bound tok/s", "no offload", "fits");
   r += line;
   auto const& rs = s.plan.results;
   for (std::size_t i = 0; i < rs.size(); ++i) {
     auto const& x = rs[i];
     auto const c = count_placements(x.chosen);
     bool const best = s.plan.best == i;
+    // Tokens/s on the device alone (keep and remat), "-" where nothing fits there.
+    std::string device_only = "-";
+    if (i < s.device_only.results.size() && s.device_only.results[i].fits()) {
+      char d[32];
+      std::snprintf(d, sizeof d, "%.0f%s", s.device_only.results[i].tokens_per_second, s.device_only.best == i ? " *" : "");
+      device_only = d;
+    }
     auto const bytes = [](std::size_t b) { return tide::format_bytes(static_cast<double>(b)); };
     if (x.fits())
-      std::snprintf(line, sizeof line, "  %s %11llu %12s %12s %6zu %6zu %6zu %6zu  %-28s %10.2f %12.0f %12.0f  %s\n", best ? "*" : " ",
+      std::snprintf(line, sizeof line, "  %s %11llu %12s %12s %6zu %6zu %6zu %6zu  %-28s %10.2f %12.0f %12.0f %14s  %s\n", best ? "*" : " ",
                     static_cast<unsigned long long>(x.micro_batch), bytes(s.resident_bytes[i]).c_str(), bytes(s.device_budget[i]).c_str(),
                     c.kept, c.offloaded, c.remat, c.spilled, pipeline_words(x.chosen.strategy).c_str(), x.step_us / 1e3,
-                    x.tokens_per_second, x.bound_tokens_per_second, "yes");
+                    x.tokens_per_second, x.bound_tokens_per_second, device_only.c_str(), "yes");
     else
-      std::snprintf(line, sizeof line, "    %11llu %12s %12s %6s %6s %6s %6s  %-28s %10s %12s %12.0f  %s\n",
+      std::snprintf(line, sizeof line, "    %11llu %12s %12s %6s %6s %6s %6s  %-28s %10s %12s %12.0f %14s  %s\n",
                     static_cast<unsigned long long>(x.micro_batch), bytes(s.resident_bytes[i]).c_str(), bytes(s.device_budget[i]).c_str(),
-                    "-", "-", "-", "-", "-", "-", "-", x.bound_tokens_per_second,
+                    "-", "-", "-", "-", "-", "-", "-", x.bound_tokens_per_second, "-",
                     s.device_budget[i] == 0 ? "no (resident memory exceeds the device)" : "no");
     r += line;
   }
@@ -147,6 +165,18 @@ inline std::string format_sweep(sweep_result const& s) {
                   s.plan.bound_tokens_per_second(), 100 * s.plan.gap_to_bound());
     r += line;
   }
+  if (s.device_only.best) {
+    auto const& d = s.device_only.results[*s.device_only.best];
+    std::string more;
+    if (s.plan.best && d.tokens_per_second > 0)
+      more = " (the best with offload: " +
+             std::to_string(std::lround(100 * (s.plan.results[*s.plan.best].tokens_per_second / d.tokens_per_second - 1))) + "% more)";
+    std::snprintf(line, sizeof line, "  on the device alone (keep and remat, no host memory): best micro-batch %llu, %.0f tokens/s%s\n",
+                  static_cast<unsigned long long>(d.micro_batch), d.tokens_per_second, more.c_str());
+    r += line;
+  } else {
+    r += "  on the device alone (keep and remat, no host memory): no micro-batch listed fits\n";
+  }
   return r;
 }
 
@@ -157,6 +187,7 @@ inline tide::io::json sweep_json(sweep_result const& s) {
   j["best"] = s.plan.best ? json(s.plan.results[*s.plan.best].micro_batch) : json(nullptr);
   j["bound_tokens_per_second"] = s.plan.bound_tokens_per_second();
   j["gap_to_bound"] = s.plan.gap_to_bound();
+  j["best_device_only"] = s.device_only.best ? json(s.device_only.results[*s.device_only.best].micro_batch) : json(nullptr);
   j["rows"] = json::array();
   for (std::size_t i = 0; i < s.plan.results.size(); ++i) {
     auto const& x = s.plan.results[i];
@@ -173,6 +204,8 @@ inline tide::io::json sweep_json(sweep_result const& s) {
                          {"optimizer_us", x.outside_step_us},
                          {"tokens_per_second", x.tokens_per_second},
                          {"bound_tokens_per_second", x.bound_tokens_per_second},
+                         {"device_only_tokens_per_second",
+                          i < s.device_only.results.size() ? s.device_only.results[i].tokens_per_second : 0.0},
                          {"kept", c.kept},
                          {"offloaded", c.offloaded},
                          {"rematerialized", c.remat},

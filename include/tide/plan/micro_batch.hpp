@@ -144,9 +144,10 @@ struct micro_batch_options {
 //! The parts of the transformer cost model that do not grow with the micro-batch (see the file
 //! comment). Defaults are assumptions stated at each field; zeros leave `transformer_costs` as it is.
 struct batch_efficiency {
-  //! Launch and synchronization per kernel (microseconds). 4 us is an assumption: NVIDIA's
-  //! "Getting Started with CUDA Graphs" (2019) measured about 3.8 us per short kernel launched
-  //! back to back on a V100; CUDA graphs make it less.
+  //! Launch and synchronization per kernel (microseconds). 4 us is an assumption of the order of a
+  //! kernel launch and its stream synchronization on the host (the overhead NVIDIA's technical blog
+  //! "Getting Started with CUDA Graphs", 2019, sets out to remove), not a measurement; CUDA graphs
+  //! make it less. Calibrate (`fit_micro_batch_costs`) to replace it.
   double kernel_launch_us = 4;
   //! Kernels per op that produces a saved slot (the product and its elementwise epilogue); an
   //! assumption. A backward launches twice a forward's (data and weight gradients).
