@@ -1,8 +1,9 @@
 #pragma once
 //! \file
 //! Pay for what you use: `<tide/sim.hpp>` and the planning layer: the cost model, calibration, the
-//! planner and its lower bound, strategy comparison, checkpointing (Revolve, two and three tiers)
-//! and the transformer presets. The file formats (`<tide/io/json.hpp>`, nlohmann/json) stay apart.
+//! planner and its lower bound, the planner over micro-batches, strategy comparison, checkpointing
+//! (Revolve, two and three tiers) and the transformer presets. The file formats
+//! (`<tide/io/json.hpp>`, nlohmann/json) stay apart.
 
 #include <tide/sim.hpp>
 #include <tide/plan/calibrate.hpp>
@@ -14,4 +15,5 @@
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
 #include <tide/plan/compare.hpp>
+#include <tide/plan/micro_batch.hpp>
 #include <tide/plan/transformer.hpp>
