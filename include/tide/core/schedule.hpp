@@ -40,6 +40,9 @@ struct slot_binding {
   //! context then refuses the access by name).
   std::size_t recompute_offset = no_scratch;
   static constexpr std::size_t no_scratch = static_cast<std::size_t>(-1);  //!< see `recompute_offset`
+  //! The slot is its layer's input (`slot_spec::input`): never rematerialized. Kept so that what
+  //! a schedule's view says about its stack is whole (the out-of-memory hint builds alternatives).
+  bool input = false;
   //! True when the slot's bytes go to the storage file (a spilled slot outside the ring's last uses).
   [[nodiscard]] constexpr bool stored() const noexcept { return where == placement::spill && file_offset != not_stored; }
   //! Field-wise equality.

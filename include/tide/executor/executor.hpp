@@ -20,6 +20,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -30,6 +31,7 @@
 #include <tide/executor/backend.hpp>
 #include <tide/executor/context.hpp>
 #include <tide/executor/detail/debug_checks.hpp>
+#include <tide/executor/detail/fit_hint.hpp>
 #include <tide/executor/detail/step_args.hpp>
 #include <tide/executor/hooks.hpp>
 #include <tide/executor/turn.hpp>
@@ -88,13 +90,23 @@ class executor {
     try {
       arenas_ = backend_.setup(backend_setup::of(s_));
     } catch (out_of_memory const& e) {
-      if (!s_.carry.present()) throw;
-      auto const& c = s_.carry;
-      throw out_of_memory(e, "; the carry '" + std::string(c.name) + "' (" + std::to_string(c.bytes) + " bytes) takes " +
-                                 std::to_string(s_.arena.carry_bytes) + " device bytes in " + std::to_string(c.device_buffers) +
-                                 " buffers and " + std::to_string(s_.arena.host_carry_bytes) + " host bytes in " +
-                                 std::to_string(c.host_snapshots) +
-                                 " snapshots: store fewer carries (checkpoint_spec::device_snapshots, host_snapshots)");
+      // Say how to fit: the carry's share, then each way (offload, remat, carries, spill, the
+      // planner) with what it would take on this stack.
+      std::string more;
+      if (s_.carry.present()) {
+        auto const& c = s_.carry;
+        more = "; the carry '" + std::string(c.name) + "' (" + std::to_string(c.bytes) + " bytes) takes " +
+               std::to_string(s_.arena.carry_bytes) + " device bytes in " + std::to_string(c.device_buffers) +
+               " buffers and " + std::to_string(s_.arena.host_carry_bytes) + " host bytes in " + std::to_string(c.host_snapshots) +
+               " snapshots: store fewer carries (checkpoint_spec::device_snapshots, host_snapshots)";
+      }
+      // Which arena: the pools name theirs ("... pinned host arena"); the room is the budget less
+      // what other live executors hold (the request counts them).
+      bool const host = std::string_view(e.what()).find("host arena") != std::string_view::npos;
+      auto const mine = host ? s_.arena.host_bytes : s_.arena.device_bytes;
+      auto const others = e.requested > mine ? e.requested - mine : 0;
+      auto const room = e.budget > others ? e.budget - others : 0;
+      throw out_of_memory(e, more + detail::fit_hint(s_, host, room, storage_backend<Backend>));
     }
     checks_.attach(arenas_.device, arenas_.host, &failed_, this, &report_debug);
   }

@@ -31,6 +31,7 @@ constexpr schedule_issue builder::place() {
       auto const rule = deciding[pair++];
       if (rule != policy_spec::no_rule) rule_used[rule] = 1;
       slot_binding b{sl.name, rule == policy_spec::no_rule ? placement::keep : policy.rules[rule].where, sl.bytes};
+      b.input = sl.input;
       if (sl.input && b.where == placement::remat) return issue(c::remat_of_input, type.name, sl.name, l);
       std::size_t region = 0;
       if (!checked_add(sl.bytes, buffers.guard_bytes, region)) return overflow("size plus guard bytes", type.name, sl.name);
