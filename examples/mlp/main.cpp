@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       t.row({r.name, example::fixed(r.step_ms, 2), tide::format_bytes(static_cast<double>(s.predicted_device_bytes)),
              tide::format_bytes(static_cast<double>(s.measured_device_bytes)),
              tide::format_bytes(static_cast<double>(s.predicted_host_bytes)), example::fixed(s.exposed_transfer_us / 1000, 2),
-             example::percent(s.overlap_fraction), example::fixed(r.last_loss, 6), example::hex(r.checksum)});
+             tide::overlap_text(s), example::fixed(r.last_loss, 6), example::hex(r.checksum)});
     }
     t.print();
     std::printf("\ndevice budget %s: keep-all %s; offload %s\n",

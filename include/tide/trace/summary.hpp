@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -26,14 +28,44 @@ struct step_summary {
   double copy_us = 0;                //!< time any copy was running (union of intervals)
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
   double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
-  double overlap_fraction = 1;       //!< share of copy time hidden behind compute
+  //! Share of copy time hidden behind compute, `1 - exposed_transfer_us / copy_us` in [0, 1];
+  //! 1 when nothing was copied, where it means nothing: print it with `overlap_text` ("-" then)
+  double overlap_fraction = 1;
   std::size_t predicted_device_bytes = 0;  //!< the schedule's device arena
   std::size_t predicted_host_bytes = 0;    //!< the schedule's pinned host arena
   std::size_t measured_device_bytes = 0;   //!< peak of device bytes live at once, from the timeline
   std::size_t measured_host_bytes = 0;     //!< peak of host bytes live at once, from the timeline
   double storage_us = 0;                   //!< time any store or load was running (union of intervals)
   std::size_t predicted_storage_bytes = 0; //!< the schedule's storage file
+
+  //! True when the step copied anything between device and host (or storage): only then does
+  //! `overlap_fraction` say something.
+  [[nodiscard]] constexpr bool copied() const noexcept { return copy_us > 0 || storage_us > 0; }
 };
+
+//! `s.overlap_fraction` as a whole percentage ("97%"), or "-" when the step copied nothing (a
+//! keep-all or remat-only step: there was nothing to hide, and "100%" would say it was hidden).
+[[nodiscard]] inline std::string overlap_text(step_summary const& s) {
+  if (!s.copied()) return "-";
+  return std::to_string(static_cast<int>(s.overlap_fraction * 100 + 0.5)) + "%";
+}
+
+//! Every field of `s`, one per line, named as in `step_summary` (times in ms, bytes as bytes), the
+//! overlap as `overlap_text` gives it.
+[[nodiscard]] inline std::string describe(step_summary const& s) {
+  auto const ms = [](double us) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f ms", us / 1000);
+    return std::string(b);
+  };
+  auto const bytes = [](std::size_t n) { return std::to_string(n) + " B"; };
+  return "step " + ms(s.step_us) + "\n  compute " + ms(s.compute_us) + " (forward " + ms(s.forward_us) + ", recompute " +
+         ms(s.recompute_us) + ", backward " + ms(s.backward_us) + ")\n  copies running " + ms(s.copy_us) + ", exposed " +
+         ms(s.exposed_transfer_us) + ", overlap " + overlap_text(s) + "\n  collectives exposed " + ms(s.exposed_collective_us) +
+         "\n  storage transfers running " + ms(s.storage_us) + "\n  device predicted " + bytes(s.predicted_device_bytes) +
+         ", measured " + bytes(s.measured_device_bytes) + "\n  host predicted " + bytes(s.predicted_host_bytes) + ", measured " +
+         bytes(s.measured_host_bytes) + "\n  storage predicted " + bytes(s.predicted_storage_bytes);
+}
 
 //! One step of an occupancy curve: from `t_us` on, `bytes` are live.
 struct occupancy_point {
