@@ -163,6 +163,16 @@ int main(int argc, char** argv) {
     std::printf("%-34s %10zu B %10zu B %10zu B  %s\n", name.c_str(), got.device, got.host, got.storage,
                 same ? "bitwise equal" : "DIFFERENT");
   }
+  // Keep-all under half its own peak: the out-of-memory message names each way to fit, with what
+  // each takes on this stack (docs/porting.md quotes it).
+  try {
+    tide::host_backend small({.device_budget = keep_peak / 2});
+    auto const keep = tide::build_schedule(st, tide::strategy{});
+    tide::executor ex(small, keep);
+    ok = false;
+  } catch (tide::out_of_memory const& e) {
+    std::printf("\nkeep-all under half its peak:\n%s\n", e.what());
+  }
   if (own_dir) std::filesystem::remove_all(spill_dir);
   if (!ok) std::fprintf(stderr, "FAIL: a policy's gradients differ from the original trainer's\n");
   return ok ? 0 : 1;
