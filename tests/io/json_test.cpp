@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 
 #include <unistd.h>
@@ -283,6 +284,46 @@ TEST(PolicyFile, SlotNamesReferToTheStack) {
   }
   ASSERT_EQ(s.policy.rules.at(0).slots.size(), 1u);
   EXPECT_EQ(s.policy.rules[0].slots[0].data(), st.types[0].slots[2].name.data());
+}
+
+// A planner run made reproducible (issue 39): calibrate once (on a loaded machine each calibration
+// measures other times, and the planner may choose otherwise), save it, and plan from the file:
+// every run gets the same plan. The plan, pinned as a policy file and read back, builds the same
+// schedule op for op, with no recompilation. The sequence docs/porting.md shows.
+TEST(CalibrationFile, PlanningFromASavedCalibrationIsReproducibleAndThePlanReadsBack) {
+  stack_spec st;
+  st.append({"block", {{"ln", 1024}, {"fc", 4096}, {"fc_gelu", 4096}}}, 6);
+  st.carry = {"residual", 1024};
+  host_backend backend;
+  auto work = [](auto const& c) {
+    auto const until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    if constexpr (requires { c.produces(0); }) {
+      for (std::uint16_t k = 0; k < c.slot_count(); ++k) c.slot(k)[0] = std::byte{1};
+      if (!c.carry_out().empty()) std::memset(c.carry_out().data(), 1, c.carry_out().size());
+    }
+  };
+  auto const dir = std::filesystem::temp_directory_path() / ("tide_reproducible_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  // Once: calibrate (a stack with a carry: calibration_options::input fills it) and save.
+  auto const measured = calibrate(st, backend, work, work,
+                                  {.repeats = 1, .input = [](std::span<std::byte> in) { std::memset(in.data(), 3, in.size()); }});
+  io::write_calibration_file((dir / "calibration.json").string(), measured);
+  // Every later run: plan from the file.
+  auto const budget = build_schedule(st, strategy{}).peak_device_bytes() / 2;
+  auto plan_from_file = [&] { return make_plan(st, io::read_calibration_file((dir / "calibration.json").string()), {.device_budget = budget}); };
+  auto const first = plan_from_file();
+  auto const second = plan_from_file();
+  ASSERT_TRUE(first.fits);
+  EXPECT_EQ(first.decisions, second.decisions);
+  EXPECT_EQ(first.step_us, second.step_us);
+  EXPECT_EQ(io::to_json(first.strategy), io::to_json(second.strategy));
+  // Pinned: the plan as a policy file, read back for the same stack.
+  io::write_policy_file((dir / "plan.json").string(), first.strategy);
+  auto const pinned = io::read_policy_file((dir / "plan.json").string(), st);
+  expect_same_schedule(build_schedule(st, pinned), first.build(st));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(CalibrationFile, MeasuredTableRoundTripsBitForBit) {
