@@ -14,9 +14,12 @@
 //!   envelope of that (per layer, then over layers by cost per byte) never exceeds it;
 //! - the link: every offloaded byte crosses it twice, no copy starts before the first layer's
 //!   forward ends, and the first layer's backward follows the last copy back.
-//! It is minimized over the host bytes, the one quantity the three terms trade. For a stack with
-//! a carry, checkpointing produces a layer's slots again just before its backward, so they need
-//! not all be on the device at once: the bound is then the keep-all step and the compute time.
+//! It is minimized over the host bytes, the one quantity the three terms trade. A stack with a
+//! carry is bounded the same way: its first sweep runs each layer's forward once, saving the
+//! slots as the policy says, and the advances after the turn rebuild carries only (their slots
+//! are scratch), so every kept slot is still on the device at the turn; the carries' snapshots
+//! take device or host memory and the link besides, and the advances compute time, none of which
+//! the bound counts (it stays below).
 
 #include <cstddef>
 #include <limits>
@@ -61,10 +64,9 @@ struct step_bound {
 [[nodiscard]] inline step_bound step_lower_bound(stack_spec const& stack, cost_table const& costs, bound_options const& opt = {}) {
   costs.check_against(stack);
   detail::bound_inputs in;
-  // With a carry a layer's slots may be produced again just before its backward: the budgets
-  // force nothing the bound can count.
-  in.device_budget = stack.has_carry() ? std::numeric_limits<std::size_t>::max() : opt.device_budget;
-  in.host_budget = stack.has_carry() ? 0 : opt.host_budget;
+  // With a carry too (see the file comment): checkpointing rebuilds carries, never saved slots.
+  in.device_budget = opt.device_budget;
+  in.host_budget = opt.host_budget;
   in.keep_all_us = detail::keep_all_step_us(stack, costs, opt.strategies);
   auto const r = detail::minimize_bound(stack, costs, in);
   return {.step_us = r.step_us,
