@@ -161,11 +161,17 @@ class chain_machine {
   //! A copy of `src` into the empty snapshot `dst` on a link direction free from `link_free`: it
   //! starts once the data is ready, the destination's last reader is done and the link is free
   //! (at once, on the compute timeline, when copies are synchronous); `us` is added to `issued`.
-  void copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us, double& issued);
+  void copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us, double& issued, std::int32_t& occupied);
   void count_stored();
+  //! Layers `from` .. `to`-1's forward time: O(1), so that timing a schedule costs its action
+  //! count, not its forward count (a one-snapshot reversal re-runs O(n^2) layers).
+  [[nodiscard]] double forward_span(std::int32_t from, std::int32_t to) const noexcept;
 
   std::int32_t n_;
   std::shared_ptr<chain_costs const> costs_;  // shared: searches copy machines by the million
+  //! Prefix sums of the forward costs (empty when every layer costs the same), shared as costs_ is.
+  std::shared_ptr<std::vector<double> const> forward_prefix_;
+  std::int32_t occupied_device_ = 0, occupied_host_ = 0, occupied_disk_ = 0;  // snapshots holding a carry now
   std::vector<chain_snapshot> device_, host_, disk_;
   double now_ = 0, d2h_free_ = 0, h2d_free_ = 0, write_free_ = 0, read_free_ = 0, copy_time_ = 0, storage_time_ = 0;
   std::int64_t disk_writes_ = 0, disk_reads_ = 0;
@@ -244,11 +250,23 @@ enum class three_tier_method : std::uint8_t {
   disk_segments,  //!< segment starts on disk, each segment reversed by `two_tier_plan`
 };
 
+//! Longest chain `three_tier_plan` takes: 65,536 layers, where its worst tiers still plan in
+//! under 10 s on a 2-core VM (docs/checkpointing.md, "Three tiers", has the measurement). Longer
+//! chains: a coarser chain (several layers a step), or `two_tier_plan` / `revolve_schedule`, which
+//! take up to `max_chain_steps`.
+inline constexpr std::int64_t max_three_tier_layers = std::int64_t{1} << 16;
+
 //! Limits of `three_tier_plan`.
 struct three_tier_options {
   two_tier_options inner{};          //!< the two-tier search of the whole chain and of each segment
   std::int64_t dp_max_layers = 64;   //!< uniform chains up to this long get their segment lengths from a DP
   std::int64_t every_split_max_layers = 16;  //!< chains up to this long also try one disk start at every carry
+  //! Disk-start counts tried: every k up to this, then doublings up to the disk snapshot count
+  //! (each candidate is a whole schedule; at least 1).
+  std::int64_t every_count_max_disk = 16;
+  //! DP states all the two-tier searches of one call create together (each segment of each
+  //! candidate runs one); once spent, segments get the segment family instead of the DP.
+  std::size_t max_dp_states = 100000;
 };
 
 //! A three-tier schedule, its predicted time (`evaluate_chain` of its actions) and its counts.

@@ -46,8 +46,8 @@ struct timed_schedule {
 //! appended (so the schedule needs no second evaluation).
 class disk_segments {
  public:
-  disk_segments(std::int64_t n, chain_tiers tiers, chain_costs const& costs, two_tier_options const& inner)
-      : n_(n), tiers_(tiers), costs_(costs), inner_(inner), m_(n, tiers, costs) {}
+  disk_segments(std::int64_t n, chain_tiers tiers, chain_costs const& costs, two_tier_options const& inner, std::size_t* dp_states_left)
+      : n_(n), tiers_(tiers), costs_(costs), inner_(inner), dp_states_left_(dp_states_left), m_(n, tiers, costs) {}
 
   //! Segments start at `starts` (starts[0] = 0, increasing, the last one below n): the first
   //! k = starts.size() - 1 starts go to disk snapshots 0..k-1. With `reserve`, the last host
@@ -139,7 +139,7 @@ class disk_segments {
     auto const l = b - a;
     // The plan's offloads wait for the host snapshots they write while disk writes still read
     // them (the first sweep's): the plan is searched knowing how long each stays busy.
-    detail::ckpt::tt_start start{.d2h = std::max(0.0, m_.d2h_free() - m_.now())};
+    detail::ckpt::tt_start start{.d2h = std::max(0.0, m_.d2h_free() - m_.now()), .dp_states_left = dp_states_left_};
     for (std::size_t i = 0; i < static_cast<std::size_t>(host); ++i) start.host_busy.push_back(std::max(0.0, m_.host()[i].busy - m_.now()));
     auto const plan = relabel(hold_prefetched(two_tier_search(l, tiers_.device, host, slice_costs(costs_, a, l), inner_, start).actions), host);
     std::size_t last_backward = plan.size();
@@ -264,6 +264,7 @@ class disk_segments {
   chain_tiers tiers_;
   chain_costs const& costs_;
   two_tier_options const& inner_;
+  std::size_t* dp_states_left_;
   chain_machine m_;
   std::vector<chain_action> out_;
 };
@@ -275,11 +276,41 @@ inline std::vector<std::int32_t> equal_starts(std::int64_t n, std::int64_t k) {
   return q;
 }
 
+//! The disk-start counts the search builds: every k up to `every_up_to`, then doublings and
+//! `kmax` itself. Each candidate is a whole O(n) schedule, so the count must not grow with the
+//! disk tier (k from 1 to 1,000 at n = 100,000 took 42 s).
+inline std::vector<std::int64_t> segment_counts(std::int64_t kmax, std::int64_t every_up_to) {
+  std::vector<std::int64_t> ks;
+  for (std::int64_t k = 1; k <= kmax; k = k < every_up_to ? k + 1 : 2 * k) ks.push_back(k);
+  if (ks.back() != kmax) ks.push_back(kmax);
+  return ks;
+}
+
+//! The tiers a disk-segment schedule needs: device and host snapshots beyond a segment's
+//! length plus the staging ones are never written, and every segment boundary scans the tiers,
+//! so huge tiers (up to n + 1 each) would make a schedule of many segments quadratic.
+inline chain_tiers segment_tiers(chain_tiers tiers, std::int64_t longest_segment) {
+  std::int64_t const enough = std::max<std::int64_t>(64, longest_segment + 3);
+  tiers.device = std::min(tiers.device, enough);
+  tiers.host = std::min(tiers.host, enough);
+  return tiers;
+}
+
 }  // namespace detail::ckpt
 
 inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs, three_tier_options const& options) {
   detail::ckpt::check_tiers("three_tier_plan", n, tiers);
+  if (n > max_three_tier_layers)
+    throw schedule_error("three_tier_plan: n = " + std::to_string(n) + " layers is more than the " + std::to_string(max_three_tier_layers) +
+                         " it plans in seconds (tide::max_three_tier_layers; each candidate is a whole schedule of about 5 actions a "
+                         "layer): plan a coarser chain (several layers a step), or use two_tier_plan or revolve_schedule, which take "
+                         "up to tide::max_chain_steps");
+  if (options.every_count_max_disk < 1)
+    throw schedule_error("three_tier_plan: three_tier_options::every_count_max_disk must be at least 1, got " +
+                         std::to_string(options.every_count_max_disk));
   costs.check("three_tier_plan", n);
+  std::size_t dp_states_left = options.max_dp_states;
+  detail::ckpt::tt_start const budget{.dp_states_left = &dp_states_left};
   auto result = [](detail::ckpt::timed_schedule t, three_tier_method how, std::int32_t segments, bool reserve) {
     auto const& e = t.evaluation;
     return three_tier_result{.actions = std::move(t.actions),
@@ -291,15 +322,18 @@ inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chai
                              .staging_reserved = reserve,
                              .method = how};
   };
-  auto two = two_tier_plan(n, tiers.device, tiers.host, costs, options.inner).actions;
+  auto two = detail::ckpt::two_tier_search(n, tiers.device, tiers.host, costs, options.inner, budget).actions;
   auto const two_eval = evaluate_chain(n, tiers, costs, two);  // the disk counts, zero
   auto best = result({std::move(two), two_eval}, three_tier_method::two_tier, 1, false);
   auto const kmax = std::min<std::int64_t>(tiers.disk, n - 1);
   if (kmax < 1) return best;
 
   auto consider = [&](std::vector<std::int32_t> const& starts, bool reserve) {
-    auto r = result(detail::ckpt::disk_segments(n, tiers, costs, options.inner).build(starts, reserve), three_tier_method::disk_segments,
-                    static_cast<std::int32_t>(starts.size()), reserve);
+    std::int64_t longest = n - starts.back();
+    for (std::size_t j = 0; j + 1 < starts.size(); ++j) longest = std::max<std::int64_t>(longest, starts[j + 1] - starts[j]);
+    auto const seg_tiers = detail::ckpt::segment_tiers(tiers, longest);
+    auto r = result(detail::ckpt::disk_segments(n, seg_tiers, costs, options.inner, &dp_states_left).build(starts, reserve),
+                    three_tier_method::disk_segments, static_cast<std::int32_t>(starts.size()), reserve);
     if (r.predicted_us < best.predicted_us) best = std::move(r);
   };
   // Segment lengths by a dynamic program (uniform costs, short chains): a segment's time is its
@@ -312,7 +346,7 @@ inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chai
     std::vector<double> mid(static_cast<std::size_t>(n) + 1), last(static_cast<std::size_t>(n) + 1);
     std::int64_t const inner_host = std::max<std::int64_t>(tiers.host - 1, 0);
     for (std::int64_t l = 1; l <= n; ++l) {
-      auto const t = two_tier_plan(l, tiers.device, inner_host, costs, options.inner).predicted_us;
+      auto const t = detail::ckpt::two_tier_search(l, tiers.device, inner_host, costs, options.inner, budget).predicted_us;
       last[static_cast<std::size_t>(l)] = t;
       mid[static_cast<std::size_t>(l)] = t - f + costs.h2d_us;
     }
@@ -346,7 +380,7 @@ inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chai
   if (n <= options.every_split_max_layers)
     for (std::int32_t q = 1; q < n; ++q)
       for (bool const reserve : {true, false}) consider({0, q}, reserve);
-  for (std::int64_t k = 1; k <= kmax; ++k) {
+  for (std::int64_t const k : detail::ckpt::segment_counts(kmax, options.every_count_max_disk)) {
     auto const equal = detail::ckpt::equal_starts(n, k);
     auto const& dp = dp_starts[static_cast<std::size_t>(k)];
     for (bool const reserve : {true, false}) {

@@ -553,7 +553,11 @@ class two_tier_emitter {
 inline std::vector<chain_action> segment_schedule(std::int32_t n, std::int64_t device_slots, std::int32_t k) {
   std::vector<chain_action> out;
   out.reserve(static_cast<std::size_t>(5) * static_cast<std::size_t>(n) + 8);
-  auto const sd = static_cast<std::int32_t>(std::min<std::int64_t>(device_slots, n + 1));
+  // A segment's Revolve never uses more slots than it has steps, and every segment lists the
+  // free slots: more than a segment, its base and the prefetch's slot can use made huge tiers
+  // quadratic (16,384 device and host snapshots: 0.2 s; 65,536: 2.9 s).
+  std::int64_t const longest = (n + k) / (k + 1) + 1;
+  auto const sd = static_cast<std::int32_t>(std::min<std::int64_t>({device_slots, n + 1, std::max<std::int64_t>(64, longest + 2)}));
   std::vector<std::int32_t> q(static_cast<std::size_t>(k) + 2);
   for (std::int32_t i = 0; i <= k + 1; ++i)
     q[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(static_cast<std::int64_t>(n) * i / (k + 1));
@@ -628,6 +632,11 @@ inline double segment_estimate(std::int32_t n, std::int64_t device_slots, std::i
 struct tt_start {
   double d2h = 0;
   std::vector<double> host_busy{};  //!< free host snapshots still busy this long (a disk write reads them)
+  //! DP states the caller's searches may still create together (null: only `dp_max_states`
+  //! bounds this one); the search takes what its DP memoized off it, and skips the DP at 0.
+  //! `three_tier_plan` runs one search per segment per candidate: each alone is bounded, their
+  //! sum was not (tiers (4, 5, 16) at n = 300 took 71 s).
+  std::size_t* dp_states_left = nullptr;
 };
 
 inline two_tier_result two_tier_search(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
@@ -653,8 +662,13 @@ inline two_tier_result detail::ckpt::two_tier_search(std::int64_t n, std::int64_
     auto const e = evaluate_chain(n, device_slots, host_slots, costs, acts);
     return two_tier_result{std::move(acts), e.time_us, -1, e.extra_forwards, m};
   };
-  if (n <= options.dp_max_layers && sd + sh <= options.dp_max_snapshots && sd <= static_cast<std::int64_t>(detail::ckpt::tt_max_pool)) {
-    detail::ckpt::two_tier_dp dp(n32, costs, options.max_obligations, options.dp_max_states);
+  std::size_t const dp_states = start.dp_states_left ? std::min(options.dp_max_states, *start.dp_states_left) : options.dp_max_states;
+  if (dp_states > 0 && n <= options.dp_max_layers && sd + sh <= options.dp_max_snapshots &&
+      sd <= static_cast<std::int64_t>(detail::ckpt::tt_max_pool)) {
+    detail::ckpt::two_tier_dp dp(n32, costs, options.max_obligations, dp_states);
+    auto charge = [&] {
+      if (start.dp_states_left) *start.dp_states_left -= std::min(*start.dp_states_left, dp.memo_size());
+    };
     detail::ckpt::tt_frame root;
     root.a = 0, root.l = n32, root.h = static_cast<std::int32_t>(sh), root.last = true, root.first = true;
     root.pool.assign(static_cast<std::size_t>(sd - 1), 0.0);
@@ -672,9 +686,10 @@ inline two_tier_result detail::ckpt::two_tier_search(std::int64_t n, std::int64_
       em.emit(root, 0, -1);
       auto r = finish(em.take(), two_tier_method::dp);
       r.dp_estimate_us = dp.solve(root).value;
+      charge();
       return r;
     } catch (detail::ckpt::two_tier_dp::dp_budget_exceeded const&) {
-      // too many states for the budget: the segment family below
+      charge();  // too many states for the budget: the segment family below
     }
   }
   auto best = finish(revolve_schedule(n, device_slots), two_tier_method::revolve);
