@@ -36,6 +36,15 @@ tide::schedule hidden_schedule() { return cuda_stack::build(small, cuda_stack::p
 
 }  // namespace
 
+// nvcc's front end passes a class-type template argument on to the host compiler as a brace list,
+// so a layer_bound must be constructible from one: this did not compile in a .cu file once (the
+// check is that this file compiles; CI compiles it).
+TEST(CudaBackend, LayerRangeFromTheEndCompilesInACuFile) {
+  tide::rule_spec r;
+  tide::layer_range<tide::from_end(1), tide::from_end(0)>::apply(r);
+  EXPECT_EQ(r.first_layer, tide::from_end(1));
+}
+
 TEST(CudaBackend, SatisfiesTheBackendConcept) {
   static_assert(tide::backend<tide::cuda_backend>);
   static_assert(std::is_same_v<tide::cuda_backend::stream_type, cudaStream_t>);

@@ -88,6 +88,10 @@ struct layer_bound {
   constexpr layer_bound() = default;
   //! The layer index `index` (`all_layers`: past every layer, the end).
   constexpr layer_bound(std::uint32_t index) noexcept : value(index) {}  // NOLINT(google-explicit-constructor): 3 reads as layer 3
+  //! Both fields: `layer_bound(k, true)` is `from_end(k)`. Also what nvcc's front end writes when
+  //! it passes a `layer_bound` template argument on to the host compiler (`{k, true}`), so that
+  //! `tide::layer_range<tide::from_end(1)>` compiles in .cu files too.
+  constexpr layer_bound(std::uint32_t v, bool counted_from_end) noexcept : value(v), from_end(counted_from_end) {}
   //! `k` layers back from the end of the stack (`tide::from_end(k)` says it shorter).
   [[nodiscard]] static constexpr layer_bound counted_from_end(std::uint32_t k) noexcept {
     layer_bound b;
