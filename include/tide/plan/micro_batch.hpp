@@ -209,8 +209,9 @@ inline void add_fixed_work(cost_table& costs, transformer_spec const& m, hardwar
 //! The problems of `m` (its `micro_batch` replaced by each one asked) on `hw` with `t`'s layout:
 //! the stack, `transformer_batch_costs` under `e`, the activation budget `device_memory` less the
 //! resident memory at that micro-batch (0 when it does not fit: nothing is planned to fit), the
-//! host budget, `training_collectives`, the optimizer step outside the schedule, and
-//! `seq_len x micro_batch` tokens. `base` gives the other planner settings.
+//! candidates with `training_collectives` (unless `base` gives candidates), the optimizer step
+//! outside the schedule (with `e.optimizer_step`), and `seq_len x micro_batch` tokens. `base`
+//! gives the host budget and the other planner settings.
 [[nodiscard]] inline micro_batch_problem_fn transformer_micro_batch_problems(transformer_spec const& m, hardware_spec const& hw,
                                                                              training_spec const& t, std::size_t device_memory,
                                                                              plan_options const& base = {}, batch_efficiency const& e = {}) {
