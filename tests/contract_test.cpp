@@ -180,6 +180,30 @@ TEST(Contract, AScheduleWithoutRecomputeScratchRefusesTheAccessByName) {
   }
 }
 
+// buffer_spec::lend_recompute_scratch = false (a selective recompute's schedule): the peak is the
+// lent scratch smaller, a selective recompute (saved() and produces()) is bitwise equal to the one
+// with scratch, and an unchanged forward is refused by name, never handed the saved bytes.
+TEST(Contract, WithoutLentScratchThePeakIsSmallerAndAnUnchangedForwardIsRefusedByName) {
+  auto const st = carry_stack(4);
+  strategy lend{.policy = {rule_spec{.where = placement::remat, .slots = {"h"}}}};
+  auto no_lend = lend;
+  no_lend.buffers.lend_recompute_scratch = false;
+  auto const with = build_schedule(st, lend), without = build_schedule(st, no_lend);
+  EXPECT_GT(with.arena.recompute_scratch_bytes, 0u);
+  EXPECT_EQ(without.arena.recompute_scratch_bytes, 0u);
+  EXPECT_LT(without.peak_device_bytes(), with.peak_device_bytes());
+  static_assert(buffers<lend_recompute_scratch<false>>::spec().lend_recompute_scratch == false);
+  auto selective = [](auto& w, auto const& c) { w.forward(c); };
+  EXPECT_EQ(run_carry(without, selective), run_carry(with, selective));
+  auto const m = what_of([&] {
+    run_carry(without, [&](auto& w, auto const& c) {
+      w.forward(c);
+      if (c.mode == forward_mode::recompute) static_cast<void>(c.slot(1));  // an unchanged forward writes it
+    }, {.debug_checks = true}, 1);
+  });
+  EXPECT_TRUE(has(m, "recompute mode: the recompute does not rebuild this slot")) << m;
+}
+
 // ---- the debug checks ------------------------------------------------------------------------
 
 // A recompute that reads a slot it does not rebuild through slot() reads scratch: the rebuilt slot

@@ -28,6 +28,12 @@ struct buffer_spec {
   //! Every storage file region, and every spill ring region, starts on this boundary and is
   //! padded to it: direct I/O (`O_DIRECT`, GPUDirect Storage) moves whole logical blocks
   std::size_t storage_alignment = 4096;
+  //! A recompute is lent scratch (counted in the peak) for the slots it does not rebuild and for
+  //! its carry out, so that a layer's unchanged forward runs as its recompute. Off: no such
+  //! scratch (the peak of a layer's region less), and a recompute that writes what it does not
+  //! rebuild is refused by name: for selective recomputes, which write only `produces()` slots and
+  //! read the rest through `saved()` (the planner's per-slot recompute costs model these).
+  bool lend_recompute_scratch = true;
   friend constexpr bool operator==(buffer_spec const&, buffer_spec const&) = default;
 };
 
@@ -61,6 +67,11 @@ struct storage_alignment : detail::field_knob<buffer_spec, &buffer_spec::storage
   static_assert(Bytes > 0 && (Bytes & (Bytes - 1)) == 0, "tide::storage_alignment<Bytes>: the alignment must be a power of two");
 };
 
+//! `buffer_spec::lend_recompute_scratch`.
+template <bool On>
+struct lend_recompute_scratch
+    : detail::field_knob<buffer_spec, &buffer_spec::lend_recompute_scratch, On, "lend_recompute_scratch"> {};
+
 //! Buffers from knobs in any order; an absent knob keeps `buffer_spec`'s default:
 //! `tide::buffers<tide::staging_buffers<3>, tide::guard_bytes<64>>`.
 template <class... Knobs>
@@ -68,7 +79,8 @@ struct buffers {
   static_assert((detail::knob_for<Knobs, buffer_spec> && ...),
                 "tide::buffers<...>: each argument must be a buffer knob: tide::staging_buffers<N>, "
                 "tide::device_alignment<N>, tide::host_alignment<N>, tide::guard_bytes<N>, "
-                "tide::share_phase_regions<bool>, tide::spill_buffers<N> or tide::storage_alignment<N>");
+                "tide::share_phase_regions<bool>, tide::spill_buffers<N>, tide::storage_alignment<N> or "
+                "tide::lend_recompute_scratch<bool>");
   static_assert(detail::distinct_knobs<Knobs...>(), "tide::buffers<...>: a knob is given twice: give each knob once");
   using tide_buffers_tag = void;  //!< Marks this type as the buffers part of `tide::strategy_of`.
   //! The `buffer_spec` the knobs spell.

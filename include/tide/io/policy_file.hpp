@@ -47,6 +47,7 @@ inline json to_json(strategy const& st) {
   // Written only when not the default: 0.3.0 readers read the rest.
   if (b.spill_buffers != buffer_spec{}.spill_buffers) j["buffers"]["spill_buffers"] = b.spill_buffers;
   if (b.storage_alignment != buffer_spec{}.storage_alignment) j["buffers"]["storage_alignment"] = b.storage_alignment;
+  if (!b.lend_recompute_scratch) j["buffers"]["lend_recompute_scratch"] = false;
   auto const& p = st.pipeline;
   j["pipeline"] = {{"latency_hiding", p.latency_hiding},
                    {"prefetch_distance", p.prefetch_distance},
@@ -137,7 +138,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
   if (root.has("buffers")) {
     auto const b = root.at("buffers");
     b.object({"staging_buffers", "device_alignment", "host_alignment", "guard_bytes", "share_phase_regions", "spill_buffers",
-              "storage_alignment"});
+              "storage_alignment", "lend_recompute_scratch"});
     if (b.has("staging_buffers")) st.buffers.staging_buffers = b.at("staging_buffers").u32();
     if (b.has("device_alignment")) st.buffers.device_alignment = power_of_two(b.at("device_alignment"));
     if (b.has("host_alignment")) st.buffers.host_alignment = power_of_two(b.at("host_alignment"));
@@ -145,6 +146,7 @@ inline strategy strategy_from_json(json const& j, stack_spec const& stack, std::
     if (b.has("share_phase_regions")) st.buffers.share_phase_regions = b.at("share_phase_regions").boolean();
     if (b.has("spill_buffers")) st.buffers.spill_buffers = b.at("spill_buffers").u32();
     if (b.has("storage_alignment")) st.buffers.storage_alignment = power_of_two(b.at("storage_alignment"));
+    if (b.has("lend_recompute_scratch")) st.buffers.lend_recompute_scratch = b.at("lend_recompute_scratch").boolean();
   }
   if (root.has("pipeline")) {
     auto const p = root.at("pipeline");

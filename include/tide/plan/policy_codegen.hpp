@@ -148,6 +148,8 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
   if (b.share_phase_regions != b0.share_phase_regions)
     bk.push_back(std::string("tide::share_phase_regions<") + (b.share_phase_regions ? "true" : "false") + ">");
   if (b.spill_buffers != b0.spill_buffers) bk.push_back("tide::spill_buffers<" + std::to_string(b.spill_buffers) + ">");
+  if (b.lend_recompute_scratch != b0.lend_recompute_scratch)
+    bk.push_back(std::string("tide::lend_recompute_scratch<") + (b.lend_recompute_scratch ? "true" : "false") + ">");
   if (b.storage_alignment != b0.storage_alignment)
     bk.push_back("tide::storage_alignment<" + std::to_string(b.storage_alignment) + ">");
   knobs("buffers", bk);

@@ -48,7 +48,7 @@ constexpr schedule_issue builder::lay_out_arena() {
   // saved bytes; it runs on the compute stream as an advance does, so it shares that scratch.
   std::size_t recompute_slots = 0, recompute_carry = 0;
   for (std::uint32_t l = 0; l < L; ++l)
-    if (s.layers[l].remat_bytes > 0) recompute_slots = std::max(recompute_slots, layer_region[l]);
+    if (buffers.lend_recompute_scratch && s.layers[l].remat_bytes > 0) recompute_slots = std::max(recompute_slots, layer_region[l]);
   if (carries && recompute_slots > 0 && !checked_align_up(stack.carry.bytes, dalign, recompute_carry))
     return overflow("carry, aligned,", {}, stack.carry.name);
   if (!checked_add(recompute_slots, recompute_carry, a.recompute_scratch_bytes)) return overflow("recompute scratch");
@@ -112,7 +112,7 @@ constexpr schedule_issue builder::lay_out_arena() {
         b.advance_offset = scratch;
         scratch += region;
       }
-      if (lb.remat_bytes > 0 && b.where != placement::remat) {
+      if (buffers.lend_recompute_scratch && lb.remat_bytes > 0 && b.where != placement::remat) {
         b.recompute_offset = lent;
         lent += region;
       }
