@@ -404,9 +404,19 @@ spill_args = ["--model-file", src / "docs" / "examples" / "model.json", "--hardw
 r = run(*spill_args)
 check("tide-plan: warning: the policy file spills" in r.stderr and "has no storage link" in r.stderr,
       f"no warning for spills without a storage link:\n{r.stderr}")
+# The text table has a storage column, and a row that does not fit says which budget (here the
+# storage budget of 0: the row said a bare "does not fit").
+table = [l for l in r.stdout.splitlines() if l.strip().startswith(("strategy ", "policy file"))]
+check(len(table) == 2 and " storage " in table[0] and "does not fit: " in table[1]
+      and "storage " in table[1].split("does not fit: ")[-1] and "> budget 0 B" in table[1],
+      f"the policy row does not say the storage budget is why it does not fit:\n{r.stdout[:3000]}")
 r = run(*spill_args, "--json")
 if r.returncode == 0:
     check(any("has no storage link" in w for w in json.loads(r.stdout).get("warnings", [])), f"--json lacks the warning: {r.stdout[:500]}")
+    rows = [x for x in json.loads(r.stdout)["rows"] if x["key"] == "policy-file"]
+    check(len(rows) == 1 and not rows[0]["fits"] and "storage " in rows[0].get("over_budget", "")
+          and "> budget 0 B" in rows[0].get("over_budget", ""),
+          f"--json's policy row lacks over_budget: {rows}")
 
 # A model that does not fit one GPU: the message names the flags that shard it.
 r = run("--model", "deepseek-v3", "--hardware", "gb200", want=2)

@@ -405,7 +405,8 @@ int run(int argc, char** argv) {
                            {"whole_device_bytes", row.whole_device_bytes},
                            {"host_bytes", row.host_bytes},
                            {"storage_bytes", row.storage_bytes},
-                           {"fits", row.fits}});
+                           {"fits", row.fits},
+                           {"over_budget", row.over_budget}});
     j["plan"] = {{"step_us", planned.step_us},
                  {"activation_bytes", pl.activation_bytes},
                  {"whole_device_bytes", pl.whole_device_bytes()},

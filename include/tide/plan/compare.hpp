@@ -74,6 +74,9 @@ struct strategy_row {
   double backward_us = 0;            //!< compute time spent in backwards
   double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
   std::size_t storage_bytes = 0;     //!< the schedule's storage file (spilled slots)
+  //! Why the row does not fit: each budget it exceeds, e.g. "storage 16.5 GiB > budget 0 B"
+  //! (several joined by "; "); empty when it fits. The text table prints it after "does not fit".
+  std::string over_budget{};
 };
 
 namespace detail {
@@ -112,6 +115,15 @@ inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const&
   r.host_bytes = s.peak_host_bytes();
   r.storage_bytes = s.peak_storage_bytes();
   r.fits = r.activation_bytes <= opt.device_budget && r.host_bytes <= opt.host_budget && r.storage_bytes <= opt.storage_budget;
+  // Which budget: a spill with no storage budget, say, reads "storage ... > budget 0 B", not a bare "does not fit".
+  auto over = [&r](char const* what, std::size_t bytes, std::size_t budget) {
+    if (bytes <= budget) return;
+    if (!r.over_budget.empty()) r.over_budget += "; ";
+    r.over_budget += std::string(what) + " " + format_bytes(static_cast<double>(bytes)) + " > budget " + format_bytes(static_cast<double>(budget));
+  };
+  over("activations", r.activation_bytes, opt.device_budget);
+  over("host", r.host_bytes, opt.host_budget);
+  over("storage", r.storage_bytes, opt.storage_budget);
   return r;
 }
 
@@ -202,13 +214,15 @@ inline std::string format_strategy_table(std::vector<strategy_row> const& rows) 
     std::snprintf(r.data() + at, static_cast<std::size_t>(n) + 1, format, v...);
     r.pop_back();  // the terminator snprintf wrote
   };
-  line("  %-32s %12s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms", "coll. ms", "recomp ms", "activations",
-       "device peak", "host", "fits");
+  line("  %-32s %12s %12s %12s %12s %12s %12s %12s %12s  %s\n", "strategy", "step ms", "exposed ms", "coll. ms", "recomp ms", "activations",
+       "device peak", "host", "storage", "fits");
   for (auto const& row : rows) {
-    line("  %-32s %12.2f %12.2f %12.2f %12.2f %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3, row.exposed_transfer_us / 1e3,
+    // A misfit says which budget (a "does not fit" from the storage budget alone said nothing).
+    std::string const fits = row.fits ? "yes" : row.over_budget.empty() ? "does not fit" : "does not fit: " + row.over_budget;
+    line("  %-32s %12.2f %12.2f %12.2f %12.2f %12s %12s %12s %12s  %s\n", row.name.c_str(), row.step_us / 1e3, row.exposed_transfer_us / 1e3,
          row.exposed_collective_us / 1e3, row.recompute_us / 1e3, format_bytes(static_cast<double>(row.activation_bytes)).c_str(),
          format_bytes(static_cast<double>(row.whole_device_bytes)).c_str(), format_bytes(static_cast<double>(row.host_bytes)).c_str(),
-         row.fits ? "yes" : "does not fit");
+         format_bytes(static_cast<double>(row.storage_bytes)).c_str(), fits.c_str());
   }
   return r;
 }

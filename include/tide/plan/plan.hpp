@@ -111,7 +111,10 @@ struct plan {
   std::size_t host_bytes = 0;             //!< the schedule's pinned host bytes
   std::size_t smallest_activation_bytes = 0;  //!< when it does not fit: the smallest peak reached
   std::size_t evaluations = 0;            //!< schedules built
-  bool exact = false;                     //!< found by the exact search
+  //! Found by the exact search and the fastest over every placement the planner may choose: false
+  //! with a storage budget and a host budget (spills are placed by a rule, not searched), so
+  //! `fits == false` then means none found, not none exists.
+  bool exact = false;
   //! No schedule of the stack within the budgets steps faster than this (`step_lower_bound`, with
   //! the candidates and seeds as its strategies); microseconds.
   double lower_bound_us = 0;
