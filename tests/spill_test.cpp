@@ -490,6 +490,33 @@ TEST(SpillFile, RoundTripsOnEveryPathWithSmallRequestsAndAShallowQueue) {
   EXPECT_TRUE(dir.empty());
 }
 
+// Issue 40, item 7: queue_depth = 2^20 read "io_uring is not available: Invalid argument" (the
+// kernel blamed for the option), and `automatic` then fell back to pread/pwrite without a word.
+// Out of range on any path is an error naming the option and its range; in range works on all.
+TEST(SpillFile, AQueueDepthOutOfRangeIsRefusedNamingTheOption) {
+  temp_dir dir;
+  for (auto io : {storage_io::automatic, storage_io::io_uring, storage_io::posix})
+    for (std::uint32_t depth : {0u, spill_file::max_queue_depth + 1, 1u << 20, 0xffffffffu}) {
+      storage_options o{.directory = dir.path.string(), .io = io, .queue_depth = depth, .quiet = true};
+      auto const m = error_of([&] { spill_file f(o, 1 << 20, 4096); });
+      EXPECT_NE(m.find("storage_options::queue_depth (" + std::to_string(depth) + ")"), std::string::npos) << to_string(io) << ": " << m;
+      EXPECT_NE(m.find("between 1 and " + std::to_string(spill_file::max_queue_depth)), std::string::npos) << m;
+      EXPECT_EQ(m.find("not available"), std::string::npos) << m;
+      // Through a backend: the executor's setup says the same.
+      auto ho = storage_in(dir.path, io);
+      ho.storage.queue_depth = depth;
+      host_backend bad(ho);
+      auto const s = build_schedule(chain_stack(4, 4096), spill_strategy());
+      auto const e = error_of([&] { executor x(bad, s); });
+      EXPECT_NE(e.find("storage_options::queue_depth"), std::string::npos) << e;
+    }
+  for (std::uint32_t depth : {1u, spill_file::max_queue_depth}) {
+    storage_options o{.directory = dir.path.string(), .queue_depth = depth, .quiet = true};
+    EXPECT_EQ(error_of([&] { spill_file f(o, 1 << 20, 4096); }), "no error") << depth;
+  }
+  EXPECT_TRUE(dir.empty());
+}
+
 // Issue 40, item 1: a length off the alignment used to be rounded up, so that read(dst, 0, 100)
 // wrote a whole block into a 100-byte buffer and write read one from it. Now the file moves only
 // the caller's bytes: such a transfer is refused by name and the bytes around the buffer stay as

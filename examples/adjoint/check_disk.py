@@ -2,7 +2,8 @@
 """The adjoint example's disk tier (--disk-snapshots K --disk-dir PATH), as a user runs it: the
 gradient bitwise equal to store-all's, the disk snapshots used (fewer extra forward steps than
 the two tiers alone), nothing left in the directory; and bad input (no directory, one that does
-not exist, no host snapshot to stage through), each a message naming it, never a crash.
+not exist or is a file, no host snapshot to stage through, store-all snapshots that leave the
+disk nothing), each a message naming it, never a crash.
 
 usage: check_disk.py ADJOINT WORK_DIR"""
 import json, pathlib, shutil, subprocess, sys
@@ -42,6 +43,15 @@ for args, says in (
     (["--disk-snapshots", "2", "--disk-dir", str(work / "no" / "such" / "dir")], str(work / "no" / "such" / "dir")),
     (["--disk-dir", str(work)], "--disk-dir without --disk-snapshots"),
     ([exe, "--steps", "150", "--snapshots", "3", "--disk-snapshots", "2", "--disk-dir", str(work)], "needs --host-snapshots >= 1"),
+    # Issue 40: store-all snapshots dropped the disk tier without a word, and never looked at --disk-dir.
+    ([exe, "--steps", "150", "--size", "48", "--snapshots", "150", "--host-snapshots", "1", "--disk-snapshots", "2", "--disk-dir", str(work)],
+     "with --snapshots 150 >= --steps 150 (store all"),
+    ([exe, "--steps", "150", "--size", "48", "--snapshots", "400", "--host-snapshots", "1", "--disk-snapshots", "2", "--disk-dir",
+      str(work / "missing")], "--disk-snapshots 2 with --snapshots 400 >= --steps 150"),
+    ([exe, "--steps", "150", "--size", "48", "--snapshots", "3", "--disk-snapshots", "2", "--host-snapshots", "1", "--disk-dir",
+      str(work / "missing")], "--disk-dir " + str(work / "missing") + ": no such directory"),
+    ([exe, "--steps", "150", "--size", "48", "--snapshots", "3", "--disk-snapshots", "2", "--host-snapshots", "1", "--disk-dir",
+      str(pathlib.Path(__file__).resolve())], ": not a directory"),
 ):
     cmd = args if args[0] == exe else [*base, *args]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240)

@@ -33,7 +33,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <limits>
 #include <span>
 #include <string>
@@ -219,6 +221,18 @@ int main(int argc, char** argv) {
   if (o.disk_snapshots > 0 && o.host_snapshots < 1)
     cli.fail("--disk-snapshots needs --host-snapshots >= 1 (every disk snapshot is written from and read into a host snapshot)");
   if (o.disk_snapshots == 0 && !o.disk_dir.empty()) cli.fail("--disk-dir without --disk-snapshots: give both");
+  // Store-all keeps every state on the device: the disk tier would be dropped without a word.
+  if (o.disk_snapshots > 0 && o.snapshots >= o.steps)
+    cli.fail("--disk-snapshots " + std::to_string(o.disk_snapshots) + " with --snapshots " + std::to_string(o.snapshots) + " >= --steps " +
+             std::to_string(o.steps) + " (store all: every state stays on the device, nothing goes to disk): give --snapshots "
+             "below --steps, or drop --disk-snapshots and --disk-dir");
+  if (!o.disk_dir.empty()) {  // looked at before anything runs, whatever the schedule
+    std::error_code ec;
+    if (!std::filesystem::is_directory(o.disk_dir, ec))
+      cli.fail("--disk-dir " + o.disk_dir + ": " +
+               (std::filesystem::exists(o.disk_dir, ec) ? "not a directory" : "no such directory") +
+               " (give an existing directory for the disk snapshots' file)");
+  }
   int const s = std::min(o.snapshots, o.steps);
   bool const two_tier = o.host_snapshots > 0 && s < o.steps;
   bool const three_tier = two_tier && o.disk_snapshots > 0;

@@ -69,7 +69,9 @@ struct storage_options {
   //! a file system that refuses it (tmpfs, some overlays) gets buffered I/O, said in `description()`.
   bool direct = true;
   std::size_t request_bytes = std::size_t{1} << 20;  //!< a transfer goes as requests of this size, in flight together
-  std::uint32_t queue_depth = 32;                    //!< io_uring: requests in flight at once
+  //! io_uring: requests in flight at once, 1 to `spill_file::max_queue_depth` (any other value is
+  //! refused by name when the file is set up, whichever `io`: a bad option is not a kernel's refusal)
+  std::uint32_t queue_depth = 32;
   bool quiet = false;  //!< take a fallback without a line on stderr (`description()` still says it)
   //! The direct-I/O alignment of the device under `directory`, where the kernel does not report it
   //! (or to require more than it reports): the file takes the larger of this and what `statx`
@@ -85,6 +87,9 @@ class spill_file {
   //! on every Linux block device (4096 on many; a schedule's `buffer_spec::storage_alignment`,
   //! 4096 by default, pads each region to its own).
   static constexpr std::size_t least_alignment = 512;
+  //! The deepest io_uring queue a file takes (`storage_options::queue_depth`): the kernel's
+  //! IORING_MAX_ENTRIES.
+  static constexpr std::uint32_t max_queue_depth = 32768;
 
   //! Creates the file in `opt.directory` and reserves `bytes` of it (throws `storage_error` naming
   //! the directory and the bytes when it cannot). With `O_DIRECT`, an `alignment` below the file's
@@ -100,6 +105,12 @@ class spill_file {
       throw storage_error("tide: storage_options::request_bytes (" + std::to_string(opt_.request_bytes) +
                               ") must be a positive multiple of the storage alignment (" + std::to_string(alignment_) +
                               ") of at most 1 GiB",
+                          EINVAL);
+    // Checked here, not left to io_uring_queue_init: its EINVAL read "io_uring is not available:
+    // Invalid argument", and `automatic` then fell back to pread/pwrite without saying the option was wrong.
+    if (opt_.queue_depth < 1 || opt_.queue_depth > max_queue_depth)
+      throw storage_error("tide: storage_options::queue_depth (" + std::to_string(opt_.queue_depth) + ") must be between 1 and " +
+                              std::to_string(max_queue_depth) + " (tide::spill_file::max_queue_depth; the default is 32)",
                           EINVAL);
     open_file();
     try {
