@@ -12,9 +12,13 @@
 #include <tide/plan/compare.hpp>
 #include <tide/plan/micro_batch.hpp>
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -50,7 +54,23 @@ sweep_result plan_sweep(args const& a, tide::hardware_spec const& hw, std::size_
   using namespace tide;
   sweep_result r;
   bool offload = true;
+  // Progress on stderr once planning takes over a second (TIDE_PLAN_PROGRESS_AFTER: seconds), as
+  // for one micro-batch: the micro-batch being planned on a terminal, one line otherwise.
+  auto const t0 = std::chrono::steady_clock::now();
+  double after = 1.0;
+  if (char const* e = std::getenv("TIDE_PLAN_PROGRESS_AFTER")) after = std::atof(e);
+  bool const tty = isatty(STDERR_FILENO) != 0;
+  bool shown = false;
+  auto const seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  auto const progress = [&](std::uint64_t b) {
+    if (a.quiet || seconds() < after) return;
+    if (tty) std::fprintf(stderr, "\rtide-plan: planning micro-batch %llu%s... %.0f s", static_cast<unsigned long long>(b),
+                          offload ? "" : " on the device alone", seconds());
+    else if (!shown) std::fprintf(stderr, "tide-plan: planning the micro-batches (more than %g s)...\n", after);
+    shown = true;
+  };
   auto problem = [&](std::uint64_t b) {
+    progress(b);
     auto ab = a;
     ab.micro_batch = b;
     ab.micro_batches.clear();
@@ -96,6 +116,7 @@ sweep_result plan_sweep(args const& a, tide::hardware_spec const& hw, std::size_
   std::vector<std::uint64_t> planned;
   for (auto const& x : r.plan.results) planned.push_back(x.micro_batch);
   r.device_only = plan_micro_batches(planned, problem, {.stop_at_first_misfit = a.micro_batch_auto});
+  if (shown) std::fprintf(stderr, "%stide-plan: planned %zu micro-batches in %.1f s\n", tty ? "\r" : "", planned.size(), seconds());
   return r;
 }
 
