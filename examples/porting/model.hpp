@@ -167,7 +167,7 @@ inline void block_backward(config const& c, parameters const& p, parameters& g, 
 
 //! The head: logits = x wh + bh, softmax cross-entropy against `targets`; returns the mean loss,
 //! accumulates the head's gradients and writes the gradient of `x` into `dx` (the seed).
-inline float head_loss(config const& c, parameters const& p, parameters& g, float const* x, int const* targets, float* dx) {
+[[nodiscard]] inline float head_loss(config const& c, parameters const& p, parameters& g, float const* x, int const* targets, float* dx) {
   int const B = c.batch, C = c.channels, V = c.classes;
   std::vector<float> logits(std::size_t(B) * V);
   matmul_forward(logits.data(), x, p.wh.data(), p.bh.data(), B, C, V);

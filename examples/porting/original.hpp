@@ -19,11 +19,11 @@ struct activations {
     residual.resize((L + 1) * B * C), ln.resize(L * B * C), ln_mean.resize(L * B), ln_rstd.resize(L * B);
     fc.resize(L * B * 4 * C), fc_gelu.resize(L * B * 4 * C);
   }
-  block_acts layer(int l) {
+  [[nodiscard]] block_acts layer(int l) {
     std::size_t const B = c.batch, BC = B * c.channels;
     return {&ln[l * BC], &ln_mean[l * B], &ln_rstd[l * B], &fc[l * 4 * BC], &fc_gelu[l * 4 * BC]};
   }
-  float* res(int l) { return &residual[l * std::size_t(c.batch) * c.channels]; }
+  [[nodiscard]] float* res(int l) { return &residual[l * std::size_t(c.batch) * c.channels]; }
 };
 
 struct step_result {
@@ -33,7 +33,7 @@ struct step_result {
 };
 
 //! Trains `c.steps` steps from the initial weights; returns each step's loss and gradient checksum.
-inline std::vector<step_result> train_original(config const& c) {
+[[nodiscard]] inline std::vector<step_result> train_original(config const& c) {
   parameters p(c), g(c, true);
   activations acts(c);
   backward_scratch scratch(c);

@@ -28,7 +28,7 @@ enum act : std::size_t { ln, ln_mean, ln_rstd, fc, fc_gelu, act_count };  // the
 constexpr std::array<char const*, act_count> act_names{"ln", "ln_mean", "ln_rstd", "fc", "fc_gelu"};
 
 //! The block as a stack: one layer type with the slots the struct of activations held per layer.
-tide::stack_spec make_stack(config const& c) {
+[[nodiscard]] tide::stack_spec make_stack(config const& c) {
   std::size_t const B = c.batch * sizeof(float), BC = B * c.channels;
   tide::stack_spec st;
   st.append({"block", {{"ln", BC}, {"ln_mean", B}, {"ln_rstd", B}, {"fc", 4 * BC}, {"fc_gelu", 4 * BC}}}, c.layers);
@@ -38,7 +38,7 @@ tide::stack_spec make_stack(config const& c) {
 
 //! A layer's slots as the model's struct of pointers (float, or float const in a backward).
 template <class Spans>
-auto acts_of(Spans const& s) {
+[[nodiscard]] auto acts_of(Spans const& s) {
   using T = std::remove_pointer_t<decltype(s[0].data())>;
   return block_acts_of<T>{s[ln].data(), s[ln_mean].data(), s[ln_rstd].data(), s[fc].data(), s[fc_gelu].data()};
 }

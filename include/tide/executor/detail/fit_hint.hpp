@@ -5,6 +5,7 @@
 //! would take on this very stack, from schedules built with this one's buffers and pipeline.
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,9 +76,14 @@ inline std::string fit_hint(schedule_view s, bool host, std::size_t room, bool h
       try_line("rematerialize every slot but the layer inputs (placement::remat): one more forward per layer",
                base(placement::remat, true));
     if (st.has_carry() && s.layer_count() > 2) {
+      // Two snapshots on a short stack; on a long one about sqrt(L), so that the hint's own program
+      // stays small (Revolve with s snapshots recomputes about L^(1 + 1/s) forwards).
+      std::uint32_t k = 2;
+      while (s.layer_count() > 64 && k * k < s.layer_count()) ++k;
       auto how = base(placement::remat, true);
-      how.checkpoints = {.device_snapshots = 2};
-      try_line("and store 2 carries, recomputing the rest (strategy::checkpoints = {.device_snapshots = 2})", how);
+      how.checkpoints = {.device_snapshots = k};
+      auto const n = std::to_string(k);
+      try_line("and store " + n + " carries, recomputing the rest (strategy::checkpoints = {.device_snapshots = " + n + "})", how);
     }
     if (has_storage)
       try_line("spill every slot to a file (placement::spill, with the backend's storage_options::directory)",
