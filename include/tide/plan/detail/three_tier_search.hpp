@@ -27,9 +27,12 @@ namespace detail::ckpt {
 
 //! Steps [a, a+l) of `c` as a chain of their own.
 inline chain_costs slice_costs(chain_costs const& c, std::int64_t a, std::int64_t l) {
-  chain_costs s = c;
+  // The scalars, and of the per-layer vectors only [a, a+l): a copy of the whole vectors per
+  // segment made per-layer costs quadratic in the segment count.
+  chain_costs s{{}, {}, c.d2h_us, c.h2d_us, c.synchronous_copies, c.disk_write_us, c.disk_read_us};
   auto cut = [&](std::vector<double>& v, std::vector<double> const& from) {
-    if (from.size() != 1) v.assign(from.begin() + a, from.begin() + a + l);
+    if (from.size() == 1) v = from;
+    else v.assign(from.begin() + a, from.begin() + a + l);
   };
   cut(s.forward_us, c.forward_us);
   cut(s.backward_us, c.backward_us);
