@@ -1,0 +1,194 @@
+#pragma once
+// executor's longer member functions (the step's issue loop, an op's run, the hooks' checks), out
+// of the class so that <tide/executor/executor.hpp> reads as API. Included at its end; not to be
+// included on its own.
+
+#include <tide/executor/executor.hpp>
+
+namespace tide {
+
+template <class Backend>
+void executor<Backend>::wait() {
+  refuse_reentry("wait");
+  if (!pending_) return;
+  pending_ = false;
+  step_flag guard{in_step_};
+  finishing_hooks_on_error([&] { complete(); });
+  finish_();
+}
+
+template <class Backend>
+void executor<Backend>::agree_at_step_end() noexcept {
+  for (std::uint32_t k = 0; k < agreers_; ++k) {
+    try {
+      backend_.run_after_all(stream_role::comm, task{&run_agree, this, k});
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+}
+
+template <class Backend>
+void executor<Backend>::issue() {
+  error_ = nullptr;
+  debug_failure_ = {};
+  failed_.store(false, std::memory_order_relaxed);
+  checks_.begin_step();
+  backend_.begin_step(s_);
+  std::exception_ptr issue_error;
+  bool earlier_failure = false;  // a lambda or debug check had failed when issuing failed
+  auto const n = static_cast<std::uint32_t>(s_.ops.size());
+  std::uint32_t issued = 0;
+  hook_enqueued_ = n;
+  try {
+    for (; issued < n; ++issued) issue_op(issued);
+  } catch (...) {
+    issue_error = std::current_exception();  // still drain what was enqueued
+    {
+      std::lock_guard lock(error_mutex_);
+      earlier_failure = error_ || debug_failure_.kind != debug_failure::none;
+    }
+    failed_.store(true, std::memory_order_relaxed);
+    // Collective hooks of ops never issued still run, told that the step failed, so that
+    // distributed peers waiting in a collective learn of it instead of hanging. They go
+    // through the backend in stream order (without their waits: the step is abandoned), so
+    // the one synchronization below also covers what they enqueue: nothing still runs when
+    // the error reaches the caller.
+    // The failing op's own hook counts as issued once the backend took it.
+    for (std::uint32_t i = hook_enqueued_ == issued ? issued + 1 : issued; i < n; ++i) {
+      auto const& o = s_.ops[i];
+      if (!is_collective(o.kind)) continue;
+      try {
+        backend_.run(o.stream, i, o, task{&run_op, this, i});
+      } catch (...) {
+        fail(std::current_exception());
+      }
+    }
+  }
+  agree_at_step_end();
+  try {
+    backend_.end_step();
+  } catch (...) {
+    if (!issue_error) issue_error = std::current_exception();
+  }
+  if (issue_error) {
+    // Nothing may still run when the error reaches the caller.
+    try {
+      backend_.wait_step();
+    } catch (...) {
+    }
+    ++steps_;
+    // The root cause first, as in `complete`: a lambda that threw (or a debug check that
+    // failed) before the backend's call failed is what the caller must see; on CUDA the
+    // backend's error is often its aftermath (a faulted kernel makes later calls fail).
+    if (earlier_failure && error_) issue_error = std::exchange(error_, nullptr);
+    else if (earlier_failure && debug_failure_.kind != debug_failure::none) throw_debug_failure();
+    error_ = nullptr;
+    std::rethrow_exception(issue_error);
+  }
+}
+
+template <class Backend>
+void executor<Backend>::complete() {
+  std::exception_ptr backend_error;
+  try {
+    backend_.wait_step();
+  } catch (...) {
+    backend_error = std::current_exception();
+  }
+  ++steps_;
+  // The step's own first failure comes before what the backend reports about its aftermath.
+  if (error_) {
+    auto e = std::exchange(error_, nullptr);
+    std::rethrow_exception(e);
+  }
+  if (debug_failure_.kind != debug_failure::none) throw_debug_failure();
+  if (backend_error) std::rethrow_exception(backend_error);
+}
+
+template <class Backend>
+void executor<Backend>::issue_op(std::uint32_t i) {
+  auto const& o = s_.ops[i];
+  auto const role = o.stream;
+  for (auto w : s_.waits_of(o)) backend_.wait(role, static_cast<std::uint32_t>(s_.ops[w].event));
+  bool const debug = opt_.debug_checks;
+  if (debug) checks_.before(backend_, role, o, i);
+  switch (o.kind) {
+    case op_kind::forward:
+    case op_kind::recompute:
+    case op_kind::advance:
+    case op_kind::backward:
+    case op_kind::gather:
+    case op_kind::regather:
+    case op_kind::reduce:
+      backend_.run(role, i, o, task{&run_op, this, i});
+      hook_enqueued_ = i;
+      break;
+    case op_kind::offload:
+      backend_.copy(role, i, o, arenas_.host + o.host_offset, arenas_.device + o.device_offset, o.bytes);
+      break;
+    case op_kind::prefetch:
+      backend_.copy(role, i, o, arenas_.device + o.device_offset, arenas_.host + o.host_offset, o.bytes);
+      break;
+    case op_kind::store:
+      if constexpr (storage_backend<Backend>) backend_.store(role, i, o, arenas_.host + o.host_offset);
+      break;
+    case op_kind::load:
+      if constexpr (storage_backend<Backend>) backend_.load(role, i, o, arenas_.host + o.host_offset);
+      break;
+  }
+  if (debug) checks_.after(backend_, role, o, i);
+  if (o.event >= 0) backend_.record(role, static_cast<std::uint32_t>(o.event));
+}
+
+template <class Backend>
+void executor<Backend>::run(std::uint32_t i) noexcept {
+  auto const& o = s_.ops[i];
+  bool const failed = failed_.load(std::memory_order_relaxed);
+  // Drain: skip user work after a failure, but still call collective hooks (told so), so a
+  // distributed peer is informed rather than left waiting.
+  if (failed && !is_collective(o.kind)) return;
+  callback_scope scope(this);
+  try {
+    switch (o.kind) {
+      case op_kind::forward:
+      case op_kind::recompute:
+      case op_kind::advance: {
+        auto c = layer_ctx<forward_context_type>(o);
+        c.mode = o.kind == op_kind::forward     ? forward_mode::forward
+                 : o.kind == op_kind::recompute ? forward_mode::recompute
+                                                : forward_mode::advance;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+        c.recompute = o.kind != op_kind::forward;  // the 0.2 spellings, until they go
+        c.advance = o.kind == op_kind::advance;
+#pragma GCC diagnostic pop
+        forward_.call(forward_.obj, c);
+        // The turn: right after the last forward, in its op (on the compute stream, before
+        // every recompute and backward), so that it needs no op of its own in the program.
+        if (turn_.call && o.kind == op_kind::forward && o.layer + 1 == s_.layer_count()) {
+          turn_context_type t{o.layer, c.stream, c.carry_out_data, s_.carry.bytes};
+          turn_.call(turn_.obj, t);
+        }
+        break;
+      }
+      case op_kind::backward: {
+        auto c = layer_ctx<backward_context_type>(o);
+        backward_.call(backward_.obj, c);
+        break;
+      }
+      case op_kind::gather:
+      case op_kind::regather:
+      case op_kind::reduce: {
+        collective_context_type c{o.layer, backend_.stream(o.stream), o.kind, failed};
+        auto const& hook = o.kind == op_kind::gather ? gather_ : o.kind == op_kind::regather ? regather_ : reduce_;
+        hook.call(hook.obj, c);
+        break;
+      }
+      default: break;
+    }
+  } catch (...) {
+    fail(std::current_exception());
+  }
+}
+}  // namespace tide
