@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The include graph points down only, and each outside dependency stays where it belongs.
+"""The include graph points down only, each outside dependency stays where it belongs, and public
+headers stay small (at most 450 lines: their implementation lives under detail/).
 
 - Levels: a header under include/tide/<folder>/ includes tide headers of its own folder or of a
   lower level, never of a higher one. The levels are read from docs/design.md's "Include graph"
@@ -34,6 +35,7 @@ SYSTEM_RULES = [
     (re.compile(r"^nlohmann/"), ("io/",), "nlohmann/json belongs to io/"),
     (re.compile(r"^liburing\.h$"), ("storage/",), "liburing belongs to storage/"),
 ]
+MAX_PUBLIC_LINES = 450
 THREADS = re.compile(r"^(thread|mutex|shared_mutex|condition_variable|future|barrier|latch|semaphore|stop_token)$")
 
 
@@ -141,6 +143,10 @@ source = include.parent
 design = pathlib.Path(sys.argv[2]) if len(sys.argv) > 2 else source / "docs" / "design.md"
 tool = pathlib.Path(sys.argv[3]) if len(sys.argv) > 3 else source / "tools" / "tide-plan"
 found = violations(include / "tide", levels_from(design)) + tool_violations(tool)
+# Public headers read as API: at most 450 lines each, their implementation under detail/ (issue 41).
+for h in sorted((include / "tide").rglob("*.hpp")):
+    if "detail" not in h.parts and (n := len(h.read_text().splitlines())) > MAX_PUBLIC_LINES:
+        found.append(f"{h.relative_to(include)}: {n} lines, over {MAX_PUBLIC_LINES} for a public header (move its implementation to detail/)")
 for v in found:
     print(v)
 print(f"{len(found)} layering violation(s)")
