@@ -7,17 +7,29 @@
 #include <tide/tide.hpp>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include <limits>
 #include <random>
 #include <vector>
 
 using namespace tide;
 
+namespace {
+// Under a sanitizer (TIDE_SANITIZE, from tests/meson.build) fewer random cases: the same code paths
+// at a size the -O0 ASan build runs within the test's timeout; the statistics are the main build's.
+bool sanitized() {
+  char const* e = std::getenv("TIDE_SANITIZE");
+  return e && *e && std::string_view(e) != "none";
+}
+}  // namespace
+
 TEST(CarryBound, NeverAboveAFeasibleScheduleAndTighterWhereTheBudgetsBind) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(0, 1);
   int checked = 0, tighter = 0;
-  for (int it = 0; it < 32; ++it) {
+  int const cases = sanitized() ? 4 : 32;
+  for (int it = 0; it < cases; ++it) {
     stack_spec st;
     st.carry = {.name = "h", .bytes = static_cast<std::size_t>(1024 * (1 + rng() % 8))};
     auto const L = static_cast<std::uint32_t>(3 + rng() % 2);
@@ -76,6 +88,8 @@ TEST(CarryBound, NeverAboveAFeasibleScheduleAndTighterWhereTheBudgetsBind) {
     auto const p = make_plan(st, c, {.device_budget = device, .host_budget = host});
     if (p.fits) EXPECT_LE(p.lower_bound_us, p.step_us * (1 + 1e-9));
   }
-  EXPECT_GE(checked, 16);
-  EXPECT_GT(tighter, 0);  // the budgets bind somewhere: the bound is more than the keep-all step
+  if (!sanitized()) {
+    EXPECT_GE(checked, 16);
+    EXPECT_GT(tighter, 0);
+  }  // the budgets bind somewhere: the bound is more than the keep-all step
 }
