@@ -302,15 +302,14 @@ fi
 
 phase "build-tests"
 # Exactly what the test phases run: the CUDA suite's programs (from Meson's own introspection,
-# tools/test_targets.py), the sanitizer's example among them, then the twin. The compile-only tests
+# tools/test_targets.py), the sanitizer's example and the twin among them. The compile-only tests
 # (suite compile: the docs' code with nvcc) are CI's, not the GPU's. -k 0: one program that
 # does not compile does not keep the others from running.
 if ((!configured)); then
   finish "SKIP: needs build (configure)"
-elif ! mapfile -t test_targets < <(python3 tools/test_targets.py "$build" --only cuda --except twin --except compile --benchmarks) || ((${#test_targets[@]} == 0)); then
+elif ! mapfile -t test_targets < <(python3 tools/test_targets.py "$build" --only cuda --except compile --benchmarks) || ((${#test_targets[@]} == 0)); then
   finish "FAIL: tools/test_targets.py listed no targets for the cuda suite"
-elif logged build-tests $(($(left) - 60)) ninja -C "$build" -k 0 "${test_targets[@]}" \
-    $(python3 tools/test_targets.py "$build" --only twin | grep -v -x -F -f <(printf '%s\n' "${test_targets[@]}") || true); then
+elif logged build-tests $(($(left) - 60)) ninja -C "$build" -k 0 "${test_targets[@]}"; then
   echo "built: ${test_targets[*]}"
   finish OK
 else
