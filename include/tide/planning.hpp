@@ -16,4 +16,5 @@
 #include <tide/plan/simulate.hpp>
 #include <tide/plan/compare.hpp>
 #include <tide/plan/micro_batch.hpp>
+#include <tide/plan/tune.hpp>
 #include <tide/plan/transformer.hpp>
