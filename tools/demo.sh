@@ -3,7 +3,8 @@
 # trains a small decoder transformer (dense then mixture-of-experts layers) under the published
 # experiment's policies: keep-all, full remat, Llama's QKV offload and DeepSeek's projection
 # offload (copies on the compute stream, latency-hidden, pipelined) and the planner's choice,
-# then finds the largest micro-batch each fits under a device budget. Extra arguments go to the
+# then, under a device budget, each policy at its best micro-batch by measured tokens per second
+# (the planner's row tuned by measurement, tide::tune). Extra arguments go to the
 # demo (--json, --trace FILE, --layers N, ...; --help lists them). With --trace FILE it also draws
 # FILE.png when matplotlib is available. (The smallest example, a 16-layer MLP, is
 # build-demo/examples/mlp/mlp.)

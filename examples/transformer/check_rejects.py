@@ -8,6 +8,7 @@ CASES = [
     (["--frobnicate"], "unknown argument"),
     (["--width", "0"], "width"),
     (["--steps", "-1"], "--steps"),
+    (["--repeats", "0"], "--repeats"),
     (["--micro-batch", "0"], "--micro-batch"),
     (["--heads", "5"], "heads"),
     (["--experts", "4", "--top-k", "5"], "top_k"),

@@ -2,12 +2,16 @@
 // SwiGLU layers then DeepSeek-style mixture-of-experts layers) trained on a copy task on the
 // host backend, under the published experiment's policies (examples/transformer/tide_model.hpp):
 // keep-all, full remat, Llama's QKV offload and DeepSeek's projection offload with copies on the
-// compute stream, with latency hiding and pipelined, and the planner's choice from a calibration
-// on this machine. One table: step time, tokens/s, predicted and measured device peak, host
-// bytes, exposed copy time, overlap, loss and the gradient checksum, bitwise equal across every
-// policy and equal to the model trained without tide. Then, under a device budget (by default
-// keep-all's peak at micro-batch 2, the study's "micro-batch 2 without offload"), the largest
-// micro-batch each policy fits and its tokens/s.
+// compute stream, with latency hiding and pipelined, and the planner's choice. The cost model is
+// calibrated on this machine at a few micro-batches (a line per op, `fit_micro_batch_costs`).
+// Above the tables, the device budget (by default keep-all's peak at micro-batch 2, the study's
+// "micro-batch 2 without offload"). Table 1, every policy at the demo's micro-batch: whether it
+// fits the budget, predicted and measured step (medians of interleaved rounds, `tide::tune`),
+// tokens/s, predicted and measured device peak, host bytes, exposed copy time, overlap, loss and
+// the gradient checksum, bitwise equal across every policy and equal to the model trained
+// without tide. Table 2, under the budget: each policy at its best micro-batch by measured
+// tokens/s (its best predicted micro-batches measured, interleaved, on a backend that enforces
+// the budget), the planner's row the tuned choice among `plan_micro_batches`' best.
 //
 //   transformer [--small] [--json] [--trace FILE] [--steps N] [--micro-batch N] [--budget BYTES] ...
 #include "example.hpp"
@@ -21,6 +25,9 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +52,7 @@ struct options {
   std::size_t micro_batch = 4;
   std::size_t max_micro_batch = 16;
   int steps = 4;
+  int repeats = 5;  // interleaved measured rounds per configuration (medians)
   double link_ratio = 0.7;  // copy time over the compute time it can hide behind
   std::size_t budget = 0;   // 0: keep-all's device peak at micro-batch 2
   bool small = false;
@@ -59,6 +67,7 @@ options parse(int argc, char** argv) {
       .flag("--json", o.json, "print the results as JSON")
       .option("--trace", o.trace, "FILE", "write the deepseek-lhs run's timeline as Chrome trace JSON")
       .option("--steps", o.steps, "N", "training steps per policy (at least 2; the first is a warm-up)")
+      .option("--repeats", o.repeats, "N", "measured rounds per configuration, interleaved (medians; at least 1)")
       .option("--micro-batch", o.micro_batch, "N", "sequences per step")
       .option("--max-micro-batch", o.max_micro_batch, "N", "the largest micro-batch the budget search tries")
       .option("--budget", o.budget, "BYTES", "device budget (default: keep-all's peak at micro-batch 2)")
@@ -82,8 +91,10 @@ options parse(int argc, char** argv) {
     o.length = std::min<std::size_t>(o.length, 8);
     o.max_micro_batch = std::min<std::size_t>(o.max_micro_batch, 8);
     o.steps = std::min(o.steps, 3);
+    o.repeats = std::min(o.repeats, 3);
   }
   if (o.steps < 2) cli.fail("--steps must be at least 2");
+  if (o.repeats < 1) cli.fail("--repeats must be at least 1");
   if (o.micro_batch == 0 || o.length == 0) cli.fail("--micro-batch and --length must be positive");
   if (o.max_micro_batch < 2) cli.fail("--max-micro-batch must be at least 2");
   if (!(o.link_ratio > 0) || o.link_ratio > 10) cli.fail("--link-ratio must be in (0, 10]");
@@ -173,21 +184,120 @@ std::uint64_t reference_checksum(options const& o, data const& d) {
   return c;
 }
 
-//! `c` with every compute time scaled by `f` (compute grows with the tokens of a micro-batch).
-tide::cost_table scaled(tide::cost_table c, double f) {
-  for (auto& l : c.layers) {
-    l.forward_us *= f;
-    l.backward_us *= f;
-    if (l.recompute_us >= 0) l.recompute_us *= f;
-    for (auto& x : l.slot_recompute_us) x *= f;
+//! One policy's schedule on a persistent backend, executor and trainer: `tune`'s measuring
+//! callable runs one training step of it per call (no optimizer step: every call does the same
+//! work), so setup stays outside the measured time.
+struct stepper {
+  tide::host_backend backend;
+  tide::schedule sched;
+  tide::executor<tide::host_backend> exec;
+  transformer::trainer tr;
+  data batch;
+  stepper(options const& o, std::size_t micro_batch, tide::schedule s, tide::host_backend_options bo)
+      : backend(bo), sched(std::move(s)), exec(backend, sched), tr(o.net, {micro_batch, 2 * o.length}),
+        batch(make_data(o, micro_batch, 1)) {}
+  double step_us() {
+    auto const t0 = std::chrono::steady_clock::now();
+    (void)tr.step(exec, batch.tokens[0], batch.targets[0]);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   }
-  return c;
+};
+
+//! One configuration the demo measures: a policy's schedule at a micro-batch, its prediction.
+struct config_run {
+  std::string policy;
+  tide::tune_candidate candidate;
+  tide::schedule sched;
+};
+
+//! Measures `runs` round-robin with `tide::tune` (`repeats` rounds after a warm-up), each on its
+//! own stepper over a backend with `bo`.
+tide::tune_report measure(options const& o, std::vector<config_run> const& runs, tide::host_backend_options bo, int repeats) {
+  std::vector<tide::tune_candidate> cands;
+  std::map<std::string, std::unique_ptr<stepper>> steppers;
+  for (auto const& r : runs) cands.push_back(r.candidate);
+  return tide::tune(cands, [&](tide::tune_candidate const& c) {
+    auto& s = steppers[c.name];
+    if (!s) {  // first call (the warm-up round): build it, outside the measured time
+      auto const& r = *std::find_if(runs.begin(), runs.end(), [&](auto const& x) { return x.candidate.name == c.name; });
+      s = std::make_unique<stepper>(o, c.micro_batch, r.sched, bo);
+    }
+    return s->step_us();
+  }, {.repeats = repeats, .warmups = 1});
 }
 
-struct largest {
+//! The demo's cost model: tables calibrated at a few micro-batches, fitted to a line per op
+//! (`tide::fit_micro_batch_costs`), and the time a step spends outside the schedule (embedding,
+//! head and loss, gradient zeroing: `fixed + per_sequence x b`) fitted to keep-all's measured
+//! steps less their simulated schedule at the same micro-batches.
+struct cost_model {
+  std::vector<std::uint64_t> points;
+  tide::micro_batch_costs costs;
+  double outside_fixed_us = 0, outside_per_sequence_us = 0;
+  [[nodiscard]] double outside_us(std::uint64_t b) const {
+    return std::max(0.0, outside_fixed_us + outside_per_sequence_us * static_cast<double>(b));
+  }
+  //! The predicted step of `s` (a schedule at micro-batch `b`), microseconds.
+  [[nodiscard]] double step_us(tide::schedule const& s, std::uint64_t b) const {
+    return tide::simulate_step_us(s, costs.at(b)) + outside_us(b);
+  }
+};
+
+cost_model calibrate_model(options const& o, tide::host_backend_options const& paced) {
+  cost_model m;
+  for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{2}, std::uint64_t{o.micro_batch}, std::uint64_t{8}}) {
+    b = std::min<std::uint64_t>(b, std::max<std::size_t>(o.max_micro_batch, o.micro_batch));
+    if (std::find(m.points.begin(), m.points.end(), b) == m.points.end()) m.points.push_back(b);
+  }
+  if (m.points.size() < 2) m.points.push_back(m.points[0] + 1);
+  std::sort(m.points.begin(), m.points.end());
+  std::vector<tide::measured_costs> tables;
+  std::vector<double> keep_measured;
+  std::vector<tide::schedule> keep;
+  for (auto const b : m.points) {
+    shape const sh{b, 2 * o.length};
+    auto const stack = transformer::make_stack(o.net, sh);
+    auto const d = make_data(o, b, 1);
+    tide::host_backend cal(paced);
+    transformer::trainer tr(o.net, sh);
+    tr.prepare(d.tokens[0], d.targets[0]);
+    tide::calibration_options co;
+    co.repeats = static_cast<std::uint32_t>(std::clamp(o.repeats, 1, 5));  // as many as the measured rounds, up to 5
+    co.input = [&](std::span<std::byte> in) {  // the real batch's embeddings, so the routers route as in training
+      tr.net().embed(d.tokens[0], sh, {reinterpret_cast<float*>(in.data()), in.size() / sizeof(float)});
+    };
+    tables.push_back({b, tide::calibrate(stack, cal, [&](auto const& c) { tr.forward(c); }, [&](auto const& c) { tr.backward(c); }, co)});
+    keep.push_back(tide::build_schedule(stack, tide::strategy{}));
+  }
+  m.costs = tide::fit_micro_batch_costs(tables);
+  // Keep-all's whole measured step at each point (median of interleaved rounds).
+  std::vector<config_run> runs;
+  for (std::size_t i = 0; i < m.points.size(); ++i)
+    runs.push_back({"keep-all",
+                    {.name = "keep-all @ " + std::to_string(m.points[i]), .micro_batch = m.points[i], .tokens = 1.0},
+                    keep[i]});
+  auto const r = measure(o, runs, paced, o.repeats);
+  std::vector<double> xs, ys;
+  for (std::size_t i = 0; i < m.points.size(); ++i) {
+    xs.push_back(static_cast<double>(m.points[i]));
+    ys.push_back(r.results[i].median_us - tide::simulate_step_us(keep[i], m.costs.at(m.points[i])));
+  }
+  double const n = static_cast<double>(xs.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) sx += xs[i], sy += ys[i], sxx += xs[i] * xs[i], sxy += xs[i] * ys[i];
+  double const den = n * sxx - sx * sx;
+  m.outside_per_sequence_us = den != 0 ? (n * sxy - sx * sy) / den : 0;
+  m.outside_fixed_us = (sy - m.outside_per_sequence_us * sx) / n;
+  return m;
+}
+
+//! A policy's best micro-batch under the budget, measured.
+struct best_row {
   std::string policy;
-  std::size_t micro_batch = 0;
-  double tokens_per_s = 0;
+  std::size_t micro_batch = 0;  // 0: nothing fits
+  std::size_t device_bytes = 0;
+  double predicted_step_ms = 0, step_ms = 0, predicted_tokens_per_s = 0, tokens_per_s = 0, spread = 0;
+  std::size_t candidates = 0;
 };
 
 int run(options const& o) {
@@ -200,6 +310,7 @@ int run(options const& o) {
       if (strategies[i].name == name) return i;
     throw std::logic_error("transformer: no policy " + std::string(name));
   };
+  auto const tokens_at = [&](std::size_t b) { return static_cast<double>(b * 2 * o.length); };
 
   // The device budget: keep-all's peak at micro-batch 2 unless given. One below every policy's
   // peak at micro-batch 1 fits nothing: say so before training.
@@ -236,24 +347,17 @@ int run(options const& o) {
   paced.d2h = {.bytes_per_second = bytes / (o.link_ratio * base.summary.forward_us * 1e-6)};
   paced.h2d = {.bytes_per_second = bytes / (o.link_ratio * base.summary.backward_us * 1e-6)};
 
-  // The planner, from costs measured on this machine with this link.
-  tide::cost_table costs;
-  {
-    tide::host_backend cal(paced);
-    transformer::trainer tr(o.net, sh);
-    tr.prepare(d.tokens[0], d.targets[0]);
-    tide::calibration_options co;
-    co.input = [&](std::span<std::byte> in) {  // the real batch's embeddings, so the routers route as in training
-      tr.net().embed(d.tokens[0], sh, {reinterpret_cast<float*>(in.data()), in.size() / sizeof(float)});
-    };
-    costs = tide::calibrate(stack, cal, [&](auto const& c) { tr.forward(c); }, [&](auto const& c) { tr.backward(c); }, co);
-  }
+  // The cost model, calibrated on this machine with this link at a few micro-batches.
+  auto const model = calibrate_model(o, paced);
   tide::plan_options po;
   po.device_budget = budget;
   std::vector<tide::strategy> seeds;
   for (auto const& p : strategies) seeds.push_back(p.strategy);
   po.seeds = seeds;
-  auto const plan = tide::make_plan(stack, costs, po);
+
+  // Table 1: every policy at the demo's micro-batch (fits or not), and the planner's plan for it
+  // under the budget.
+  auto const plan = tide::make_plan(stack, model.costs.at(o.micro_batch), po);
   if (plan.fits) {
     strategies.push_back({"planner", plan.strategy});
     schedules.push_back(plan.build(stack));
@@ -261,49 +365,87 @@ int run(options const& o) {
     std::printf("planner: nothing fits the budget at micro-batch %zu (smallest peak %zu bytes)\n", o.micro_batch,
                 plan.smallest_activation_bytes);
   }
-
   tide::timeline trace;
   std::vector<run_result> runs;
-  for (std::size_t i = 0; i < strategies.size(); ++i)
+  std::vector<config_run> at_mb;
+  for (std::size_t i = 0; i < strategies.size(); ++i) {
     runs.push_back(train(std::string(strategies[i].name), o, o.micro_batch, schedules[i], paced, d,
                          strategies[i].name == "deepseek-lhs" ? &trace : nullptr));
+    at_mb.push_back({std::string(strategies[i].name),
+                     {.name = std::string(strategies[i].name), .micro_batch = o.micro_batch, .strategy = strategies[i].strategy,
+                      .tokens = tokens_at(o.micro_batch), .predicted_step_us = model.step_us(schedules[i], o.micro_batch)},
+                     schedules[i]});
+  }
+  auto const table1 = measure(o, at_mb, paced, o.repeats);
   auto const reference = reference_checksum(o, d);
   bool same = true;
   for (auto const& r : runs)
     if (!r.error.empty() || r.checksum != reference) same = false;
   bool const descended = runs[0].loss_last < runs[0].loss_first;
 
-  // The largest micro-batch each policy fits under the budget (predicted peaks are exact: the
-  // arena is sized before the step), then its tokens/s measured.
-  std::vector<largest> fit;
+  // Table 2: under the budget, each policy's micro-batches that fit (predicted peaks are exact:
+  // the arena is sized before the step), its best few by predicted tokens/s measured; the
+  // planner's best few micro-batches (`plan_micro_batches`) the same way. One interleaved
+  // measurement of them all (`tide::tune`) on a backend that enforces the budget.
+  std::vector<config_run> cands;
+  std::size_t const per_policy = 2, per_planner = 3;
+  for (std::size_t i = 0; i < strategies.size(); ++i) {
+    if (strategies[i].name == "planner") continue;
+    std::vector<config_run> fit;
+    for (std::size_t mb = 1; mb <= o.max_micro_batch; ++mb) {
+      tide::schedule s;
+      if (tide::try_build_schedule_into(s, transformer::make_stack(o.net, {mb, 2 * o.length}), strategies[i].strategy) ||
+          s.peak_device_bytes() > budget)
+        break;
+      auto const name = std::string(strategies[i].name) + " @ " + std::to_string(mb);
+      fit.push_back({std::string(strategies[i].name),
+                     {.name = name, .micro_batch = mb, .strategy = strategies[i].strategy, .tokens = tokens_at(mb),
+                      .predicted_step_us = model.step_us(s, mb)},
+                     std::move(s)});
+    }
+    std::stable_sort(fit.begin(), fit.end(), [](auto const& a, auto const& b) {
+      return a.candidate.tokens / a.candidate.predicted_step_us > b.candidate.tokens / b.candidate.predicted_step_us;
+    });
+    if (fit.size() > per_policy) fit.resize(per_policy);
+    for (auto& f : fit) cands.push_back(std::move(f));
+  }
+  std::vector<std::uint64_t> mbs;
+  for (std::size_t mb = 1; mb <= o.max_micro_batch; ++mb) mbs.push_back(mb);
+  auto const planned = tide::plan_micro_batches(mbs, [&](std::uint64_t b) {
+    return tide::micro_batch_problem{.stack = transformer::make_stack(o.net, {b, 2 * o.length}), .costs = model.costs.at(b),
+                                     .options = po, .tokens = tokens_at(b), .outside_step_us = model.outside_us(b)};
+  }, {.stop_at_first_misfit = true});
+  auto const planner_cands = planned.best ? tide::tune_candidates(planned, per_planner, "planner") : std::vector<tide::tune_candidate>{};
+  for (auto const& c : planner_cands)
+    cands.push_back({"planner", c, tide::build_schedule(transformer::make_stack(o.net, {c.micro_batch, 2 * o.length}), c.strategy)});
   auto under_budget = paced;
   under_budget.device_budget = budget;
+  auto const tuned = measure(o, cands, under_budget, o.repeats);
+  std::vector<best_row> best;
   for (auto const& p : strategies) {
-    largest f{std::string(p.name)};
-    tide::strategy fitting;  // the strategy at the largest micro-batch that fits
-    for (std::size_t mb = 1; mb <= o.max_micro_batch; ++mb) {
-      auto const st = transformer::make_stack(o.net, {mb, 2 * o.length});
-      tide::strategy how = p.strategy;
-      if (p.name == "planner") {  // planned anew: the calibrated compute scaled to the micro-batch
-        auto const pm = tide::make_plan(st, scaled(costs, static_cast<double>(mb) / static_cast<double>(o.micro_batch)), po);
-        if (!pm.fits) break;
-        how = pm.strategy;
+    best_row b{std::string(p.name)};
+    std::optional<std::size_t> at;
+    for (std::size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].policy == p.name) {
+        ++b.candidates;
+        if (!at || tuned.results[i].tokens_per_second > tuned.results[*at].tokens_per_second) at = i;
       }
-      tide::schedule s;
-      if (tide::try_build_schedule_into(s, st, how) || s.peak_device_bytes() > budget) break;
-      f.micro_batch = mb;
-      fitting = how;
+    if (at) {
+      auto const& r = tuned.results[*at];
+      b.micro_batch = r.candidate.micro_batch;
+      b.device_bytes = cands[*at].sched.peak_device_bytes();
+      b.predicted_step_ms = r.candidate.predicted_step_us / 1e3;
+      b.step_ms = r.median_us / 1e3;
+      b.predicted_tokens_per_s = r.predicted_tokens_per_second;
+      b.tokens_per_s = r.tokens_per_second;
+      b.spread = r.spread();
     }
-    if (f.micro_batch > 0) {
-      auto const st = transformer::make_stack(o.net, {f.micro_batch, 2 * o.length});
-      auto oo = o;
-      oo.steps = 3;  // a warm-up and two timed steps
-      auto const r = train(f.policy, oo, f.micro_batch, tide::build_schedule(st, fitting), under_budget,
-                           make_data(o, f.micro_batch, oo.steps));
-      f.tokens_per_s = r.error.empty() ? r.tokens_per_s : 0;
-    }
-    fit.push_back(f);
+    best.push_back(b);
   }
+  if (plan.fits != planned.best.has_value() && !o.json)
+    std::printf("planner: %s\n", planned.best ? "fits at other micro-batches only" : "fits at no micro-batch up to the largest tried");
+  if (std::none_of(best.begin(), best.end(), [](auto const& b) { return b.policy == "planner"; }))
+    best.push_back({"planner"});
 
   if (!o.trace.empty()) {
     std::ofstream out(o.trace);
@@ -314,9 +456,14 @@ int run(options const& o) {
     }
   }
 
+  auto const fits = [&](run_result const& r) { return r.summary.predicted_device_bytes <= budget; };
+  auto const pct = [](double pred, double meas) { return meas > 0 ? (pred / meas - 1) * 100 : 0.0; };
+  std::string points;
+  for (auto const b : model.points) points += (points.empty() ? "" : ", ") + std::to_string(b);
   if (o.json) {
-    std::vector<example::json_object> rows, fits;
-    for (auto const& r : runs) {
+    std::vector<example::json_object> rows, bests, tuning;
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      auto const& r = runs[i];
       auto& j = rows.emplace_back();
       j.field("policy", r.name);
       if (!r.error.empty()) {
@@ -324,8 +471,11 @@ int run(options const& o) {
         continue;
       }
       auto const& s = r.summary;
-      j.field("step_ms", r.step_ms, 3)
-          .field("tokens_per_s", r.tokens_per_s, 1)
+      auto const& m = table1.results[i];
+      j.field("fits", fits(r))
+          .field("predicted_step_ms", m.candidate.predicted_step_us / 1e3, 3)
+          .field("step_ms", m.median_us / 1e3, 3)
+          .field("tokens_per_s", m.tokens_per_second, 1)
           .field("device_peak_bytes", s.predicted_device_bytes)
           .field("measured_device_peak_bytes", s.measured_device_bytes)
           .field("host_bytes", s.predicted_host_bytes)
@@ -335,8 +485,28 @@ int run(options const& o) {
           .field("loss_last", r.loss_last)
           .field("checksum", example::hex(r.checksum));
     }
-    for (auto const& f : fit)
-      fits.emplace_back().field("policy", f.policy).field("microbatch", f.micro_batch).field("tokens_per_s", f.tokens_per_s, 1);
+    for (auto const& b : best)
+      bests.emplace_back()
+          .field("policy", b.policy)
+          .field("microbatch", b.micro_batch)
+          .field("candidates", b.candidates)
+          .field("device_peak_bytes", b.device_bytes)
+          .field("predicted_step_ms", b.predicted_step_ms, 3)
+          .field("step_ms", b.step_ms, 3)
+          .field("predicted_tokens_per_s", b.predicted_tokens_per_s, 1)
+          .field("tokens_per_s", b.tokens_per_s, 1)
+          .field("spread", b.spread, 3);
+    for (std::size_t i = 0; i < cands.size(); ++i) {
+      auto const& r = tuned.results[i];
+      tuning.emplace_back()
+          .field("name", r.candidate.name)
+          .field("policy", cands[i].policy)
+          .field("microbatch", r.candidate.micro_batch)
+          .field("predicted_step_ms", r.candidate.predicted_step_us / 1e3, 3)
+          .field("step_ms", r.median_us / 1e3, 3)
+          .field("tokens_per_s", r.tokens_per_second, 1);
+    }
+    std::vector<example::json_object> pts;
     example::json_object out;
     out.field("layers", o.net.layers)
         .field("dense_layers", o.net.dense_layers)
@@ -346,6 +516,8 @@ int run(options const& o) {
         .field("seq", 2 * o.length)
         .field("microbatch", o.micro_batch)
         .field("steps", o.steps)
+        .field("repeats", o.repeats)
+        .field("calibrated_microbatches", points)
         .field("d2h_bytes_per_second", paced.d2h.bytes_per_second, 0)
         .field("h2d_bytes_per_second", paced.h2d.bytes_per_second, 0)
         .field("device_budget", budget)
@@ -353,32 +525,47 @@ int run(options const& o) {
         .field("checksums_equal", same)
         .field("loss_decreased", descended)
         .raw("runs", example::json_array(rows))
-        .raw("largest_microbatch", example::json_array(fits));
+        .raw("best_under_budget", example::json_array(bests))
+        .raw("tuning", example::json_array(tuning));
     std::printf("%s\n", out.str().c_str());
   } else {
     std::printf("tide transformer demo: %zu layers (%zu dense, %zu MoE with %zu experts, top-%zu), width %zu, %zu heads "
                 "(%zu KV), seq %zu, micro-batch %zu, %d steps of a copy task; link paced at %.1f MB/s d2h, %.1f MB/s h2d "
-                "(DeepSeek's copies = %.0f%% of the compute they can hide behind)\n\n",
+                "(DeepSeek's copies = %.0f%% of the compute they can hide behind)\n",
                 o.net.layers, o.net.dense_layers, o.net.layers - o.net.dense_layers, o.net.experts, o.net.top_k, o.net.width,
                 o.net.heads, o.net.kv_heads, 2 * o.length, o.micro_batch, o.steps, paced.d2h.bytes_per_second / 1e6,
                 paced.h2d.bytes_per_second / 1e6, o.link_ratio * 100);
+    std::printf("device budget: %s (%s); \"fits\": the schedule's predicted device peak is within it\n",
+                tide::format_bytes(static_cast<double>(budget)).c_str(),
+                o.budget != 0 ? "given" : "keep-all's peak at micro-batch 2");
+    std::printf("predicted step: the sim under costs calibrated at micro-batches %s (a line per op) plus %.2f ms + %.2f ms a "
+                "sequence outside the schedule (embedding, head, loss; from keep-all's measured steps there); measured: "
+                "median of %d interleaved rounds\n\n",
+                points.c_str(), model.outside_fixed_us / 1e3, model.outside_per_sequence_us / 1e3, o.repeats);
+    std::printf("every policy at micro-batch %zu (the planner's plan under the budget):\n", o.micro_batch);
     example::table t({{"policy", -24},
-                      {"step ms", 9},
-                      {"tokens/s", 10},
+                      {"fits", -4, 2},
+                      {"pred ms", 8},
+                      {"step ms", 8},
+                      {"err", 5},
+                      {"tokens/s", 9},
                       {"pred device", 12},
                       {"meas device", 12},
                       {"host", 11},
                       {"exposed ms", 11},
                       {"overlap", 8},
-                      {"loss", 9},
+                      {"loss", 7},
                       {"grad checksum", -16, 2}});
-    for (auto const& r : runs) {
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      auto const& r = runs[i];
       if (!r.error.empty()) {
         t.note(r.name, r.error);
         continue;
       }
       auto const& s = r.summary;
-      t.row({r.name, example::fixed(r.step_ms, 2), example::fixed(r.tokens_per_s, 0),
+      auto const& m = table1.results[i];
+      t.row({r.name, fits(r) ? "yes" : "no", example::fixed(m.candidate.predicted_step_us / 1e3, 2), example::fixed(m.median_us / 1e3, 2),
+             example::fixed(pct(m.candidate.predicted_step_us, m.median_us), 0) + "%", example::fixed(m.tokens_per_second, 0),
              tide::format_bytes(static_cast<double>(s.predicted_device_bytes)),
              tide::format_bytes(static_cast<double>(s.measured_device_bytes)),
              tide::format_bytes(static_cast<double>(s.predicted_host_bytes)), example::fixed(s.exposed_transfer_us / 1000, 2),
@@ -389,12 +576,37 @@ int run(options const& o) {
     std::printf("\ngradient checksums %s (the model without tide: %s); loss %s (%.4f -> %.4f)\n",
                 same ? "bitwise equal" : "DIFFER", example::hex(reference).c_str(), descended ? "decreased" : "did NOT decrease",
                 runs[0].loss_first, runs[0].loss_last);
-    std::printf("\nlargest micro-batch under a device budget of %s (%s):\n", tide::format_bytes(static_cast<double>(budget)).c_str(),
-                o.budget != 0 ? "given" : "keep-all's peak at micro-batch 2");
-    example::table f({{"policy", -24}, {"micro-batch", 12}, {"tokens/s", 10}}, "  ");
-    for (auto const& x : fit)
-      f.row({x.policy, x.micro_batch ? std::to_string(x.micro_batch) : "none", x.micro_batch ? example::fixed(x.tokens_per_s, 0) : "-"});
+    std::printf("\nunder the budget, each policy at its best micro-batch by measured tokens/s (its %zu best predicted that fit; "
+                "the planner: plan_micro_batches' %zu best, tuned by measurement), all interleaved:\n",
+                per_policy, per_planner);
+    example::table f({{"policy", -24}, {"micro-batch", 11}, {"fits", -4, 2}, {"device", 11}, {"pred ms", 8}, {"step ms", 8},
+                      {"err", 5}, {"pred tok/s", 10}, {"tokens/s", 9}, {"spread", 7}},
+                     "  ");
+    for (auto const& x : best) {
+      if (x.micro_batch == 0) {
+        f.note(x.policy, "nothing fits");
+        continue;
+      }
+      f.row({x.policy, std::to_string(x.micro_batch), "yes", tide::format_bytes(static_cast<double>(x.device_bytes)),
+             example::fixed(x.predicted_step_ms, 2), example::fixed(x.step_ms, 2), example::fixed(pct(x.predicted_step_ms, x.step_ms), 0) + "%",
+             example::fixed(x.predicted_tokens_per_s, 0), example::fixed(x.tokens_per_s, 0), example::percent(x.spread)});
+    }
     f.print();
+    if (!planner_cands.empty()) {
+      std::printf("\nthe planner's candidates (predicted best first; * the measured best, kept):\n");
+      example::table c({{"candidate", -16}, {"pred ms", 8}, {"step ms", 8}, {"err", 5}, {"pred tok/s", 10}, {"tokens/s", 9}}, "  ");
+      std::size_t kept = 0;
+      for (std::size_t i = 0; i < cands.size(); ++i)
+        if (cands[i].policy == "planner" && (kept == 0 || tuned.results[i].tokens_per_second > tuned.results[kept].tokens_per_second)) kept = i;
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        if (cands[i].policy != "planner") continue;
+        auto const& r = tuned.results[i];
+        c.row({(i == kept ? "* " : "  ") + r.candidate.name, example::fixed(r.candidate.predicted_step_us / 1e3, 2),
+               example::fixed(r.median_us / 1e3, 2), example::fixed(pct(r.candidate.predicted_step_us, r.median_us), 0) + "%",
+               example::fixed(r.predicted_tokens_per_second, 0), example::fixed(r.tokens_per_second, 0)});
+      }
+      c.print();
+    }
   }
   return same && descended ? 0 : 1;
 }
