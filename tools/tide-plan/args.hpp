@@ -84,8 +84,9 @@ class command_line {
            "spill file for offloaded data the host budget cannot hold, in GiB (default 0: no storage tier; the link is the "
            "preset's NVMe, or the calibration's)");
     option("--max-decisions", a.max_decisions, "N",
-           "most (layer, slot) decisions the planner takes, from 1 to 100000000 (default 40000: planning grows faster "
-           "than the model; 40,000 take seconds, 200,000 minutes)");
+           "most (layer, slot) decisions the planner takes, from 1 to 100000000 (default 40000; above 20,000 runs of "
+           "identical layers are planned as groups: 100,000 layers of one 8-slot type take seconds, a stack of many "
+           "distinct layers minutes)");
     option("--offload", a.offload, "SLOTS", "the slots the offload rows offload, comma separated (default: the preset's choice, "
                                              "or every slot but the layer inputs)");
     option("--policy", a.policy, "FILE", "a policy file to evaluate as one more row (with the model's collective hooks)");

@@ -99,6 +99,17 @@ struct problem {
   std::vector<std::string> notes;
 };
 
+// Before the cost table and the strategy table: a model over the planner's limit is refused in a
+// moment, not after the table's schedules were built (seconds and gigabytes for a deep model file).
+void check_decisions(args const& a, problem& p) {
+  if (a.max_decisions) p.options.max_decisions = static_cast<std::size_t>(*a.max_decisions);
+  if (auto const n = tide::decision_count(p.stack); n > p.options.max_decisions)
+    bad_input("the model has " + std::to_string(n) + " (layer, slot) decisions (" + std::to_string(p.stack.layer_count()) +
+              " layers) and the planner takes at most " + std::to_string(p.options.max_decisions) +
+              ": raise --max-decisions (runs of identical layers are planned as groups: a deep stack of few layer types "
+              "plans in seconds), or plan a representative part of it");
+}
+
 problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional<tide::cost_table> const& calibration) {
   using namespace tide;
   problem p;
@@ -139,6 +150,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
       bad_input(e.what());
     }
     p.stack = p.file.stack;
+    check_decisions(a, p);  // before the cost table: a deep file is refused before any per-layer work
     p.name = p.file.name.empty() ? a.model_file : p.file.name;
     p.options.resident_bytes = p.file.resident_bytes;
     p.options.collectives = p.file.collectives();
@@ -187,13 +199,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
   p.options.host_budget =
       a.host_budget_gib ? static_cast<std::size_t>(*a.host_budget_gib * double(1ull << 30)) : hw.pinnable_host_bytes();
   p.options.storage_budget = static_cast<std::size_t>(a.storage_budget_gib * double(1ull << 30));
-  if (a.max_decisions) p.options.max_decisions = static_cast<std::size_t>(*a.max_decisions);
-  // Before the strategy table: a model over the planner's limit is refused in a moment, not after
-  // the table's schedules were built (seconds and gigabytes for a deep model file).
-  if (auto const n = decision_count(p.stack); n > p.options.max_decisions)
-    bad_input("the model has " + std::to_string(n) + " (layer, slot) decisions (" + std::to_string(p.stack.layer_count()) +
-              " layers) and the planner takes at most " + std::to_string(p.options.max_decisions) +
-              ": raise --max-decisions knowing planning grows faster than the model, or plan a representative part of it");
+  check_decisions(a, p);
   if (p.costs.storage.unpaced()) p.costs.storage = hw.storage();  // a model file's or calibration's table: the preset's drives
   if (p.options.storage_budget > 0 && p.costs.storage.unpaced())
     bad_input("--storage-budget needs a storage link: the hardware '" + std::string(hw.name) +
@@ -416,6 +422,7 @@ int run(int argc, char** argv) {
                  {"lower_bound_ms", pl.lower_bound_us / 1e3},
                  {"gap_to_bound", pl.gap_to_bound()},
                  {"schedules_built", pl.evaluations},
+                 {"grouped_layers", pl.grouped_layers},
                  {"policy", io::to_json(pl.strategy)}};
     if (sweep) j["micro_batches"] = tide_plan::sweep_json(*sweep);
     j["wrote"] = wrote;
@@ -443,6 +450,9 @@ int run(int argc, char** argv) {
               off, rem, spill ? (", " + std::to_string(spill) + " spilled").c_str() : "", pl.decisions.size(), planned.step_us / 1e3,
               gib(pl.whole_device_bytes()), gib(pl.host_bytes),
               p.options.storage_budget ? (", storage " + format_bytes(static_cast<double>(pl.storage_bytes))).c_str() : "");
+  if (pl.grouped_layers > 0)
+    std::printf("  grouped: %zu of %u layers planned as blocks of identical layers (runs' ends layer by layer); the gap below is the whole plan's\n",
+                pl.grouped_layers, p.stack.layer_count());
   std::printf("  lower bound %.2f ms: no schedule over the candidate pipelines within these budgets steps faster in the sim; the plan is within %.2f%% of it\n",
               pl.lower_bound_us / 1e3, 100 * pl.gap_to_bound());
   for (auto const& w : wrote) std::printf("  wrote %s\n", w.c_str());

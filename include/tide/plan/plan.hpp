@@ -82,7 +82,8 @@ struct plan_options {
   //! Most (layer, slot) decisions `make_plan` takes: each of its few hundred candidate schedules
   //! is built whole, so its time grows faster than the stack (on this project's 2-core VM: 2,000
   //! decisions in 0.2 s, 40,000 in 7 s, 200,000 in 120 s). Beyond it, `make_plan` throws rather
-  //! than look hung.
+  //! than look hung. Stacks of a few layer types repeated are planned as groups above
+  //! `group_above_decisions` (100,000 layers of one 8-slot type in about 4 s): raise it for those.
   std::size_t max_decisions = 40000;
   //! The buffers, pipelines and collectives to try (their policies are ignored); empty:
   //! `default_candidates`.
@@ -98,6 +99,17 @@ struct plan_options {
   //! the planner moves the offloads of the earliest layers to the file (`placement::spill`);
   //! 0: no storage tier. The cost table's `storage` link prices the stores and loads.
   std::size_t storage_budget = 0;
+  //! Above this many (layer, slot) decisions, runs of identical layers (one type, equal costs) are
+  //! planned as groups (a run's ends layer by layer, its middle as a few blocks whose layers share
+  //! a placement; planner.hpp), so planning grows with the distinct layers, not the stack's
+  //! depth; the plan is built and simulated whole and its gap to the bound reported. SIZE_MAX:
+  //! never. Not with a carry or a storage budget.
+  std::size_t group_above_decisions = 20000;
+  //! ... each run's middle as this many blocks (more: finer trades, slower planning).
+  std::uint32_t group_blocks = 16;
+  //! ... then, into the room the blocks leave, rematerialized slots kept or offloaded layer by
+  //! layer: at most this many tries, each a whole build and simulation.
+  std::size_t group_fill_tries = 12;
 };
 
 //! A planner's answer.
@@ -120,6 +132,8 @@ struct plan {
   double lower_bound_us = 0;
   // Added after 0.3.0, last, so that positional initializers keep their meaning.
   std::size_t storage_bytes = 0;          //!< the schedule's storage file (spilled slots)
+  //! Layers planned as copies of a group's block (`plan_options::group_above_decisions`); 0: none.
+  std::size_t grouped_layers = 0;
 
   //! How far the plan can be from the best possible: `step_us / lower_bound_us - 1` (0 when it
   //! does not fit or there is no bound).

@@ -28,6 +28,10 @@
 //!   the host held (a share of) the storage budget too, with the earliest layers' offloads spilled
 //!   to the file until the pinned bytes fit; it stands where it is faster than the host-only plan
 //!   or the only one that fits.
+//! - Groups (`plan_options::group_above_decisions`, deep stacks): runs of identical layers keep
+//!   their ends layer by layer and their middles as a few blocks; that compressed stack is
+//!   planned as above under budgets found by bisection, expanded (a block's layers share its
+//!   placement) and built and simulated whole (detail/group_search.hpp).
 //! - Every plan carries a lower bound (`plan::lower_bound_us`, lower_bound.hpp).
 //!
 //! The result is a `strategy` that builds a schedule directly; `to_cpp_types`
@@ -44,6 +48,7 @@
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/build.hpp>
 #include <tide/plan/checkpointing.hpp>
+#include <tide/plan/detail/group_search.hpp>
 #include <tide/plan/detail/plan_search.hpp>
 #include <tide/plan/lower_bound.hpp>
 #include <tide/plan/plan.hpp>
@@ -206,7 +211,14 @@ inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_op
     return step_lower_bound(stack, costs, b).step_us;
   };
   if (!stack.has_carry()) {
-    auto p = detail::plan_tiers(stack, costs, opt);
+    // Deep stacks: runs of identical layers planned as groups (detail/group_search.hpp), unless
+    // nothing compresses (then the compressed stack is the stack: planned as usual).
+    bool const grouped = decisions > opt.group_above_decisions && opt.storage_budget == 0 && opt.method != plan_method::exact;
+    if (grouped) costs.check_against(stack);
+    auto const edge = grouped ? detail::group_edge(stack, opt) : 0;
+    auto p = grouped && detail::compress_runs(stack, costs, edge, opt.group_blocks).stand_ins > 0
+                 ? detail::plan_grouped(stack, costs, opt, edge, opt.group_blocks)
+                 : detail::plan_tiers(stack, costs, opt);
     p.resident_bytes = opt.resident_bytes;
     p.lower_bound_us = bound();
     return p;
