@@ -5,6 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <tide/tide.hpp>
+// The checker's passes, tested one by one (their own headers: separate compilation hides them).
+#include <tide/core/detail/check_layout.hpp>
+#include <tide/core/detail/check_peaks.hpp>
+#include <tide/core/detail/check_races.hpp>
+#include <tide/core/detail/check_structure.hpp>
 
 #include <algorithm>
 #include <cstdint>

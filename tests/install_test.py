@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Installs tide into a scratch DESTDIR, then builds tests/consumer/main.cpp against the installed
 headers: with the flags from the installed pkg-config file, and with CMake through the installed
-package (find_package) and through the source tree (add_subdirectory); checks `pkg-config
+package (find_package) and through the source tree (add_subdirectory), header-only and with
+-DTIDE_SEPARATE_COMPILATION=ON (tide's compiled library linked); checks `pkg-config
 --cflags tide-cuda` when the build has the CUDA backend.
 
 With nlohmann/json (environment TIDE_JSON: system when pkg-config found it, other, or none), also
@@ -65,12 +66,17 @@ while not (prefix / "include" / "tide").is_dir() and prefix != dest:
     prefix = prefix.parent
 consumer = pathlib.Path(src) / "tests" / "cmake_consumer"
 cxx_env = dict(os.environ, CXX=cxx[0])
-for name, extra in (("find_package", [f"-DCMAKE_PREFIX_PATH={prefix}"]), ("add_subdirectory", [f"-DTIDE_SOURCE_DIR={pathlib.Path(src).resolve()}"])):
+source_dir = f"-DTIDE_SOURCE_DIR={pathlib.Path(src).resolve()}"
+# The source tree twice: header-only, and in separate compilation (tide::tide links tide_compiled).
+for name, extra in (("find_package", [f"-DCMAKE_PREFIX_PATH={prefix}"]), ("add_subdirectory", [source_dir]),
+                    ("add_subdirectory_separate", [source_dir, "-DTIDE_SEPARATE_COMPILATION=ON"])):
     b = work / f"cmake_{name}"
     for cmd in ([cmake, "-S", str(consumer), "-B", str(b), *extra], [cmake, "--build", str(b)]):
         r = subprocess.run(cmd, capture_output=True, text=True, env=cxx_env)
         if r.returncode:
             sys.exit(f"CMake ({name}): {' '.join(cmd)} failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    if name.endswith("separate") and not list(b.rglob("libtide_compiled.a")):
+        sys.exit("CMake: -DTIDE_SEPARATE_COMPILATION=ON built no libtide_compiled.a")
     if json_kind == "system" and not (b / "consumer_json").exists():
         sys.exit("CMake: tide::json was not defined although nlohmann_json is installed")
     for exe in ("consumer", "consumer_cuda", "consumer_json"):

@@ -5,11 +5,14 @@
 #   std           a TU with <vector>, <string>, <algorithm>, <functional>, <thread>, <random>, <sstream>
 #   umbrella      #include <tide/tide.hpp> and an empty main
 #   readme        the README's first C++ program (a compile-time stack, one step on the host backend)
+#   runtime       bench/compile_time/runtime_stack.cpp (a run-time stack, one step on the host backend)
 #   schedule61    bench/compile_time/schedule61.cpp (a 61-layer constexpr schedule)
 #   transformer   examples/transformer/main.cpp (a run-time-stack trainer; needs OpenBLAS's headers)
 #   tide-plan     tools/tide-plan/main.cpp (needs nlohmann/json)
 #   cuda          examples/cuda_stack/main.cu with nvcc (sm_90; needs nvcc)
-# then the phases g++ -ftime-report names for the README program.
+# each header-only and in separate compilation (-DTIDE_SEPARATE_COMPILATION, include/tide/core/config.hpp:
+# the library, src/tide.cpp, is timed once as "library"), then the phases g++ -ftime-report names
+# for the README program in both modes.
 #
 # Usage: tools/compile_time.sh [N] [NAME...]   (CXX, NVCC override the compilers)
 # CPU seconds, not wall: this is a benchmark to read side by side in one run, not a timed test.
@@ -58,25 +61,36 @@ cmd[empty]="$cxx ${host[*]} $work/empty.cpp"
 cmd[std]="$cxx ${host[*]} $work/std.cpp"
 cmd[umbrella]="$cxx ${host[*]} $work/umbrella.cpp"
 cmd[readme]="$cxx ${host[*]} $work/readme.cpp"
+cmd[runtime]="$cxx ${host[*]} bench/compile_time/runtime_stack.cpp"
 cmd[schedule61]="$cxx ${host[*]} bench/compile_time/schedule61.cpp"
 cmd[transformer]="$cxx ${host[*]} -Iexamples/common -Iexamples/transformer $openblas examples/transformer/main.cpp"
 cmd[tide-plan]="$cxx ${host[*]} -Iexamples/common $json tools/tide-plan/main.cpp"
 cmd[cuda]="$nvcc -std=c++20 -O2 -arch=sm_90 -Iinclude -I$cccl -Iexamples/common -Iexamples/cuda_stack -c -o /dev/null examples/cuda_stack/main.cu"
 names=("$@")
-((${#names[@]})) || names=(empty std umbrella readme schedule61 transformer tide-plan cuda)
+((${#names[@]})) || names=(empty std umbrella readme runtime schedule61 transformer tide-plan cuda)
+separate=-DTIDE_SEPARATE_COMPILATION
 
 echo "compile time: CPU seconds (user + sys) of one compile, -O2, best of $n; $($cxx --version | head -n 1); $(date -u '+%Y-%m-%d'); $(nproc) cores"
-printf '  %-12s %8s\n' "unit" "CPU s"
+printf '  %-12s %12s %12s\n' "unit" "header-only" "separate"
 for name in "${names[@]}"; do
   [[ -n ${cmd[$name]:-} ]] || { echo "compile_time.sh: no unit '$name' (${!cmd[*]})" >&2; exit 2; }
-  # shellcheck disable=SC2086 # the command line is split on purpose
-  printf '  %-12s %8s\n' "$name" "$(cpu_seconds ${cmd[$name]})"
+  sep="-"
+  # shellcheck disable=SC2086 # the command lines are split on purpose
+  case $name in empty | std | schedule61) ;; *) sep=$(cpu_seconds ${cmd[$name]} $separate) ;; esac
+  # shellcheck disable=SC2086
+  printf '  %-12s %12s %12s\n' "$name" "$(cpu_seconds ${cmd[$name]})" "$sep"
 done
+# shellcheck disable=SC2086
+printf '  %-12s %12s %12s\n' "library" "-" "$(cpu_seconds $cxx ${host[*]} $separate src/tide.cpp)"
 
 if [[ " ${names[*]} " == *" readme "* ]]; then
+  for mode in header-only separate; do
+  flag=""
+  [[ $mode == separate ]] && flag=$separate
   echo
-  echo "g++ -ftime-report, the README program: the largest phases and items (user s, share)"
-  $cxx "${host[@]}" -ftime-report "$work/readme.cpp" 2>&1 >/dev/null | python3 -c '
+  echo "g++ -ftime-report, the README program, $mode: the largest phases and items (user s, share)"
+  # shellcheck disable=SC2086
+  $cxx "${host[@]}" $flag -ftime-report "$work/readme.cpp" 2>&1 >/dev/null | python3 -c '
 import re, sys
 rows = []
 for line in sys.stdin:
@@ -86,4 +100,5 @@ for line in sys.stdin:
 for w, share, name in sorted(rows, reverse=True)[:8]:
     print(f"  {w:6.2f} s {share:>3s}%  {name}")  # "phase ..." rows are the totals; "|" rows are within them
 '
+  done
 fi

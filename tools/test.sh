@@ -2,8 +2,9 @@
 # The whole test suite, as CI runs it:
 #   1. the main build, with NDEBUG defined: every host test, the examples, the compile-fail and consumer tests, the
 #      2-rank MPI tests (the CUDA suite is left to step 5, which builds it from scratch);
-#   2. the host tests again under ThreadSanitizer;
-#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   2. the host tests again under ThreadSanitizer, in separate compilation (tide's library linked:
+#      the suite runs header-only in 1 and compiled in 2 and 3);
+#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer, in separate compilation;
 #   4. the fuzzers (libFuzzer with clang, ASan + UBSan): the schedule fuzzer 45 s and the file
 #      readers' and tide-plan's command line 30 s, each from its seed corpus, and the saved
 #      regression inputs replayed;
@@ -55,8 +56,11 @@ for c in "${configs[@]}"; do
       # Host tests only; fewer random stress cases, since sanitizers run them ~10x slower; no
       # timing goals (calibration accuracy), since sanitizers distort timing; no exhaustive
       # sweeps (suite slow: the checkpointing proofs).
+      # Separate compilation (-Dseparate_compilation=true, include/tide/core/config.hpp): the
+      # suite runs in both modes, header-only in the main build and compiled here, where tide's
+      # library is compiled once instead of in every test program.
       setup "build-test/$c" -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false -Db_sanitize="$san" -Db_lundef=false \
-        -Doptimization="$opt" -Ddebug=false -Dcpp_args=-g1 -Dstress_cases=60
+        -Doptimization="$opt" -Ddebug=false -Dcpp_args=-g1 -Dstress_cases=60 -Dseparate_compilation=true
       # ThreadSanitizer skips the tests that start no thread (suite single_thread); both skip the
       # runs another test repeats with another output (suite repeat). Only the programs of the
       # tests that run are built (tools/test_targets.py): about 3 minutes of compiling fewer.

@@ -39,3 +39,10 @@
 #include <tide/trace/json.hpp>
 #include <tide/trace/summary.hpp>
 #include <tide/trace/timeline.hpp>
+
+#if defined(TIDE_SEPARATE_COMPILATION)
+// The executor's step machinery for the host backend is the library's (core/config.hpp).
+namespace tide {
+extern template class executor<host_backend>;
+}  // namespace tide
+#endif

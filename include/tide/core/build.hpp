@@ -5,6 +5,9 @@
 //! time. Its stages (placement, arena layout, reversal, op program) are in `core/detail/build_*.hpp`,
 //! on the state of `core/detail/builder.hpp`.
 
+#include <type_traits>
+
+#include <tide/core/config.hpp>
 #include <tide/core/detail/build_arena.hpp>
 #include <tide/core/detail/build_placement.hpp>
 #include <tide/core/detail/build_program.hpp>
@@ -18,11 +21,9 @@
 
 namespace tide {
 
-//! Builds the schedule from values into `s`, reusing its storage: a caller that builds many
-//! schedules (a planner, a sweep) allocates nothing once `s` has grown. Returns the first problem
-//! with the composition (then `s` is left empty) or an issue whose code is `none`. Every size and
-//! offset is computed with overflow checks.
-[[nodiscard]] constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, strategy const& how) {
+namespace detail {
+// The builder itself (what try_build_schedule_into does), run at compile time in every mode.
+[[nodiscard]] constexpr schedule_issue build_into(schedule& s, stack_spec const& stack, strategy const& how) {
   // A failed build leaves nothing behind: no layers, ops or arena (a peak of 0, not the peak of
   // a schedule that does not exist); storage is kept for the next build.
   auto clear = [&s] {
@@ -53,6 +54,20 @@ namespace tide {
   return {};
 }
 
+// The builder's run-time path: the library's copy in separate compilation (core/config.hpp), so
+// a translation unit that builds schedules at run time does not compile the builder again.
+TIDE_INLINE schedule_issue build_at_run_time(schedule& s, stack_spec const& stack, strategy const& how);
+}  // namespace detail
+
+//! Builds the schedule from values into `s`, reusing its storage: a caller that builds many
+//! schedules (a planner, a sweep) allocates nothing once `s` has grown. Returns the first problem
+//! with the composition (then `s` is left empty) or an issue whose code is `none`. Every size and
+//! offset is computed with overflow checks.
+[[nodiscard]] constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, strategy const& how) {
+  if (!std::is_constant_evaluated()) return detail::build_at_run_time(s, stack, how);
+  return detail::build_into(s, stack, how);
+}
+
 //! Builds the schedule into `s`, reusing its storage. Throws `schedule_error` naming what is
 //! wrong (then `s` is left empty).
 constexpr void build_schedule_into(schedule& s, stack_spec const& stack, strategy const& how) {
@@ -78,5 +93,11 @@ constexpr void build_schedule_into(schedule& s, stack_spec const& stack, strateg
 [[nodiscard]] constexpr schedule build_schedule(stack_spec const& stack, slot_sizes const& sizes, strategy const& how) {
   return build_schedule(bind_sizes(stack, sizes), how);
 }
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE schedule_issue detail::build_at_run_time(schedule& s, stack_spec const& stack, strategy const& how) {
+  return build_into(s, stack, how);
+}
+#endif
 
 }  // namespace tide

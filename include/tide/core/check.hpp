@@ -48,21 +48,27 @@
 //! sharing `check_common.hpp`; the report is `check_report` (core/check_report.hpp).
 
 #include <tide/core/check_report.hpp>
+#include <tide/core/config.hpp>
+#include <tide/core/error.hpp>
+#include <tide/core/schedule.hpp>
+#if TIDE_DEFINITIONS
 #include <tide/core/detail/check_bindings.hpp>
 #include <tide/core/detail/check_common.hpp>
 #include <tide/core/detail/check_layout.hpp>
 #include <tide/core/detail/check_peaks.hpp>
 #include <tide/core/detail/check_races.hpp>
 #include <tide/core/detail/check_structure.hpp>
-#include <tide/core/error.hpp>
-#include <tide/core/schedule.hpp>
+#endif
 
 namespace tide {
 
 //! Verifies `s`; throws `schedule_error` naming the invariant that fails and the layer, slot or
 //! ops involved. Takes any program, including malformed or hostile ones: nothing is indexed or
 //! summed before it is proven in range.
-inline check_report check_schedule(schedule_view const& s) {
+TIDE_INLINE check_report check_schedule(schedule_view const& s);
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE check_report check_schedule(schedule_view const& s) {
   auto const p = detail::check_program(s);
   detail::check_layout(s);
   check_report report;
@@ -70,5 +76,6 @@ inline check_report check_schedule(schedule_view const& s) {
   detail::check_races_and_data_flow(s, p, report);
   return report;
 }
+#endif
 
 }  // namespace tide

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/buffers.hpp>
 #include <tide/core/checkpoints.hpp>
 #include <tide/core/op.hpp>
@@ -160,7 +161,9 @@ constexpr schedule_issue overflow(std::string_view quantity, std::string_view ty
 }  // namespace detail
 
 //! The issue in words: what is wrong, with the names involved, and how to fix it.
-inline std::string to_message(schedule_issue const& i) {
+TIDE_INLINE std::string to_message(schedule_issue const& i);
+#if TIDE_DEFINITIONS
+TIDE_INLINE std::string to_message(schedule_issue const& i) {
   using c = schedule_issue_code;
   auto q = [](std::string_view v) {
     std::string r;  // appended piecewise: "'" + std::string(v) trips GCC 12's -Wrestrict (PR 105651)
@@ -262,6 +265,7 @@ inline std::string to_message(schedule_issue const& i) {
   }
   return "tide: invalid schedule";
 }
+#endif
 
 namespace detail {
 //! A name an issue concerns, as a structural value: a template argument of the failing

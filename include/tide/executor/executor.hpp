@@ -77,39 +77,7 @@ class executor {
 
   //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
   //! `opt.timeline`. `s` must outlive the executor.
-  executor(Backend& backend, schedule_view s, executor_options opt = {})
-      : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern, opt.check_reproduction) {
-    if (opt_.check_schedule) check_schedule(s_);
-    if constexpr (!storage_backend<Backend>)
-      if (s_.arena.storage_bytes > 0)
-        throw error("tide::executor: the schedule stores " + std::to_string(s_.arena.storage_bytes) +
-                    " bytes of spilled slots or disk snapshots in a file, but this backend has no storage tier "
-                    "(tide::storage_backend): run it on host_backend, cuda_backend or sim_backend, or spill nothing");
-    if (opt_.timeline) backend_.record_timeline(opt_.timeline);
-    // `arenas_` holds the lease on the blocks for as long as this executor lives.
-    try {
-      arenas_ = backend_.setup(backend_setup::of(s_));
-    } catch (out_of_memory const& e) {
-      // Say how to fit: the carry's share, then each way (offload, remat, carries, spill, the
-      // planner) with what it would take on this stack.
-      std::string more;
-      if (s_.carry.present()) {
-        auto const& c = s_.carry;
-        more = "; the carry '" + std::string(c.name) + "' (" + std::to_string(c.bytes) + " bytes) takes " +
-               std::to_string(s_.arena.carry_bytes) + " device bytes in " + std::to_string(c.device_buffers) +
-               " buffers and " + std::to_string(s_.arena.host_carry_bytes) + " host bytes in " + std::to_string(c.host_snapshots) +
-               " snapshots: store fewer carries (checkpoint_spec::device_snapshots, host_snapshots)";
-      }
-      // Which arena: the pools name theirs ("... pinned host arena"); the room is the budget less
-      // what other live executors hold (the request counts them).
-      bool const host = std::string_view(e.what()).find("host arena") != std::string_view::npos;
-      auto const mine = host ? s_.arena.host_bytes : s_.arena.device_bytes;
-      auto const others = e.requested > mine ? e.requested - mine : 0;
-      auto const room = e.budget > others ? e.budget - others : 0;
-      throw out_of_memory(e, more + detail::fit_hint(s_, host, room, storage_backend<Backend>));
-    }
-    checks_.attach(arenas_.device, arenas_.host, &failed_, this, &report_debug);
-  }
+  executor(Backend& backend, schedule_view s, executor_options opt = {});
   //! Waits for a step still enqueued (its errors cannot be thrown from here; its hooks, which may
   //! be gone, are not told).
   ~executor() {

@@ -36,6 +36,7 @@
 #include <liburing.h>
 #endif
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/vocabulary.hpp>
 #include <tide/storage/detail/direct_io_alignment.hpp>
@@ -96,35 +97,10 @@ class spill_file {
   //! direct-I/O alignment (see `direct_io_alignment()`) is refused, naming both. `alignment`: every transfer's offset and
   //! buffer address and length are multiples of it (direct I/O moves whole logical blocks; a
   //! transfer that is not is refused, never rounded up past the caller's buffer).
-  spill_file(storage_options opt, std::size_t bytes, std::size_t alignment) : opt_(std::move(opt)), alignment_(alignment) {
-    if (opt_.directory.empty())
-      throw storage_error("tide: a spill file needs a directory (storage_options::directory) on the storage device", EINVAL);
-    if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
-      throw storage_error("tide: the storage alignment " + std::to_string(alignment_) + " is not a power of two", EINVAL);
-    if (opt_.request_bytes < alignment_ || opt_.request_bytes % alignment_ != 0 || opt_.request_bytes > register_piece)
-      throw storage_error("tide: storage_options::request_bytes (" + std::to_string(opt_.request_bytes) +
-                              ") must be a positive multiple of the storage alignment (" + std::to_string(alignment_) +
-                              ") of at most 1 GiB",
-                          EINVAL);
-    // Checked here, not left to io_uring_queue_init: its EINVAL read "io_uring is not available:
-    // Invalid argument", and `automatic` then fell back to pread/pwrite without saying the option was wrong.
-    if (opt_.queue_depth < 1 || opt_.queue_depth > max_queue_depth)
-      throw storage_error("tide: storage_options::queue_depth (" + std::to_string(opt_.queue_depth) + ") must be between 1 and " +
-                              std::to_string(max_queue_depth) + " (tide::spill_file::max_queue_depth; the default is 32)",
-                          EINVAL);
-    open_file();
-    try {
-      check_direct_io_alignment();
-      reserve(bytes);
-      start_io();
-    } catch (...) {
-      close_all();
-      throw;
-    }
-  }
+  spill_file(storage_options opt, std::size_t bytes, std::size_t alignment);
   spill_file(spill_file const&) = delete;
   spill_file& operator=(spill_file const&) = delete;
-  ~spill_file() { close_all(); }
+  ~spill_file();
 
   //! Grows the file to hold `bytes` (a no-op when it does); throws `storage_error` on a full disk.
   void reserve(std::size_t bytes);
@@ -288,25 +264,12 @@ namespace detail {
 //! alignment below what direct I/O moves, then opens `file` or grows it. One file serves every
 //! schedule set up on the backend: it takes the smallest alignment asked, and refuses one below its
 //! device's direct-I/O alignment (`spill_file::direct_io_alignment()`), naming both.
-inline void prepare_spill_file(std::optional<spill_file>& file, storage_options const& opt, std::size_t bytes,
-                               std::size_t alignment, std::string_view backend) {
-  if (opt.directory.empty())
-    throw error("tide::" + std::string(backend) + ": the schedule stores " + std::to_string(bytes) +
-                " bytes of spilled slots or disk snapshots but the backend has no storage tier: set " + std::string(backend) +
-                "_options::storage.directory to a directory on the storage device");
-  if (alignment < spill_file::least_alignment)
-    throw error("tide::" + std::string(backend) + ": the schedule's storage alignment (" + std::to_string(alignment) +
-                ") is below the " + std::to_string(spill_file::least_alignment) +
-                " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
-  if (!file) {
-    file.emplace(opt, bytes, alignment);
-  } else {
-    file->lower_alignment(alignment);
-    file->reserve(bytes);
-  }
-}
+TIDE_INLINE void prepare_spill_file(std::optional<spill_file>& file, storage_options const& opt, std::size_t bytes,
+                                    std::size_t alignment, std::string_view backend);
 }  // namespace detail
 
 }  // namespace tide
 
+#if TIDE_DEFINITIONS
 #include <tide/storage/detail/spill_file_impl.hpp>  // the longer member functions
+#endif

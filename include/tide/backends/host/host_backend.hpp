@@ -26,10 +26,7 @@
 #include <thread>
 #include <vector>
 
-#ifdef __linux__
-#include <sys/prctl.h>
-#endif
-
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/link_model.hpp>
 #include <tide/executor/arena_pool.hpp>
@@ -78,21 +75,10 @@ class host_backend {
   using clock = std::chrono::steady_clock;  //!< the clock of timeline intervals and copy pacing
 
   //! Starts one worker thread per stream; throws if a thread cannot start.
-  explicit host_backend(host_backend_options opt = {})
-      : opt_(opt),
-        device_("tide: host backend device arena", opt.device_budget),
-        host_("tide: host backend pinned host arena", opt.host_budget) {
-    std::size_t started = 0;
-    try {
-      for (; started < stream_count; ++started) workers_[started] = std::thread([this, s = started] { work(s); });
-    } catch (...) {
-      stop_workers();  // a thread failed to start: join those that did, then report it
-      throw;
-    }
-  }
+  explicit host_backend(host_backend_options opt = {});
   host_backend(host_backend const&) = delete;
   host_backend& operator=(host_backend const&) = delete;
-  ~host_backend() { stop_workers(); }
+  ~host_backend();
 
   //! Records each op's interval and each blocking wait into `t` (nullptr: stop recording).
   void record_timeline(timeline* t) noexcept { timeline_ = t; }
@@ -110,31 +96,7 @@ class host_backend {
 
   //! Reserves both arenas within the budgets (throws `out_of_memory`), sizes events and queues
   //! for the schedule. Throws `error` while a step is enqueued: the workers use what it replaces.
-  arenas setup(backend_setup const& s) {
-    // The workers use the events and queues that setup may replace.
-    if (in_step_.load())
-      throw error("tide::host_backend: setup while a step is enqueued on this backend: wait for it "
-                  "(executor::wait) before creating another executor on the backend");
-    // The file first: a full disk or a bad directory is found before any arena is taken.
-    if (s.storage_bytes > 0) detail::prepare_spill_file(file_, opt_.storage, s.storage_bytes, s.storage_alignment, "host_backend");
-    auto d = device_.reserve(s.device_bytes, s.device_alignment);
-    auto h = host_.reserve(s.host_bytes, s.host_alignment);
-    if (file_ && s.storage_bytes > 0) file_->register_memory({h.data, s.host_bytes});
-    arenas a{d.data, h.data, joint_lease(std::move(d.lease), std::move(h.lease))};
-    if (events_.size() < s.events) {
-      std::vector<event> e(s.events);
-      events_.swap(e);
-      recorded_.assign(s.events, false);
-    }
-    for (auto& q : queues_) {
-      std::lock_guard lock(q.mutex);
-      if (q.items.size() < 4 * s.ops + 16) q.items.resize(4 * s.ops + 16);
-    }
-    max_ops_ = std::max(max_ops_, s.ops);
-    for (auto& t : spans_) t.reserve(s.ops);
-    for (auto& t : wait_spans_) t.reserve(s.waits);
-    return a;
-  }
+  arenas setup(backend_setup const& s);
 
   //! `r` itself: host work for stream `r` runs on its worker.
   stream_type stream(stream_role r) const noexcept { return r; }
@@ -184,34 +146,11 @@ class host_backend {
   void host_task(stream_role r, task t) { push(r, {item::host, 0, 0, t}); }
 
   //! Starts the step's clock; throws `error` when the previous step was not waited for.
-  void begin_step(schedule_view s) {
-    if (in_step_.exchange(true))
-      throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
-    start_ = clock::now();
-    storage_failure_ = nullptr;
-    storage_failed_.store(false);
-    storage_alignment_ = s.buffers.storage_alignment;
-    for (auto& t : spans_) t.clear();
-    for (auto& t : wait_spans_) t.clear();
-  }
+  void begin_step(schedule_view s);
   //! Everything is enqueued; the workers run on.
   void end_step() noexcept {}
   //! Waits until every stream has drained, then hands the recorded intervals to the timeline.
-  void wait_step() {
-    for (auto& q : queues_) {
-      std::unique_lock lock(q.mutex);
-      q.idle.wait(lock, [&] { return q.head == q.tail && !q.busy; });
-    }
-    if (timeline_) {
-      timeline_->clear();
-      // Sized once for the whole program: how many waits block varies from step to step.
-      timeline_->reserve(max_ops_);
-      for (auto& t : spans_) timeline_->ops.insert(timeline_->ops.end(), t.begin(), t.end());
-      for (auto& t : wait_spans_) timeline_->waits.insert(timeline_->waits.end(), t.begin(), t.end());
-    }
-    in_step_.store(false);
-    if (storage_failure_) std::rethrow_exception(std::exchange(storage_failure_, nullptr));
-  }
+  void wait_step();
 
  private:
   // 32-bit counters: libstdc++ waits on those with a futex directly; its proxy wait for 64-bit
@@ -236,14 +175,7 @@ class host_backend {
     std::size_t file_offset = 0;  // store/load
   };
 
-  void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at) {
-    if (!file_) throw error("tide::host_backend: a store or load without a storage file (the schedule was set up without one)");
-    item it{write ? item::store : item::load, i};
-    it.dst = at;
-    it.bytes = align_up(o.bytes, storage_alignment_);  // the slot's region, padded as the schedule laid it out
-    it.file_offset = o.file_offset;
-    push(r, it);
-  }
+  void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
   struct queue {
     std::mutex mutex;
     std::condition_variable ready, idle;
@@ -252,141 +184,14 @@ class host_backend {
     bool busy = false, stop = false;
   };
 
-  void stop_workers() noexcept {
-    for (auto& q : queues_) {
-      std::lock_guard lock(q.mutex);
-      q.stop = true;
-      q.ready.notify_all();
-    }
-    for (auto& w : workers_)
-      if (w.joinable()) w.join();
-  }
+  void stop_workers() noexcept;
 
-  void push(stream_role r, item const& it) {
-    auto& q = queues_[static_cast<std::size_t>(r)];
-    std::lock_guard lock(q.mutex);
-    if (q.tail - q.head == q.items.size()) {  // full: grow (only before steady state)
-      std::vector<item> bigger(q.items.size() * 2 + 16);
-      for (std::size_t i = q.head; i < q.tail; ++i) bigger[i - q.head] = q.items[i % q.items.size()];
-      q.tail -= q.head;
-      q.head = 0;
-      q.items.swap(bigger);
-    }
-    q.items[q.tail++ % q.items.size()] = it;
-    q.ready.notify_one();
-  }
+  void push(stream_role r, item const& it);
 
   double us(clock::time_point t) const noexcept { return std::chrono::duration<double, std::micro>(t - start_).count(); }
   double now_us() const noexcept { return us(clock::now()); }
 
-  void work(std::size_t s) {
-#ifdef __linux__
-    prctl(PR_SET_TIMERSLACK, 1UL);  // paced copies wake at their deadline, not up to 50 us late
-#endif
-    auto& q = queues_[s];
-    auto const role = static_cast<stream_role>(s);
-    // When this stream's next item could nominally start: after the previous item (a paced copy
-    // counts as done at its due time, not when this thread woke up) and after any blocking.
-    auto ready_at = clock::now();
-    for (;;) {
-      item it;
-      {
-        std::unique_lock lock(q.mutex);
-        q.busy = false;
-        if (q.head == q.tail) {
-          q.idle.notify_all();
-          q.ready.wait(lock, [&] { return q.stop || q.head != q.tail; });
-          ready_at = std::max(ready_at, clock::now());
-        }
-        if (q.head == q.tail) return;
-        it = q.items[q.head++ % q.items.size()];
-        q.busy = true;
-      }
-      switch (it.kind) {
-        case item::run: {
-          auto const b = now_us();
-          it.fn();
-          ready_at = clock::now();
-          if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
-          break;
-        }
-        case item::copy: {
-          auto const picked = clock::now();
-          if (auto const copy_us = it.pace->time_us(it.bytes); copy_us > 0) {
-            // Pace against the link's own schedule, as a copy engine would run: a copy that was
-            // ready (queued, its waits done) when the link became free starts then, not when this
-            // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
-            auto& link = link_free_[it.pace == &opt_.d2h ? 0 : 1];
-            auto const start =
-                std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
-            auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(copy_us));
-            // The data becomes visible only when the copy completes on the link's schedule, as on a
-            // GPU: a reader that misses a wait sees the old bytes, and the source is read at the
-            // end, so one overwritten during the copy shows too.
-            std::this_thread::sleep_until(due);
-            auto const moving = clock::now();
-            std::memcpy(it.dst, it.src, it.bytes);
-            auto const done = clock::now();
-            // The link stands for the memcpy: it is free again at `due`, unless moving the bytes
-            // took longer than the link's time (never faster than the copy really took).
-            auto const end = std::max(due, start + (done - moving));
-            link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
-            ready_at = end;
-            // The span: from when this stream was on the copy to when its data became visible.
-            if (timeline_) spans_[s].push_back({it.index, role, us(std::max(start, picked)), us(done)});
-          } else {
-            std::memcpy(it.dst, it.src, it.bytes);
-            ready_at = clock::now();
-            if (timeline_) spans_[s].push_back({it.index, role, us(picked), us(ready_at)});
-          }
-          break;
-        }
-        case item::record: {
-          auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
-          e.store(it.target, std::memory_order_release);
-          e.notify_all();
-          break;
-        }
-        case item::wait: {
-          auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
-          auto v = e.load(std::memory_order_acquire);
-          if (reached(v, it.target)) break;
-          auto const b = now_us();
-          while (!reached(v, it.target)) {
-            e.wait(v, std::memory_order_acquire);
-            v = e.load(std::memory_order_acquire);
-          }
-          ready_at = std::max(ready_at, clock::now());
-          if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, now_us()});
-          break;
-        }
-        case item::store:
-        case item::load: {
-          auto const b = now_us();
-          // After a failed transfer the step is lost: skip the rest rather than read back what
-          // was never written. The first failure is thrown by wait_step.
-          if (!storage_failed_.load(std::memory_order_acquire)) {
-            try {
-              if (it.kind == item::store) file_->write(it.dst, it.file_offset, it.bytes);
-              else file_->read(it.dst, it.file_offset, it.bytes);
-            } catch (...) {
-              storage_failure_ = std::current_exception();  // only this worker writes it during a step
-              storage_failed_.store(true, std::memory_order_release);
-            }
-          }
-          ready_at = clock::now();
-          if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
-          break;
-        }
-        case item::host:
-          // A host task occupies its stream as on a GPU: a paced copy behind it cannot nominally
-          // start before it ends (a debug poisoning memset would otherwise shorten the copy).
-          it.fn();
-          ready_at = clock::now();
-          break;
-      }
-    }
-  }
+  void work(std::size_t s);
 
   host_backend_options opt_;
   arena_pool<detail::page_allocator> device_, host_;
@@ -411,3 +216,7 @@ class host_backend {
 static_assert(storage_backend<host_backend>);
 
 }  // namespace tide
+
+#if TIDE_DEFINITIONS
+#include <tide/backends/host/detail/host_backend_impl.hpp>  // the longer member functions
+#endif

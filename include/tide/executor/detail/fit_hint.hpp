@@ -10,11 +10,21 @@
 #include <string_view>
 #include <vector>
 
-#include <tide/core/build.hpp>
+#include <tide/core/config.hpp>
 #include <tide/core/schedule.hpp>
+#if TIDE_DEFINITIONS
+#include <tide/core/build.hpp>
 #include <tide/core/stack.hpp>
+#endif
 
 namespace tide::detail {
+
+//! The lines after an out-of-memory message: for the arena that did not fit (`host`: the pinned
+//! host arena, else the device arena), what each alternative strategy needs on this stack and
+//! whether that fits in `room` (the budget less what other live executors hold).
+TIDE_INLINE std::string fit_hint(schedule_view s, bool host, std::size_t room, bool has_storage);
+
+#if TIDE_DEFINITIONS
 
 //! The stack `s` was built from, as far as its view tells: layer types with their slots (names,
 //! sizes, inputs) and the carry. Names refer to `s`'s storage.
@@ -30,10 +40,7 @@ inline stack_spec stack_of(schedule_view s) {
   return st;
 }
 
-//! The lines after an out-of-memory message: for the arena that did not fit (`host`: the pinned
-//! host arena, else the device arena), what each alternative strategy needs on this stack and
-//! whether that fits in `room` (the budget less what other live executors hold).
-inline std::string fit_hint(schedule_view s, bool host, std::size_t room, bool has_storage) {
+TIDE_INLINE std::string fit_hint(schedule_view s, bool host, std::size_t room, bool has_storage) {
   std::string out = ". Ways to fit this stack (each built here with this schedule's buffers and pipeline; device / pinned host" +
                     std::string(has_storage ? " / file" : "") + " bytes):";
   try {
@@ -98,5 +105,7 @@ inline std::string fit_hint(schedule_view s, bool host, std::size_t room, bool h
   }
   return out;
 }
+
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide::detail

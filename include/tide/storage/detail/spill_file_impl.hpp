@@ -7,7 +7,37 @@
 
 namespace tide {
 
-inline void spill_file::reserve(std::size_t bytes) {
+TIDE_INLINE spill_file::spill_file(storage_options opt, std::size_t bytes, std::size_t alignment)
+    : opt_(std::move(opt)), alignment_(alignment) {
+  if (opt_.directory.empty())
+    throw storage_error("tide: a spill file needs a directory (storage_options::directory) on the storage device", EINVAL);
+  if (alignment_ == 0 || (alignment_ & (alignment_ - 1)) != 0)
+    throw storage_error("tide: the storage alignment " + std::to_string(alignment_) + " is not a power of two", EINVAL);
+  if (opt_.request_bytes < alignment_ || opt_.request_bytes % alignment_ != 0 || opt_.request_bytes > register_piece)
+    throw storage_error("tide: storage_options::request_bytes (" + std::to_string(opt_.request_bytes) +
+                            ") must be a positive multiple of the storage alignment (" + std::to_string(alignment_) +
+                            ") of at most 1 GiB",
+                        EINVAL);
+  // Checked here, not left to io_uring_queue_init: its EINVAL read "io_uring is not available:
+  // Invalid argument", and `automatic` then fell back to pread/pwrite without saying the option was wrong.
+  if (opt_.queue_depth < 1 || opt_.queue_depth > max_queue_depth)
+    throw storage_error("tide: storage_options::queue_depth (" + std::to_string(opt_.queue_depth) + ") must be between 1 and " +
+                            std::to_string(max_queue_depth) + " (tide::spill_file::max_queue_depth; the default is 32)",
+                        EINVAL);
+  open_file();
+  try {
+    check_direct_io_alignment();
+    reserve(bytes);
+    start_io();
+  } catch (...) {
+    close_all();
+    throw;
+  }
+}
+
+TIDE_INLINE spill_file::~spill_file() { close_all(); }
+
+TIDE_INLINE void spill_file::reserve(std::size_t bytes) {
   if (bytes <= size_) return;
   std::size_t want = 0;
   if (!checked_align_up(bytes, alignment_, want) || want > static_cast<std::size_t>(std::numeric_limits<off_t>::max()))
@@ -25,7 +55,7 @@ inline void spill_file::reserve(std::size_t bytes) {
   size_ = want;
 }
 
-inline void spill_file::lower_alignment(std::size_t alignment) {
+TIDE_INLINE void spill_file::lower_alignment(std::size_t alignment) {
   std::lock_guard lock(transfer_mutex_);
   if (alignment >= alignment_) return;
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
@@ -34,7 +64,7 @@ inline void spill_file::lower_alignment(std::size_t alignment) {
   alignment_ = alignment;
 }
 
-inline void spill_file::open_file() {
+TIDE_INLINE void spill_file::open_file() {
   direct_ = opt_.direct;
   auto const flags = O_RDWR | O_CLOEXEC;
   auto const dir = opt_.directory.c_str();
@@ -66,7 +96,7 @@ inline void spill_file::open_file() {
   }
 }
 
-inline void spill_file::check_direct_io_alignment() {
+TIDE_INLINE void spill_file::check_direct_io_alignment() {
   if (!direct_) return;
   dio_ = detail::probe_direct_io_alignment(fd_);
   std::size_t need = dio_ ? dio_->required() : 0;
@@ -78,7 +108,7 @@ inline void spill_file::check_direct_io_alignment() {
   refuse_below_direct_io(alignment_);
 }
 
-inline void spill_file::start_io() {
+TIDE_INLINE void spill_file::start_io() {
   std::string why;
   if (opt_.io != storage_io::posix) {
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
@@ -100,7 +130,7 @@ inline void spill_file::start_io() {
   if (!direct_ && opt_.direct) say(description_);
 }
 
-inline void spill_file::close_all() noexcept {
+TIDE_INLINE void spill_file::close_all() noexcept {
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
   if (uring_) io_uring_queue_exit(&ring_);
   uring_ = false;
@@ -109,7 +139,7 @@ inline void spill_file::close_all() noexcept {
   fd_ = -1;
 }
 
-inline void spill_file::check_transfer(bool write, std::byte const* buf, std::size_t offset, std::size_t bytes) const {
+TIDE_INLINE void spill_file::check_transfer(bool write, std::byte const* buf, std::size_t offset, std::size_t bytes) const {
   auto const what = std::string(write ? "writing " : "reading ") + std::to_string(bytes) + " bytes at offset " + std::to_string(offset);
   auto const a = std::to_string(alignment_);
   if (bytes % alignment_ != 0) {
@@ -135,7 +165,7 @@ inline void spill_file::check_transfer(bool write, std::byte const* buf, std::si
                         EINVAL);
 }
 
-inline void spill_file::transfer(bool write, std::byte* buf, std::size_t offset, std::size_t bytes) {
+TIDE_INLINE void spill_file::transfer(bool write, std::byte* buf, std::size_t offset, std::size_t bytes) {
   // One transfer at a time (the ring and its request list are one): backends issue them in one
   // stream's order, but a hand-written program may not.
   std::lock_guard lock(transfer_mutex_);
@@ -156,7 +186,7 @@ inline void spill_file::transfer(bool write, std::byte* buf, std::size_t offset,
 }
 
 #if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
-inline void spill_file::uring_transfer(bool write, std::byte* buf, std::size_t offset, std::size_t len) {
+TIDE_INLINE void spill_file::uring_transfer(bool write, std::byte* buf, std::size_t offset, std::size_t len) {
   pending_.clear();
   auto const base = registered_.data();
   bool const fixed = !registered_.empty() && buf >= base && buf + len <= base + registered_.size();
@@ -224,7 +254,7 @@ inline void spill_file::uring_transfer(bool write, std::byte* buf, std::size_t o
   }
 }
 
-inline void spill_file::restart_ring() noexcept {
+TIDE_INLINE void spill_file::restart_ring() noexcept {
   io_uring_queue_exit(&ring_);
   uring_ = io_uring_queue_init(std::max<std::uint32_t>(opt_.queue_depth, 1), &ring_, 0) == 0;
   auto const host = std::exchange(registered_, {});
@@ -232,5 +262,25 @@ inline void spill_file::restart_ring() noexcept {
   describe_noexcept();
 }
 #endif
+
+namespace detail {
+TIDE_INLINE void prepare_spill_file(std::optional<spill_file>& file, storage_options const& opt, std::size_t bytes,
+                                    std::size_t alignment, std::string_view backend) {
+  if (opt.directory.empty())
+    throw error("tide::" + std::string(backend) + ": the schedule stores " + std::to_string(bytes) +
+                " bytes of spilled slots or disk snapshots but the backend has no storage tier: set " + std::string(backend) +
+                "_options::storage.directory to a directory on the storage device");
+  if (alignment < spill_file::least_alignment)
+    throw error("tide::" + std::string(backend) + ": the schedule's storage alignment (" + std::to_string(alignment) +
+                ") is below the " + std::to_string(spill_file::least_alignment) +
+                " bytes direct I/O moves at least: use buffer_spec::storage_alignment of 512 or more (the default is 4096)");
+  if (!file) {
+    file.emplace(opt, bytes, alignment);
+  } else {
+    file->lower_alignment(alignment);
+    file->reserve(bytes);
+  }
+}
+}  // namespace detail
 
 }  // namespace tide

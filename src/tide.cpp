@@ -1,0 +1,17 @@
+// tide's compiled parts, for separate compilation (include/tide/core/config.hpp): the checker,
+// the host and simulated backends, the spill file, the builder's run-time path and the executor's
+// step machinery for host_backend and sim_backend, compiled once. Built by Meson with
+// -Dseparate_compilation=true (and by CMake with -DTIDE_SEPARATE_COMPILATION=ON); a program
+// that builds it itself compiles this file with -DTIDE_SEPARATE_COMPILATION and defines that in
+// every translation unit that includes tide.
+#ifndef TIDE_SEPARATE_COMPILATION
+#error "src/tide.cpp is the library of tide's separate compilation: compile it with -DTIDE_SEPARATE_COMPILATION (and every file that includes tide too)"
+#endif
+#define TIDE_BUILDING_LIBRARY 1
+
+#include <tide/sim.hpp>
+
+namespace tide {
+template class executor<host_backend>;
+template class executor<sim_backend>;
+}  // namespace tide
