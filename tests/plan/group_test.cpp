@@ -135,6 +135,37 @@ TEST(GroupedPlan, CloseToTheUngroupedHeuristicOnRepeatedLayers) {
   EXPECT_GE(checked, 4);
 }
 
+// Two runs of different types back to back (dense layers, then wider ones, as DeepSeek's first
+// layers are dense): each run's ends are planned layer by layer, the boundary between them too.
+TEST(GroupedPlan, TwoRunsOfDifferentTypes) {
+  std::uint32_t const a = sanitized() ? 30 : 50, b = sanitized() ? 40 : 90;
+  stack_spec st;
+  st.append(block(4), a);
+  st.append(block(6, "wide"), b);
+  cost_table costs = uniform_costs(a + b, block_cost(4), host_link::symmetric(50e9, 5));
+  for (std::uint32_t l = a; l < a + b; ++l) costs.layers[l] = block_cost(6, 1.5);
+  for (bool host_cap : {false, true}) {
+    plan_options opt;
+    opt.device_budget = build_schedule(st, strategy{}).peak_device_bytes() / 3;
+    if (host_cap) opt.host_budget = build_schedule(st, {.policy = {rule_spec{.where = placement::offload}}}).peak_host_bytes() / 4;
+    if (sanitized()) opt.class_search_max_evaluations = 40;
+    auto ungrouped_opt = opt;
+    ungrouped_opt.group_above_decisions = std::numeric_limits<std::size_t>::max();
+    auto grouped_opt = opt;
+    grouped_opt.group_above_decisions = 0;
+    grouped_opt.group_blocks = 4;
+    auto const u = make_plan(st, costs, ungrouped_opt);
+    auto const g = make_plan(st, costs, grouped_opt);
+    SCOPED_TRACE(host_cap ? "host cap" : "no host cap");
+    EXPECT_GT(g.grouped_layers, 0u);
+    expect_valid(st, costs, u, opt);
+    expect_valid(st, costs, g, opt);
+    EXPECT_LE(g.step_us, u.step_us * 1.01) << "grouped " << g.step_us << " ungrouped " << u.step_us;
+    std::printf("two runs%s: grouped/ungrouped %.4f, gaps %.2f%% and %.2f%%\n", host_cap ? ", host cap" : "", g.step_us / u.step_us,
+                100 * g.gap_to_bound(), 100 * u.gap_to_bound());
+  }
+}
+
 // Small stacks where the exact search is the reference: prefetch distance 0 (edge 2), one block.
 // The grouped plan is never faster than the exact plan (which is optimal) and within 5% of it.
 TEST(GroupedPlan, NeverBeatsTheExactPlanAndStaysClose) {
@@ -226,5 +257,7 @@ TEST(GroupedPlan, HostileInputs) {
     EXPECT_FALSE(p.fits);
     EXPECT_TRUE(p.decisions.empty());
     EXPECT_GT(p.smallest_activation_bytes, o.device_budget);
+    EXPECT_LT(p.smallest_activation_bytes, std::numeric_limits<std::size_t>::max());  // a peak reached, not "none"
+    EXPECT_GT(p.grouped_layers, 0u);
   }
 }

@@ -290,6 +290,22 @@ inline plan plan_grouped(stack_spec const& stack, cost_table const& costs, plan_
   for (std::uint32_t c = 0; c < g.stack.layer_count(); ++c)
     if (g.weight[c] > 1) best.grouped_layers += g.weight[c];
   if (!best.fits) {
+    // Nothing fit: the smallest peaks of the extremes within the host budget (everything
+    // rematerialized but the inputs, kept; everything offloaded, per pipeline), so the answer says
+    // how far off the device budget is.
+    std::vector<placement> all;
+    for (std::uint32_t l = 0; l < stack.layer_count(); ++l)
+      for (auto const& x : stack.layer(l).slots) all.push_back(x.input ? placement::keep : placement::remat);
+    auto peak = [&](strategy how) {
+      how.policy = policy_from_decisions(stack, all);
+      ++evaluations;
+      if (!try_build_schedule_into(s, stack, how) && s.peak_host_bytes() <= opt.host_budget)
+        best.smallest_activation_bytes = std::min(best.smallest_activation_bytes, s.peak_device_bytes());
+    };
+    peak(o.candidates.front());
+    std::fill(all.begin(), all.end(), placement::offload);
+    for (auto const& c : o.candidates) peak(c);
+    best.evaluations = evaluations;
     best.step_us = 0;
     best.decisions.clear();
   }
