@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -263,6 +264,9 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
     tr.prepare(d.tokens[0], d.targets[0]);
     tide::calibration_options co;
     co.repeats = static_cast<std::uint32_t>(std::clamp(o.repeats, 1, 5));  // as many as the measured rounds, up to 5
+    // The host backend's copies are memcpy on a worker thread each way: with one core computing and
+    // one left (2 cores), an offload and a prefetch at once share that core, a half-duplex link.
+    co.full_duplex = std::thread::hardware_concurrency() > 2;
     co.input = [&](std::span<std::byte> in) {  // the real batch's embeddings, so the routers route as in training
       tr.net().embed(d.tokens[0], sh, {reinterpret_cast<float*>(in.data()), in.size() / sizeof(float)});
     };
