@@ -170,6 +170,7 @@ TEST(GroupedPlan, TwoRunsOfDifferentTypes) {
 // The grouped plan is never faster than the exact plan (which is optimal) and within 5% of it.
 TEST(GroupedPlan, NeverBeatsTheExactPlanAndStaysClose) {
   for (std::uint32_t L : {6u, 7u}) {
+    if (sanitized() && L > 6) continue;  // about 9 s an exact plan under ASan at -O0
     stack_spec st;
     st.append(block(2), L);
     auto const costs = uniform_costs(L, block_cost(2), host_link::symmetric(50e9, 5));
