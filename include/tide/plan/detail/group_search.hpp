@@ -207,9 +207,10 @@ inline plan plan_grouped(stack_spec const& stack, cost_table const& costs, plan_
                                       static_cast<double>(host_over));
   }
   // The fill: a block's layers share a placement, so the bisection leaves device (and host) room
-  // smaller than a block's worth of a slot. Rematerialized slots of the blocks' layers are kept
-  // (or offloaded) layer by layer into that room, dearest to recompute per byte first, each try
-  // built and simulated whole and kept only when it fits and is faster.
+  // smaller than a block's worth of a slot. Rematerialized slots of the blocks' layers are
+  // offloaded (into the host room, while offloads pay) or kept (into the device room) layer by
+  // layer, dearest to recompute per byte first, each try built and simulated whole and kept only
+  // when it fits and is faster. Offloads first: they leave the device room to the keeps.
   if (best.fits) {
     struct slot_class {
       std::uint32_t c;  // compressed layer (a stand-in)
@@ -241,7 +242,7 @@ inline plan plan_grouped(stack_spec const& stack, cost_table const& costs, plan_
       if (tries >= opt.group_fill_tries) break;
       auto const S = g.stack.layer(cl.c).slots.size();
       auto const bytes = std::max<std::size_t>(g.stack.layer(cl.c).slots[cl.k].bytes, 1);
-      for (auto to : {placement::keep, placement::offload}) {
+      for (auto to : {placement::offload, placement::keep}) {
         if (to == placement::offload && !offload_pays) break;
         std::vector<std::size_t> members;  // this class's rematerialized decisions in the full plan
         for (std::uint32_t w = 0; w < g.weight[cl.c]; ++w)
