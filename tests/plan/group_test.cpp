@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <tide/backends/sim/sim_backend.hpp>
+#include <tide/plan/detail/group_search.hpp>  // compress_runs, expand_decisions (hidden from planner.hpp in separate compilation)
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
 #include <tide/tide.hpp>
