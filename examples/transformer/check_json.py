@@ -71,6 +71,13 @@ def main():
         if planner[0]["tokens_per_s"] < NOISE * top["tokens_per_s"]:
             problems.append(f"the planner's tuned row ({planner[0]['tokens_per_s']} tokens/s) is far below {top['policy']}'s "
                             f"({top['tokens_per_s']})")
+    if d.get("policy_file"):  # --policy-out: the tuned choice as a policy file (the demo checked its replay)
+        try:
+            with open(d["policy_file"]) as f:
+                if "rules" not in json.load(f):
+                    problems.append(f"{d['policy_file']}: no rules")
+        except (OSError, ValueError) as e:
+            problems.append(f"{d['policy_file']}: {e}")
     if not (d["checksums_equal"] and d["loss_decreased"]):
         problems.append("checksums_equal or loss_decreased is false")
     for x in problems:

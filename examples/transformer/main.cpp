@@ -13,12 +13,15 @@
 // tokens/s (its best predicted micro-batches measured, interleaved, on a backend that enforces
 // the budget), the planner's row the tuned choice among `plan_micro_batches`' best.
 //
-//   transformer [--small] [--json] [--trace FILE] [--steps N] [--micro-batch N] [--budget BYTES] ...
+//   transformer [--small] [--json] [--trace FILE] [--policy-out FILE] [--steps N] [--micro-batch N] [--budget BYTES] ...
 #include "example.hpp"
 #include "task.hpp"
 #include "tide_model.hpp"
 
 #include <tide/tide.hpp>
+#if TIDE_DEMO_POLICY_FILES
+#include <tide/io/json.hpp>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -59,6 +62,7 @@ struct options {
   bool small = false;
   bool json = false;
   std::string trace;
+  std::string policy_out;
 };
 
 options parse(int argc, char** argv) {
@@ -67,6 +71,7 @@ options parse(int argc, char** argv) {
   cli.flag("--small", o.small, "a fast configuration for the test suite")
       .flag("--json", o.json, "print the results as JSON")
       .option("--trace", o.trace, "FILE", "write the deepseek-lhs run's timeline as Chrome trace JSON")
+      .option("--policy-out", o.policy_out, "FILE", "write the planner's tuned choice as a policy file (needs nlohmann/json)")
       .option("--steps", o.steps, "N", "training steps per policy (at least 2; the first is a warm-up)")
       .option("--repeats", o.repeats, "N", "measured rounds per configuration, interleaved (medians; at least 1)")
       .option("--micro-batch", o.micro_batch, "N", "sequences per step")
@@ -96,6 +101,9 @@ options parse(int argc, char** argv) {
   }
   if (o.steps < 2) cli.fail("--steps must be at least 2");
   if (o.repeats < 1) cli.fail("--repeats must be at least 1");
+#if !TIDE_DEMO_POLICY_FILES
+  if (!o.policy_out.empty()) cli.fail("--policy-out needs tide built with nlohmann/json (-Djson=enabled)");
+#endif
   if (o.micro_batch == 0 || o.length == 0) cli.fail("--micro-batch and --length must be positive");
   if (o.max_micro_batch < 2) cli.fail("--max-micro-batch must be at least 2");
   if (!(o.link_ratio > 0) || o.link_ratio > 10) cli.fail("--link-ratio must be in (0, 10]");
@@ -451,6 +459,31 @@ int run(options const& o) {
   if (std::none_of(best.begin(), best.end(), [](auto const& b) { return b.policy == "planner"; }))
     best.push_back({"planner"});
 
+  // The planner's tuned choice saved as a policy file, read back and rebuilt: the same schedule.
+  std::string saved;
+  if (!o.policy_out.empty()) {
+#if TIDE_DEMO_POLICY_FILES
+    std::optional<std::size_t> kept;
+    for (std::size_t i = 0; i < cands.size(); ++i)
+      if (cands[i].policy == "planner" && (!kept || tuned.results[i].tokens_per_second > tuned.results[*kept].tokens_per_second)) kept = i;
+    if (!kept) {
+      std::fprintf(stderr, "transformer: --policy-out: the planner fits no micro-batch under the budget: nothing to write\n");
+      return 1;
+    }
+    auto const& c = cands[*kept].candidate;
+    auto const st = transformer::make_stack(o.net, {c.micro_batch, 2 * o.length});
+    tide::io::write_policy_file(o.policy_out, c.strategy);
+    auto const back = tide::build_schedule(st, tide::io::read_policy_file(o.policy_out, st));
+    auto const& orig = cands[*kept].sched;
+    if (back.ops != orig.ops || back.slots != orig.slots || back.arena != orig.arena) {
+      std::fprintf(stderr, "transformer: %s read back builds another schedule than the planner's\n", o.policy_out.c_str());
+      return 1;
+    }
+    saved = "the planner's tuned choice (micro-batch " + std::to_string(c.micro_batch) + ") written to " + o.policy_out +
+            "; read back, it builds the same schedule";
+#endif
+  }
+
   if (!o.trace.empty()) {
     std::ofstream out(o.trace);
     tide::write_chrome_trace(out, trace, schedules[deepseek], "tide transformer: deepseek-lhs");
@@ -528,6 +561,7 @@ int run(options const& o) {
         .field("reference_checksum", example::hex(reference))
         .field("checksums_equal", same)
         .field("loss_decreased", descended)
+        .field("policy_file", o.policy_out)
         .raw("runs", example::json_array(rows))
         .raw("best_under_budget", example::json_array(bests))
         .raw("tuning", example::json_array(tuning));
@@ -611,6 +645,7 @@ int run(options const& o) {
       }
       c.print();
     }
+    if (!saved.empty()) std::printf("\n%s\n", saved.c_str());
   }
   return same && descended ? 0 : 1;
 }
