@@ -1,6 +1,7 @@
 // tide's compiled parts, for separate compilation (include/tide/core/config.hpp): the checker,
-// the host and simulated backends, the spill file, the builder's run-time path and the executor's
-// step machinery for host_backend and sim_backend, compiled once. Built by Meson with
+// the host and simulated backends, the spill file, the builder's run-time path, the executor's
+// step machinery for host_backend and sim_backend, and the planner's entry points (make_plan,
+// plan_micro_batches, step_lower_bound, simulate, compare_strategies, ...), compiled once. Built by Meson with
 // -Dseparate_compilation=true (and by CMake with -DTIDE_SEPARATE_COMPILATION=ON); a program
 // that builds it itself compiles this file with -DTIDE_SEPARATE_COMPILATION and defines that in
 // every translation unit that includes tide.
@@ -9,7 +10,7 @@
 #endif
 #define TIDE_BUILDING_LIBRARY 1
 
-#include <tide/sim.hpp>
+#include <tide/planning.hpp>
 
 namespace tide {
 template class executor<host_backend>;

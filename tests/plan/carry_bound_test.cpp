@@ -86,7 +86,9 @@ TEST(CarryBound, NeverAboveAFeasibleScheduleAndTighterWhereTheBudgetsBind) {
     tighter += b.step_us > b.keep_all_us * (1 + 1e-9);
     // The plan, with its checkpoints chosen, is never faster than the bound either.
     auto const p = make_plan(st, c, {.device_budget = device, .host_budget = host});
-    if (p.fits) EXPECT_LE(p.lower_bound_us, p.step_us * (1 + 1e-9));
+    if (p.fits) {
+      EXPECT_LE(p.lower_bound_us, p.step_us * (1 + 1e-9));
+    }
   }
   if (!sanitized()) {
     EXPECT_GE(checked, 16);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <tide/plan/checkpointing.hpp>
+#include <tide/plan/detail/two_tier_search.hpp>  // detail::ckpt::segment_estimate (plan/checkpointing.hpp shows it only with its definitions)
 
 #include <algorithm>
 #include <array>

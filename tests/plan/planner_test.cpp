@@ -761,7 +761,9 @@ TEST(Planner, ExactIsExactOverEveryPlacementWithAStorageBudget) {
     if (p.exact) {
       ++exact_claims;
       EXPECT_EQ(p.fits, std::isfinite(want)) << what;
-      if (p.fits && std::isfinite(want)) EXPECT_NEAR(p.step_us, want, 1e-6 * want) << what;
+      if (p.fits && std::isfinite(want)) {
+        EXPECT_NEAR(p.step_us, want, 1e-6 * want) << what;
+      }
     } else {
       ++not_exact;
       missed += !p.fits && std::isfinite(want);

@@ -15,6 +15,7 @@
 #include <tuple>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/vocabulary.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/slot_handle.hpp>
@@ -150,19 +151,8 @@ struct stack_spec {
     for (auto const& i : items) r += (r.empty() ? "'" : ", '") + std::string(i.name) + "'";
     return r.empty() ? std::string("none") : r;
   }
-  static std::string describe_slot(layer_spec const& t, std::size_t k) {
-    if (k >= t.slots.size()) return "no slot";
-    auto const& s = t.slots[k];
-    return "'" + std::string(s.name) + "' of " +
-           (s.bytes == dynamic_bytes ? std::string("run-time size") : std::to_string(s.bytes) + " bytes") +
-           (s.input ? ", the input" : "");
-  }
-  [[noreturn]] static void throw_type_conflict(layer_spec const& first, layer_spec const& again, std::size_t k) {
-    throw schedule_error("tide: two layer types are named '" + std::string(first.name) +
-                         "' but declare different slots (slot " + std::to_string(k) + ": " +
-                         describe_slot(first, k) + " in the first, " + describe_slot(again, k) +
-                         " in the second): give each layer type its own name");
-  }
+  static std::string describe_slot(layer_spec const& t, std::size_t k);
+  [[noreturn]] static void throw_type_conflict(layer_spec const& first, layer_spec const& again, std::size_t k);
 };
 
 //! Run-time sizes for slots declared with `dynamic_bytes`, by slot name (all layer types).
@@ -372,5 +362,21 @@ struct stack {
     return s;
   }
 };
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE std::string stack_spec::describe_slot(layer_spec const& t, std::size_t k) {
+  if (k >= t.slots.size()) return "no slot";
+  auto const& s = t.slots[k];
+  return "'" + std::string(s.name) + "' of " +
+         (s.bytes == dynamic_bytes ? std::string("run-time size") : std::to_string(s.bytes) + " bytes") +
+         (s.input ? ", the input" : "");
+}
+TIDE_INLINE void stack_spec::throw_type_conflict(layer_spec const& first, layer_spec const& again, std::size_t k) {
+  throw schedule_error("tide: two layer types are named '" + std::string(first.name) +
+                       "' but declare different slots (slot " + std::to_string(k) + ": " +
+                       describe_slot(first, k) + " in the first, " + describe_slot(again, k) +
+                       " in the second): give each layer type its own name");
+}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide

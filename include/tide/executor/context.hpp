@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/schedule.hpp>
@@ -65,8 +66,12 @@ std::span<T> view_as(std::span<Byte> s, What&& what) {
   return {reinterpret_cast<T*>(s.data()), s.size() / sizeof(T)};
 }
 
-inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_t layer, std::string_view type,
-                               std::string_view name) {
+// The index of slot `name` of `layer` (of layer type `type`); throws `slot_error` listing its slots.
+TIDE_INLINE std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_t layer, std::string_view type,
+                                    std::string_view name);
+#if TIDE_DEFINITIONS
+TIDE_INLINE std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_t layer, std::string_view type,
+                                    std::string_view name) {
   for (std::size_t k = 0; k < slots.size(); ++k)
     if (slots[k].name == name) return static_cast<std::uint16_t>(k);
   std::string names;
@@ -74,6 +79,7 @@ inline std::uint16_t find_slot(std::span<slot_binding const> slots, std::uint32_
   throw slot_error("tide: layer " + std::to_string(layer) + " (" + std::string(type) + ") has no slot '" +
                    std::string(name) + "'; its slots are: " + names);
 }
+#endif
 
 //! The index of slot `Name` in the layer type of `bindings`, from a small cache per thread and
 //! name keyed by the layer type's name: a lambda asking for the same slot of one of up to four

@@ -27,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 
 #include <tide/core/reversal.hpp>
@@ -198,7 +199,7 @@ struct chain_evaluation {
 
 //! Runs `actions` through the model; throws `schedule_error` if an action is invalid or the
 //! list ends before layer 0's backward.
-inline chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions);
+TIDE_INLINE chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions);
 //! Device and host snapshots only.
 inline chain_evaluation evaluate_chain(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs const& costs,
                                        std::span<chain_action const> actions) {
@@ -239,8 +240,8 @@ struct two_tier_result {
 //! backward step, interleaving a re-sweep with the running backward can be faster (a few
 //! percent; docs/checkpointing.md). Beyond `options`, the better of device-only Revolve and the
 //! segment family. `predicted_us` is `evaluate_chain` of the actions.
-inline two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs const& costs,
-                                     two_tier_options const& options = {});
+TIDE_INLINE two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_snapshots, std::int64_t host_snapshots, chain_costs const& costs,
+                                          two_tier_options const& options = {});
 
 // ---- the three-tier planner -----------------------------------------------------------------
 
@@ -289,13 +290,15 @@ struct three_tier_result {
 //! busy), reading each start back ahead of its segment. Optimal on every small chain of the
 //! tests' proven set (n <= 7, tiers up to one extra snapshot in one tier); not in general:
 //! docs/checkpointing.md, "Three tiers", gives its gap to an exhaustive search elsewhere.
-inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs,
-                                         three_tier_options const& options = {});
+TIDE_INLINE three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs,
+                                              three_tier_options const& options = {});
 
 }  // namespace tide
 
 // The definitions, after every declaration above: each of these headers includes this one first,
-// so that it compiles on its own too.
+// so that it compiles on its own too. In separate compilation they are the library's.
+#if TIDE_DEFINITIONS
 #include <tide/plan/detail/chain_model.hpp>
 #include <tide/plan/detail/two_tier_search.hpp>
 #include <tide/plan/detail/three_tier_search.hpp>
+#endif

@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/build.hpp>
 #include <tide/core/describe.hpp>
 #include <tide/core/strategy.hpp>
@@ -96,7 +97,26 @@ inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std
 //! off) built for `stack`, simulated under `costs`, its peaks checked against `opt`'s budgets.
 //! What `compare_strategies` does for each of its rows, for a strategy of your own (a policy
 //! file, say).
-inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
+TIDE_INLINE strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
+                                      strategy_options const& opt, std::string key, std::string name);
+
+//! The planner's answer within `opt`'s budgets, with its collectives and resident bytes, seeded
+//! with the strategies of `rows` and `extra_seeds`: never slower than one of them that fits. What
+//! `compare_strategies` adds as its planner row.
+TIDE_INLINE plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
+                           std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds = {});
+
+//! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,
+//! in the order keep-all, full remat, offload rows, planner. Rows with nothing to remat or
+//! offload are left out.
+TIDE_INLINE std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
+                                                    strategy_options const& opt = {});
+
+//! The table as aligned text: one row per strategy, "does not fit" where the peak is over budget.
+TIDE_INLINE std::string format_strategy_table(std::vector<strategy_row> const& rows);
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
                                       strategy_options const& opt, std::string key, std::string name) {
   auto const overlap = st.collectives.overlap && opt.collectives.overlap;
   st.collectives = opt.collectives;
@@ -127,11 +147,8 @@ inline strategy_row evaluate_strategy(stack_spec const& stack, cost_table const&
   return r;
 }
 
-//! The planner's answer within `opt`'s budgets, with its collectives and resident bytes, seeded
-//! with the strategies of `rows` and `extra_seeds`: never slower than one of them that fits. What
-//! `compare_strategies` adds as its planner row.
-inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
-                           std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds = {}) {
+TIDE_INLINE plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
+                           std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds) {
   // Each seed with `opt.collectives` as they are: a row without latency hiding turns their
   // overlap off to compare against, which is no choice for a plan.
   std::vector<tide::strategy> seeds;
@@ -148,11 +165,8 @@ inline plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, str
                     .storage_budget = opt.storage_budget});
 }
 
-//! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,
-//! in the order keep-all, full remat, offload rows, planner. Rows with nothing to remat or
-//! offload are left out.
-inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
-                                                    strategy_options const& opt = {}) {
+TIDE_INLINE std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
+                                                    strategy_options const& opt) {
   costs.check_against(stack);
   // The planner's row refuses a stack over its limit: before the other rows are built, not after.
   if (opt.include_plan && decision_count(stack) > opt.max_decisions)
@@ -202,8 +216,7 @@ inline std::vector<strategy_row> compare_strategies(stack_spec const& stack, cos
   return rows;
 }
 
-//! The table as aligned text: one row per strategy, "does not fit" where the peak is over budget.
-inline std::string format_strategy_table(std::vector<strategy_row> const& rows) {
+TIDE_INLINE std::string format_strategy_table(std::vector<strategy_row> const& rows) {
   std::string r;
   // Each line sized to what it holds: a long row name is never cut.
   auto line = [&r](char const* format, auto... v) {
@@ -226,6 +239,7 @@ inline std::string format_strategy_table(std::vector<strategy_row> const& rows) 
   }
   return r;
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

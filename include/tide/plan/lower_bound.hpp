@@ -25,10 +25,13 @@
 #include <limits>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/strategy.hpp>
+#if TIDE_DEFINITIONS
 #include <tide/plan/detail/lower_bound.hpp>
+#endif
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -61,7 +64,10 @@ struct step_bound {
 
 //! A lower bound on the step of every schedule of `stack` under `costs` within `opt`'s budgets
 //! (see the file comment). Costs a few keep-all simulations and a pass over the slots.
-[[nodiscard]] inline step_bound step_lower_bound(stack_spec const& stack, cost_table const& costs, bound_options const& opt = {}) {
+[[nodiscard]] TIDE_INLINE step_bound step_lower_bound(stack_spec const& stack, cost_table const& costs, bound_options const& opt = {});
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE step_bound step_lower_bound(stack_spec const& stack, cost_table const& costs, bound_options const& opt) {
   costs.check_against(stack);
   detail::bound_inputs in;
   // With a carry too (see the file comment): checkpointing rebuilds carries, never saved slots.
@@ -77,6 +83,7 @@ struct step_bound {
           .host_bytes = r.host_bytes,
           .remat_bytes = r.remat_bytes};
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

@@ -29,13 +29,16 @@
 #include <tuple>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/error.hpp>
-#include <tide/plan/detail/micro_batch_search.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/training.hpp>
 #include <tide/plan/transformer.hpp>
+#if TIDE_DEFINITIONS
+#include <tide/plan/detail/micro_batch_search.hpp>
+#endif
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -105,41 +108,8 @@ struct micro_batch_options {
 //! `problem` builds for it, and marks the one with the most tokens per second. Throws
 //! `cost_model_error` naming an empty list, a micro-batch of 0 or one given twice, and passes on
 //! what `problem` and `make_plan` throw.
-[[nodiscard]] inline micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> micro_batches,
-                                                         micro_batch_problem_fn const& problem, micro_batch_options const& opt = {}) {
-  if (micro_batches.empty())
-    throw cost_model_error("tide: plan_micro_batches needs at least one micro-batch: give e.g. {1, 2, 4, 8}");
-  for (std::size_t i = 0; i < micro_batches.size(); ++i) {
-    if (micro_batches[i] == 0) throw cost_model_error("tide: plan_micro_batches: micro-batch 0 processes nothing: give micro-batches of at least 1");
-    for (std::size_t k = 0; k < i; ++k)
-      if (micro_batches[k] == micro_batches[i])
-        throw cost_model_error("tide: plan_micro_batches: micro-batch " + std::to_string(micro_batches[i]) +
-                               " is given twice: give each once");
-  }
-  if (!problem) throw cost_model_error("tide: plan_micro_batches needs a problem function (e.g. transformer_micro_batch_problems)");
-  micro_batch_plan r;
-  for (auto const b : micro_batches) {
-    auto const p = problem(b);
-    if (!(p.tokens > 0) || !(p.outside_step_us >= 0 && p.outside_step_us <= cost_table::max_time_us))
-      throw cost_model_error("tide: the problem at micro-batch " + std::to_string(b) +
-                             " has tokens " + std::to_string(p.tokens) + " and outside_step_us " + std::to_string(p.outside_step_us) +
-                             ": give tokens above 0 and a time from 0 to 1e12 microseconds");
-    micro_batch_result x{.micro_batch = b, .chosen = make_plan(p.stack, p.costs, p.options), .tokens = p.tokens,
-                         .outside_step_us = p.outside_step_us};
-    if (x.chosen.fits) {
-      x.step_us = x.chosen.step_us + p.outside_step_us;
-      x.tokens_per_second = detail::per_second(p.tokens, x.step_us);
-    }
-    x.bound_tokens_per_second = detail::per_second(p.tokens, x.chosen.lower_bound_us + p.outside_step_us);
-    if (x.fits() && (!r.best || x.tokens_per_second > r.results[*r.best].tokens_per_second ||
-                     (x.tokens_per_second == r.results[*r.best].tokens_per_second && b < r.results[*r.best].micro_batch)))
-      r.best = r.results.size();
-    bool const stop = opt.stop_at_first_misfit && !x.fits();
-    r.results.push_back(std::move(x));
-    if (stop) break;
-  }
-  return r;
-}
+[[nodiscard]] TIDE_INLINE micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> micro_batches,
+                                                         micro_batch_problem_fn const& problem, micro_batch_options const& opt = {});
 
 //! The parts of the transformer cost model that do not grow with the micro-batch (see the file
 //! comment). Defaults are assumptions stated at each field; zeros leave `transformer_costs` as it is.
@@ -163,27 +133,8 @@ struct batch_efficiency {
 //! `costs`, a table of `m` (`transformer_costs`' layers, dense then MoE): to each layer's forward,
 //! backward, full recompute and per-slot recomputes. What `transformer_batch_costs` does; tide-plan
 //! applies it after a calibration file replaced the link.
-inline void add_fixed_work(cost_table& costs, transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
-                           batch_efficiency const& e = {}) {
-  if (!(e.kernel_launch_us >= 0 && e.kernel_launch_us <= 1e6) || !(e.kernels_per_op >= 0 && e.kernels_per_op <= 1e4))
-    throw cost_model_error("tide: batch_efficiency has kernel_launch_us " + std::to_string(e.kernel_launch_us) + " and kernels_per_op " +
-                           std::to_string(e.kernels_per_op) + ": give a time from 0 to 1e6 microseconds and a count from 0 to 10000");
-  if (costs.layers.size() != m.layer_count)
-    throw cost_model_error("tide: add_fixed_work: the cost table has " + std::to_string(costs.layers.size()) + " layers and '" +
-                           std::string(m.name) + "' " + std::to_string(m.layer_count) + ": give the model's own table");
-  detail::layer_fixed_work per_type[2];
-  for (int moe = 0; moe < 2; ++moe)
-    if (moe == 0 || m.experts > 0)
-      per_type[moe] = detail::fixed_work(m, hw, t, moe == 1, e.kernel_launch_us, e.kernels_per_op, e.weight_reads);
-  for (std::uint32_t l = 0; l < m.layer_count; ++l) {
-    auto const& w = per_type[m.is_moe(l) ? 1 : 0];
-    auto& c = costs.layers[l];
-    c.forward_us += w.forward_us;
-    c.backward_us += w.backward_us;
-    if (c.recompute_us >= 0) c.recompute_us += w.forward_us;
-    for (std::size_t k = 0; k < c.slot_recompute_us.size() && k < w.slot_us.size(); ++k) c.slot_recompute_us[k] += w.slot_us[k];
-  }
-}
+TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
+                           batch_efficiency const& e = {});
 
 //! `transformer_costs(m, hw, t)` with the fixed work of `e` added (`add_fixed_work`).
 [[nodiscard]] inline cost_table transformer_batch_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
@@ -267,7 +218,46 @@ struct micro_batch_costs {
 //! constant). The link, sync latency, dispatch overhead and HBM bandwidth are the first table's.
 //! Throws `cost_model_error` naming fewer than two micro-batches, one given twice, or tables that
 //! differ in layers or slots.
-[[nodiscard]] inline micro_batch_costs fit_micro_batch_costs(std::span<measured_costs const> points) {
+[[nodiscard]] TIDE_INLINE micro_batch_costs fit_micro_batch_costs(std::span<measured_costs const> points);
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> micro_batches,
+                                                         micro_batch_problem_fn const& problem, micro_batch_options const& opt) {
+  if (micro_batches.empty())
+    throw cost_model_error("tide: plan_micro_batches needs at least one micro-batch: give e.g. {1, 2, 4, 8}");
+  for (std::size_t i = 0; i < micro_batches.size(); ++i) {
+    if (micro_batches[i] == 0) throw cost_model_error("tide: plan_micro_batches: micro-batch 0 processes nothing: give micro-batches of at least 1");
+    for (std::size_t k = 0; k < i; ++k)
+      if (micro_batches[k] == micro_batches[i])
+        throw cost_model_error("tide: plan_micro_batches: micro-batch " + std::to_string(micro_batches[i]) +
+                               " is given twice: give each once");
+  }
+  if (!problem) throw cost_model_error("tide: plan_micro_batches needs a problem function (e.g. transformer_micro_batch_problems)");
+  micro_batch_plan r;
+  for (auto const b : micro_batches) {
+    auto const p = problem(b);
+    if (!(p.tokens > 0) || !(p.outside_step_us >= 0 && p.outside_step_us <= cost_table::max_time_us))
+      throw cost_model_error("tide: the problem at micro-batch " + std::to_string(b) +
+                             " has tokens " + std::to_string(p.tokens) + " and outside_step_us " + std::to_string(p.outside_step_us) +
+                             ": give tokens above 0 and a time from 0 to 1e12 microseconds");
+    micro_batch_result x{.micro_batch = b, .chosen = make_plan(p.stack, p.costs, p.options), .tokens = p.tokens,
+                         .outside_step_us = p.outside_step_us};
+    if (x.chosen.fits) {
+      x.step_us = x.chosen.step_us + p.outside_step_us;
+      x.tokens_per_second = detail::per_second(p.tokens, x.step_us);
+    }
+    x.bound_tokens_per_second = detail::per_second(p.tokens, x.chosen.lower_bound_us + p.outside_step_us);
+    if (x.fits() && (!r.best || x.tokens_per_second > r.results[*r.best].tokens_per_second ||
+                     (x.tokens_per_second == r.results[*r.best].tokens_per_second && b < r.results[*r.best].micro_batch)))
+      r.best = r.results.size();
+    bool const stop = opt.stop_at_first_misfit && !x.fits();
+    r.results.push_back(std::move(x));
+    if (stop) break;
+  }
+  return r;
+}
+
+TIDE_INLINE micro_batch_costs fit_micro_batch_costs(std::span<measured_costs const> points) {
   if (points.size() < 2)
     throw cost_model_error("tide: fit_micro_batch_costs needs tables at two or more micro-batches, and has " +
                            std::to_string(points.size()) + ": calibrate at two micro-batches at least (e.g. 1 and 4)");
@@ -312,6 +302,31 @@ struct micro_batch_costs {
   }
   return r;
 }
+#endif  // TIDE_DEFINITIONS
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
+                           batch_efficiency const& e) {
+  if (!(e.kernel_launch_us >= 0 && e.kernel_launch_us <= 1e6) || !(e.kernels_per_op >= 0 && e.kernels_per_op <= 1e4))
+    throw cost_model_error("tide: batch_efficiency has kernel_launch_us " + std::to_string(e.kernel_launch_us) + " and kernels_per_op " +
+                           std::to_string(e.kernels_per_op) + ": give a time from 0 to 1e6 microseconds and a count from 0 to 10000");
+  if (costs.layers.size() != m.layer_count)
+    throw cost_model_error("tide: add_fixed_work: the cost table has " + std::to_string(costs.layers.size()) + " layers and '" +
+                           std::string(m.name) + "' " + std::to_string(m.layer_count) + ": give the model's own table");
+  detail::layer_fixed_work per_type[2];
+  for (int moe = 0; moe < 2; ++moe)
+    if (moe == 0 || m.experts > 0)
+      per_type[moe] = detail::fixed_work(m, hw, t, moe == 1, e.kernel_launch_us, e.kernels_per_op, e.weight_reads);
+  for (std::uint32_t l = 0; l < m.layer_count; ++l) {
+    auto const& w = per_type[m.is_moe(l) ? 1 : 0];
+    auto& c = costs.layers[l];
+    c.forward_us += w.forward_us;
+    c.backward_us += w.backward_us;
+    if (c.recompute_us >= 0) c.recompute_us += w.forward_us;
+    for (std::size_t k = 0; k < c.slot_recompute_us.size() && k < w.slot_us.size(); ++k) c.slot_recompute_us[k] += w.slot_us[k];
+  }
+}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

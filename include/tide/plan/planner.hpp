@@ -45,15 +45,18 @@
 #include <string>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/build.hpp>
 #include <tide/plan/checkpointing.hpp>
-#include <tide/plan/detail/group_search.hpp>
-#include <tide/plan/detail/plan_search.hpp>
 #include <tide/plan/lower_bound.hpp>
 #include <tide/plan/plan.hpp>
 #include <tide/plan/policy_codegen.hpp>
 #include <tide/plan/simulate.hpp>
+#if TIDE_DEFINITIONS
+#include <tide/plan/detail/group_search.hpp>
+#include <tide/plan/detail/plan_search.hpp>
+#endif
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -89,6 +92,7 @@ inline chain_costs carry_chain_costs(stack_spec const& stack, cost_table const& 
   return c;
 }
 
+#if TIDE_DEFINITIONS
 namespace detail {
 //! `a + b`, or SIZE_MAX when the sum does not fit (an unlimited budget stays unlimited).
 constexpr std::size_t saturating_add(std::size_t a, std::size_t b) noexcept {
@@ -172,6 +176,7 @@ inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_op
   return best;
 }
 }  // namespace detail
+#endif  // TIDE_DEFINITIONS
 
 //! The (layer, slot) decisions a plan of `stack` makes: what `plan_options::max_decisions` bounds.
 //! Cheap (one pass over the layers), so a caller can refuse a stack before any costly work.
@@ -191,7 +196,10 @@ inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_op
 //! fits wins. A layer's input slot (`slot_spec::input`) is never rematerialized. Throws
 //! `schedule_error` for a stack that cannot be built (e.g. one that does not say where a layer's
 //! input comes from).
-[[nodiscard]] inline plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {}) {
+[[nodiscard]] TIDE_INLINE plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt = {});
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE plan make_plan(stack_spec const& stack, cost_table const& costs, plan_options const& opt) {
   // A stack that does not say where a layer's input comes from would let the search
   // rematerialize it: refuse it by name rather than plan wrong gradients (or nothing).
   if (auto const i = detail::find_structure_issue(stack, {}, {}, {})) throw schedule_error(to_message(i));
@@ -253,6 +261,7 @@ inline plan plan_tiers(stack_spec const& stack, cost_table const& costs, plan_op
   best.lower_bound_us = bound();
   return best;
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

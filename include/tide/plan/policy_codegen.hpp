@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/strategy.hpp>
@@ -22,7 +23,30 @@ namespace tide {
 
 //! The fewest rules (per slot name: maximal layer ranges; rules with the same placement and range
 //! merged) whose first-match decisions equal `decisions`.
-inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<placement> const& decisions) {
+TIDE_INLINE policy_spec policy_from_decisions(stack_spec const& stack, std::vector<placement> const& decisions);
+
+//! `s` as a C++ string literal naming the same bytes: quotes and backslashes escaped, every byte
+//! outside printable ASCII as a three-digit octal escape (which, unlike `\x`, cannot run into the
+//! next character).
+inline std::string cpp_string_literal(std::string_view s) {
+  std::string r = "\"";
+  for (char c : s) {
+    auto const u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') r += '\\', r += c;
+    else if (u >= 0x20 && u < 0x7f) r += c;
+    else r += {'\\', static_cast<char>('0' + (u >> 6)), static_cast<char>('0' + ((u >> 3) & 7)), static_cast<char>('0' + (u & 7))};
+  }
+  return r + "\"";
+}
+
+//! A strategy as one C++ type, for users who want the schedule fixed at compile time:
+//! `using <name> = tide::strategy_of<tide::policy<...>, tide::buffers<...>, tide::pipeline<...>>;`
+//! (knobs at their defaults are left out). Throws `schedule_error` for checkpoints with a host tier
+//! or an explicit reversal, which have no type-level spelling.
+TIDE_INLINE std::string to_cpp_types(strategy const& st, std::string_view name = "planned");
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE policy_spec policy_from_decisions(stack_spec const& stack, std::vector<placement> const& decisions) {
   auto const L = stack.layer_count();
   std::vector<std::size_t> first(L + 1, 0);
   for (std::uint32_t l = 0; l < L; ++l) first[l + 1] = first[l] + stack.layer(l).slots.size();
@@ -87,25 +111,7 @@ inline policy_spec policy_from_decisions(stack_spec const& stack, std::vector<pl
   return p;
 }
 
-//! `s` as a C++ string literal naming the same bytes: quotes and backslashes escaped, every byte
-//! outside printable ASCII as a three-digit octal escape (which, unlike `\x`, cannot run into the
-//! next character).
-inline std::string cpp_string_literal(std::string_view s) {
-  std::string r = "\"";
-  for (char c : s) {
-    auto const u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') r += '\\', r += c;
-    else if (u >= 0x20 && u < 0x7f) r += c;
-    else r += {'\\', static_cast<char>('0' + (u >> 6)), static_cast<char>('0' + ((u >> 3) & 7)), static_cast<char>('0' + (u & 7))};
-  }
-  return r + "\"";
-}
-
-//! A strategy as one C++ type, for users who want the schedule fixed at compile time:
-//! `using <name> = tide::strategy_of<tide::policy<...>, tide::buffers<...>, tide::pipeline<...>>;`
-//! (knobs at their defaults are left out). Throws `schedule_error` for checkpoints with a host tier
-//! or an explicit reversal, which have no type-level spelling.
-inline std::string to_cpp_types(strategy const& st, std::string_view name = "planned") {
+TIDE_INLINE std::string to_cpp_types(strategy const& st, std::string_view name) {
   std::string r = "using " + std::string(name) + " = tide::strategy_of<\n    tide::policy<";
   if (st.policy.allow_unused_rules) r += "\n        tide::allow_unused_rules";
   for (std::size_t i = 0; i < st.policy.rules.size(); ++i) {
@@ -176,5 +182,6 @@ inline std::string to_cpp_types(strategy const& st, std::string_view name = "pla
     knobs("checkpoints", {"tide::device_snapshots<" + std::to_string(k.device_snapshots) + ">"});
   return r + ">;\n";
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide

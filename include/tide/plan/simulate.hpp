@@ -3,6 +3,7 @@
 //! Simulation: a schedule run once by the generic executor on the sim backend, for its step
 //! time (the planner's inner loop) or its whole timeline and summary.
 
+#include <tide/core/config.hpp>
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/backends/sim/sim_backend.hpp>
 #include <tide/core/schedule.hpp>
@@ -37,12 +38,7 @@ inline void simulated_step(executor<sim_backend>& ex, collective_spec const& c) 
 
 //! The step time of schedule `s` under `costs`, in microseconds (no timeline; the planner's
 //! inner loop).
-[[nodiscard]] inline double simulate_step_us(schedule_view s, cost_table const& costs) {
-  sim_backend b(costs);
-  executor<sim_backend> ex(b, s, sim_executor_options());
-  detail::simulated_step(ex, s.collectives);
-  return b.step_us();
-}
+[[nodiscard]] TIDE_INLINE double simulate_step_us(schedule_view s, cost_table const& costs);
 
 //! One simulated step: its timeline and its summary (step time, exposed transfer time, peaks).
 struct sim_result {
@@ -51,7 +47,17 @@ struct sim_result {
 };
 
 //! Simulates one step of `s`. Throws `out_of_memory` when `opt` sets a budget it exceeds.
-[[nodiscard]] inline sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {}) {
+[[nodiscard]] TIDE_INLINE sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {});
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE double simulate_step_us(schedule_view s, cost_table const& costs) {
+  sim_backend b(costs);
+  executor<sim_backend> ex(b, s, sim_executor_options());
+  detail::simulated_step(ex, s.collectives);
+  return b.step_us();
+}
+
+TIDE_INLINE sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt) {
   sim_result r;
   sim_backend b(costs, opt);
   auto eo = sim_executor_options();
@@ -61,5 +67,6 @@ struct sim_result {
   r.summary = summarize(r.trace, s);
   return r;
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/strategy.hpp>
 #include <tide/plan/micro_batch.hpp>
@@ -57,7 +58,7 @@ struct tune_options {
 
 //! One candidate's measurement.
 struct tune_result {
-  tune_candidate candidate{};
+  tune_candidate candidate{};  //!< what was measured
   std::vector<double> samples_us{};  //!< the measured steps, in the order taken (one per round)
   double median_us = 0;              //!< the median of `samples_us`
   double tokens_per_second = 0;      //!< `tokens` over the median step
@@ -77,7 +78,7 @@ struct tune_result {
 
 //! `tune`'s answer: every candidate measured, in the order given, and the measured best.
 struct tune_report {
-  std::vector<tune_result> results{};
+  std::vector<tune_result> results{};  //!< one per candidate, in the order given
   std::size_t best = 0;  //!< the index of the most tokens per second measured (the earlier on a tie)
   //! The predicted best's index (the most predicted tokens per second), or none when no candidate
   //! has a prediction: where measurement and prediction disagree, the two differ.
@@ -109,8 +110,18 @@ namespace detail {
 //! callable, and a step time that is not a positive finite number (naming the candidate); what
 //! `measure` throws is rethrown as a `tide::error` that names the candidate and the round and
 //! nests the original (`std::rethrow_if_nested`).
-[[nodiscard]] inline tune_report tune(std::span<tune_candidate const> candidates, tune_step_fn const& measure,
-                                      tune_options const& opt = {}) {
+[[nodiscard]] TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_step_fn const& measure,
+                                      tune_options const& opt = {});
+
+//! The `count` micro-batches of `p` with the most predicted tokens per second (that fit), best
+//! first, as candidates named `prefix + " @ " + micro-batch`. Empty when nothing fits; throws
+//! `cost_model_error` for a count of 0.
+[[nodiscard]] TIDE_INLINE std::vector<tune_candidate> tune_candidates(micro_batch_plan const& p, std::size_t count,
+                                                                 std::string const& prefix = "plan");
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_step_fn const& measure,
+                                      tune_options const& opt) {
   if (candidates.empty())
     throw cost_model_error("tide: tune needs at least one candidate: give e.g. tune_candidates(plan_micro_batches(...), 3, ...)");
   if (opt.repeats < 1)
@@ -174,11 +185,8 @@ namespace detail {
   return r;
 }
 
-//! The `count` micro-batches of `p` with the most predicted tokens per second (that fit), best
-//! first, as candidates named `prefix + " @ " + micro-batch`. Empty when nothing fits; throws
-//! `cost_model_error` for a count of 0.
-[[nodiscard]] inline std::vector<tune_candidate> tune_candidates(micro_batch_plan const& p, std::size_t count,
-                                                                 std::string const& prefix = "plan") {
+TIDE_INLINE std::vector<tune_candidate> tune_candidates(micro_batch_plan const& p, std::size_t count,
+                                                                 std::string const& prefix) {
   if (count == 0) throw cost_model_error("tide: tune_candidates: a count of 0 tunes nothing: give at least 1 (e.g. 3)");
   std::vector<micro_batch_result const*> fit;
   for (auto const& x : p.results)
@@ -194,6 +202,7 @@ namespace detail {
                  .predicted_step_us = x->step_us});
   return r;
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

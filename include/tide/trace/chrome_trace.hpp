@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include <tide/core/config.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/trace/json.hpp>
 #include <tide/trace/summary.hpp>
@@ -18,8 +19,12 @@ namespace tide {
 
 //! Writes timeline `t`, recorded running schedule `s`, to `out` as Chrome trace JSON; `process`
 //! names the trace's process.
-inline void write_chrome_trace(std::ostream& out, timeline const& t, schedule_view const& s,
-                               std::string_view process = "tide") {
+TIDE_INLINE void write_chrome_trace(std::ostream& out, timeline const& t, schedule_view const& s,
+                               std::string_view process = "tide");
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE void write_chrome_trace(std::ostream& out, timeline const& t, schedule_view const& s,
+                               std::string_view process) {
   out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
   out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":1,\"args\":{\"name\":\"" << json_escaped(process) << "\"}}";
   for (std::size_t st = 0; st < stream_count; ++st)
@@ -45,5 +50,6 @@ inline void write_chrome_trace(std::ostream& out, timeline const& t, schedule_vi
   out << "\n],\"otherData\":{\"predicted_device_bytes\":" << s.arena.device_bytes
       << ",\"predicted_host_bytes\":" << s.arena.host_bytes << "}}\n";
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide

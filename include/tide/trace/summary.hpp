@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/trace/timeline.hpp>
 
@@ -52,20 +53,7 @@ struct step_summary {
 
 //! Every field of `s`, one per line, named as in `step_summary` (times in ms, bytes as bytes), the
 //! overlap as `overlap_text` gives it.
-[[nodiscard]] inline std::string describe(step_summary const& s) {
-  auto const ms = [](double us) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%.3f ms", us / 1000);
-    return std::string(b);
-  };
-  auto const bytes = [](std::size_t n) { return std::to_string(n) + " B"; };
-  return "step " + ms(s.step_us) + "\n  compute " + ms(s.compute_us) + " (forward " + ms(s.forward_us) + ", recompute " +
-         ms(s.recompute_us) + ", backward " + ms(s.backward_us) + ")\n  copies running " + ms(s.copy_us) + ", exposed " +
-         ms(s.exposed_transfer_us) + ", overlap " + overlap_text(s) + "\n  collectives exposed " + ms(s.exposed_collective_us) +
-         "\n  storage transfers running " + ms(s.storage_us) + "\n  device predicted " + bytes(s.predicted_device_bytes) +
-         ", measured " + bytes(s.measured_device_bytes) + "\n  host predicted " + bytes(s.predicted_host_bytes) + ", measured " +
-         bytes(s.measured_host_bytes) + "\n  storage predicted " + bytes(s.predicted_storage_bytes);
-}
+[[nodiscard]] TIDE_INLINE std::string describe(step_summary const& s);
 
 //! One step of an occupancy curve: from `t_us` on, `bytes` are live.
 struct occupancy_point {
@@ -112,7 +100,16 @@ inline std::vector<occupancy_point> sweep(std::vector<std::pair<double, std::ptr
 //! first prefetched chunk to the backward, remat slots during their forward and from their
 //! recompute to their backward, host copies from the first offloaded chunk to the last prefetch
 //! (a stored spilled slot's until its store, and again from its load).
-inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
+TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& s);
+
+//! Summarizes one recorded step of schedule `s`. Exposed time is what the compute stream spent
+//! running copies (without latency hiding) or blocked on events recorded by copies or
+//! collectives: every backend records its blocking waits, so host issue gaps and debug tasks are
+//! not mistaken for transfers.
+TIDE_INLINE step_summary summarize(timeline const& t, schedule_view const& s);
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
   detail::op_times ot(t, s.ops.size());
   auto const L = s.layer_count();
   std::vector<std::int64_t> fwd(L, -1), bwd(L, -1), rec(L, -1);
@@ -194,11 +191,7 @@ inline occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
   return {detail::sweep(dev), detail::sweep(host)};
 }
 
-//! Summarizes one recorded step of schedule `s`. Exposed time is what the compute stream spent
-//! running copies (without latency hiding) or blocked on events recorded by copies or
-//! collectives: every backend records its blocking waits, so host issue gaps and debug tasks are
-//! not mistaken for transfers.
-inline step_summary summarize(timeline const& t, schedule_view const& s) {
+TIDE_INLINE step_summary summarize(timeline const& t, schedule_view const& s) {
   step_summary r;
   r.predicted_device_bytes = s.arena.device_bytes;
   r.predicted_host_bytes = s.arena.host_bytes;
@@ -253,5 +246,21 @@ inline step_summary summarize(timeline const& t, schedule_view const& s) {
   for (auto const& p : occ.host) r.measured_host_bytes = std::max(r.measured_host_bytes, p.bytes);
   return r;
 }
+
+TIDE_INLINE std::string describe(step_summary const& s) {
+  auto const ms = [](double us) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f ms", us / 1000);
+    return std::string(b);
+  };
+  auto const bytes = [](std::size_t n) { return std::to_string(n) + " B"; };
+  return "step " + ms(s.step_us) + "\n  compute " + ms(s.compute_us) + " (forward " + ms(s.forward_us) + ", recompute " +
+         ms(s.recompute_us) + ", backward " + ms(s.backward_us) + ")\n  copies running " + ms(s.copy_us) + ", exposed " +
+         ms(s.exposed_transfer_us) + ", overlap " + overlap_text(s) + "\n  collectives exposed " + ms(s.exposed_collective_us) +
+         "\n  storage transfers running " + ms(s.storage_us) + "\n  device predicted " + bytes(s.predicted_device_bytes) +
+         ", measured " + bytes(s.measured_device_bytes) + "\n  host predicted " + bytes(s.predicted_host_bytes) + ", measured " +
+         bytes(s.measured_host_bytes) + "\n  storage predicted " + bytes(s.predicted_storage_bytes);
+}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide

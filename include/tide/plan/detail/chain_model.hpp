@@ -18,7 +18,8 @@
 
 namespace tide {
 
-inline void chain_costs::check(char const* who, std::int64_t n) const {
+#if TIDE_DEFINITIONS
+TIDE_INLINE void chain_costs::check(char const* who, std::int64_t n) const {
   auto fits = [n](std::vector<double> const& v) { return v.size() == 1 || std::ssize(v) == n; };
   if (!fits(forward_us) || !fits(backward_us))
     throw cost_model_error(std::string(who) + ": costs need 1 or n = " + std::to_string(n) + " forward and backward values, got " +
@@ -28,6 +29,7 @@ inline void chain_costs::check(char const* who, std::int64_t n) const {
       bad(d2h_us) || bad(h2d_us) || bad(disk_write_us) || bad(disk_read_us))
     throw cost_model_error(std::string(who) + ": costs must be finite and non-negative");
 }
+#endif  // TIDE_DEFINITIONS
 
 namespace detail::ckpt {
 
@@ -61,7 +63,8 @@ inline chain_evaluation summarize(chain_machine const& m) {
 
 }  // namespace detail::ckpt
 
-inline chain_machine::chain_machine(std::int64_t n, chain_tiers tiers, chain_costs costs)
+#if TIDE_DEFINITIONS
+TIDE_INLINE chain_machine::chain_machine(std::int64_t n, chain_tiers tiers, chain_costs costs)
     : n_(static_cast<std::int32_t>(n)), costs_(std::make_shared<chain_costs const>(std::move(costs))) {
   detail::ckpt::check_tiers("chain_machine", n, tiers);
   costs_->check("chain_machine", n);
@@ -76,12 +79,12 @@ inline chain_machine::chain_machine(std::int64_t n, chain_tiers tiers, chain_cos
   }
 }
 
-inline double chain_machine::forward_span(std::int32_t from, std::int32_t to) const noexcept {
+TIDE_INLINE double chain_machine::forward_span(std::int32_t from, std::int32_t to) const noexcept {
   if (!forward_prefix_) return costs_->forward_us[0] * static_cast<double>(to - from);
   return (*forward_prefix_)[static_cast<std::size_t>(to)] - (*forward_prefix_)[static_cast<std::size_t>(from)];
 }
 
-inline void chain_machine::apply(chain_action const& a) {
+TIDE_INLINE void chain_machine::apply(chain_action const& a) {
   switch (a.op) {
     case chain_op::advance: {
       need(work_ == a.carry && a.carry >= 0, a, "the working carry does not hold the state it starts from");
@@ -175,22 +178,22 @@ inline void chain_machine::apply(chain_action const& a) {
 [[noreturn]] inline void chain_machine::fail(chain_action const& a, char const* why) const {
   throw schedule_error("chain schedule: " + to_string(a) + ": " + why);
 }
-inline void chain_machine::need(bool ok, chain_action const& a, char const* why) const {
+TIDE_INLINE void chain_machine::need(bool ok, chain_action const& a, char const* why) const {
   if (!ok) fail(a, why);
 }
-inline chain_snapshot& chain_machine::dev(chain_action const& a) {
+TIDE_INLINE chain_snapshot& chain_machine::dev(chain_action const& a) {
   if (a.snapshot < 0 || a.snapshot >= std::ssize(device_)) fail(a, "no such device slot");
   return device_[static_cast<std::size_t>(a.snapshot)];
 }
-inline chain_snapshot& chain_machine::hst(chain_action const& a) {
+TIDE_INLINE chain_snapshot& chain_machine::hst(chain_action const& a) {
   if (a.host_snapshot < 0 || a.host_snapshot >= std::ssize(host_)) fail(a, "no such host slot");
   return host_[static_cast<std::size_t>(a.host_snapshot)];
 }
-inline chain_snapshot& chain_machine::dsk(chain_action const& a) {
+TIDE_INLINE chain_snapshot& chain_machine::dsk(chain_action const& a) {
   if (a.disk_snapshot < 0 || a.disk_snapshot >= std::ssize(disk_)) fail(a, "no such disk snapshot");
   return disk_[static_cast<std::size_t>(a.disk_snapshot)];
 }
-inline void chain_machine::copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us, double& issued,
+TIDE_INLINE void chain_machine::copy_slot(chain_snapshot& src, chain_snapshot& dst, double& link_free, double us, double& issued,
                                      std::int32_t& occupied) {
   double const start = std::max({now_, costs_->synchronous_copies ? now_ : link_free, src.ready, dst.busy});
   double const end = start + us;
@@ -202,17 +205,19 @@ inline void chain_machine::copy_slot(chain_snapshot& src, chain_snapshot& dst, d
   ++occupied;
   count_stored();
 }
-inline void chain_machine::count_stored() {
+TIDE_INLINE void chain_machine::count_stored() {
   // Counters, not a scan of the tiers: a scan per copy made a chain with 50,000 host snapshots quadratic.
   peak_device_ = std::max(peak_device_, occupied_device_);
   peak_host_ = std::max(peak_host_, occupied_host_);
   peak_disk_ = std::max(peak_disk_, occupied_disk_);
 }
 
-inline chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions) {
+TIDE_INLINE chain_evaluation evaluate_chain(std::int64_t n, chain_tiers tiers, chain_costs const& costs, std::span<chain_action const> actions) {
   chain_machine m(n, tiers, costs);
   for (auto const& a : actions) m.apply(a);
   return detail::ckpt::summarize(m);
 }
+
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide

@@ -13,6 +13,7 @@
 
 #include <tide/plan/detail/heuristic_search.hpp>
 #include <tide/plan/detail/search_state.hpp>
+#include <tide/plan/detail/lower_bound.hpp>  // keep_all_step_us (plan/lower_bound.hpp shows it only with its definitions)
 #include <tide/plan/lower_bound.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN

@@ -20,6 +20,8 @@
 #include <tide/core/error.hpp>
 #include <tide/core/reversal.hpp>
 #include <tide/plan/checkpointing.hpp>
+#include <tide/plan/detail/chain_model.hpp>
+#include <tide/plan/detail/two_tier_search.hpp>
 
 namespace tide {
 
@@ -301,7 +303,8 @@ inline chain_tiers segment_tiers(chain_tiers tiers, std::int64_t longest_segment
 
 }  // namespace detail::ckpt
 
-inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs, three_tier_options const& options) {
+#if TIDE_DEFINITIONS
+TIDE_INLINE three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs, three_tier_options const& options) {
   detail::ckpt::check_tiers("three_tier_plan", n, tiers);
   if (n > max_three_tier_layers)
     throw schedule_error("three_tier_plan: n = " + std::to_string(n) + " layers is more than the " + std::to_string(max_three_tier_layers) +
@@ -393,5 +396,6 @@ inline three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chai
   }
   return best;
 }
+#endif
 
 }  // namespace tide

@@ -21,6 +21,7 @@
 #include <tide/core/error.hpp>
 #include <tide/core/reversal.hpp>
 #include <tide/plan/checkpointing.hpp>
+#include <tide/plan/detail/chain_model.hpp>
 
 namespace tide {
 
@@ -644,10 +645,12 @@ inline two_tier_result two_tier_search(std::int64_t n, std::int64_t device_slots
 
 }  // namespace detail::ckpt
 
-inline two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
+#if TIDE_DEFINITIONS
+TIDE_INLINE two_tier_result two_tier_plan(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
                                      two_tier_options const& options) {
   return detail::ckpt::two_tier_search(n, device_slots, host_slots, costs, options, {});
 }
+#endif
 
 inline two_tier_result detail::ckpt::two_tier_search(std::int64_t n, std::int64_t device_slots, std::int64_t host_slots, chain_costs const& costs,
                                                      two_tier_options const& options, tt_start const& start) {
