@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +14,9 @@
 #include <tide/core/config.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/trace/timeline.hpp>
+#if TIDE_DEFINITIONS
+#include <map>
+#endif
 
 namespace tide {
 

@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <optional>
 #include <string>
 
@@ -18,6 +17,11 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
+
+#include <tide/core/config.hpp>
+#if TIDE_DEFINITIONS
+#include <fstream>
+#endif
 
 namespace tide::detail {
 
@@ -48,7 +52,17 @@ struct direct_io_alignment {
 //! `<sysfs>/dev/block/MAJ:MIN/queue/logical_block_size` (a partition's from its disk's, one level
 //! up), or nothing for a file system without one block device (tmpfs, overlay, btrfs's anonymous
 //! devices) or a sysfs that does not say. `sysfs` is "/sys" but for tests.
-[[nodiscard]] inline std::optional<direct_io_alignment> direct_io_alignment_from_sysfs(int fd, std::string const& sysfs = "/sys") {
+[[nodiscard]] TIDE_INLINE std::optional<direct_io_alignment> direct_io_alignment_from_sysfs(int fd, std::string const& sysfs = "/sys");
+
+//! `fd`'s direct-I/O alignment: `statx`'s where it reports one, else the block device's logical
+//! block size, else nothing (the caller keeps its own floor).
+[[nodiscard]] inline std::optional<direct_io_alignment> probe_direct_io_alignment(int fd, std::string const& sysfs = "/sys") {
+  if (auto a = direct_io_alignment_from_statx(fd)) return a;
+  return direct_io_alignment_from_sysfs(fd, sysfs);
+}
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE std::optional<direct_io_alignment> direct_io_alignment_from_sysfs(int fd, std::string const& sysfs) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return std::nullopt;
   auto const dev = sysfs + "/dev/block/" + std::to_string(major(st.st_dev)) + ":" + std::to_string(minor(st.st_dev));
@@ -62,12 +76,6 @@ struct direct_io_alignment {
   }
   return std::nullopt;
 }
-
-//! `fd`'s direct-I/O alignment: `statx`'s where it reports one, else the block device's logical
-//! block size, else nothing (the caller keeps its own floor).
-[[nodiscard]] inline std::optional<direct_io_alignment> probe_direct_io_alignment(int fd, std::string const& sysfs = "/sys") {
-  if (auto a = direct_io_alignment_from_statx(fd)) return a;
-  return direct_io_alignment_from_sysfs(fd, sysfs);
-}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide::detail
