@@ -28,6 +28,8 @@ def main():
         problems.append(f"exit status {p.returncode}: {p.stderr.strip()}")
     d = json.loads(p.stdout)
     budget = d["device_budget"]
+    if not isinstance(d.get("settle"), int) or d["settle"] < 0:
+        problems.append(f"settle: {d.get('settle')!r} (the uncounted steps before each measured one)")
     runs = d["runs"]
     names = {r["policy"] for r in runs}
     if not POLICIES <= names:

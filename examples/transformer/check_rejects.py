@@ -9,6 +9,7 @@ CASES = [
     (["--width", "0"], "width"),
     (["--steps", "-1"], "--steps"),
     (["--repeats", "0"], "--repeats"),
+    (["--settle", "-1"], "--settle must be at least 0"),
     (["--micro-batch", "0"], "--micro-batch"),
     (["--heads", "5"], "heads"),
     (["--experts", "4", "--top-k", "5"], "top_k"),

@@ -57,6 +57,7 @@ struct options {
   std::size_t max_micro_batch = 16;
   int steps = 4;
   int repeats = 5;  // interleaved measured rounds per configuration (medians)
+  int settle = 2;   // uncounted steps at the start of each configuration's turn (tide::tune_options::settle)
   double link_ratio = 0.7;  // copy time over the compute time it can hide behind
   std::size_t budget = 0;   // 0: keep-all's device peak at micro-batch 2
   bool small = false;
@@ -74,6 +75,7 @@ options parse(int argc, char** argv) {
       .option("--policy-out", o.policy_out, "FILE", "write the planner's tuned choice as a policy file (needs nlohmann/json)")
       .option("--steps", o.steps, "N", "training steps per policy (at least 2; the first is a warm-up)")
       .option("--repeats", o.repeats, "N", "measured rounds per configuration, interleaved (medians; at least 1)")
+      .option("--settle", o.settle, "N", "uncounted steps before each measured one, back to back (at least 0)")
       .option("--micro-batch", o.micro_batch, "N", "sequences per step")
       .option("--max-micro-batch", o.max_micro_batch, "N", "the largest micro-batch the budget search tries")
       .option("--budget", o.budget, "BYTES", "device budget (default: keep-all's peak at micro-batch 2)")
@@ -98,9 +100,11 @@ options parse(int argc, char** argv) {
     o.max_micro_batch = std::min<std::size_t>(o.max_micro_batch, 8);
     o.steps = std::min(o.steps, 3);
     o.repeats = std::min(o.repeats, 3);
+    o.settle = std::min(o.settle, 1);
   }
   if (o.steps < 2) cli.fail("--steps must be at least 2");
   if (o.repeats < 1) cli.fail("--repeats must be at least 1");
+  if (o.settle < 0) cli.fail("--settle must be at least 0");
 #if !TIDE_DEMO_POLICY_FILES
   if (!o.policy_out.empty()) cli.fail("--policy-out needs tide built with nlohmann/json (-Djson=enabled)");
 #endif
@@ -232,23 +236,34 @@ tide::tune_report measure(options const& o, std::vector<config_run> const& runs,
       s = std::make_unique<stepper>(o, c.micro_batch, r.sched, bo);
     }
     return s->step_us();
-  }, {.repeats = repeats, .warmups = 1});
+  }, {.repeats = repeats, .warmups = 1, .settle = o.settle});
 }
 
-//! The demo's cost model: tables calibrated at a few micro-batches, fitted to a line per op
-//! (`tide::fit_micro_batch_costs`), and the time a step spends outside the schedule (embedding,
-//! head and loss, gradient zeroing: `fixed + per_sequence x b`) fitted to keep-all's measured
-//! steps less their simulated schedule at the same micro-batches.
+//! The demo's cost model: tables calibrated at a few micro-batches, exact there and linear between
+//! neighbouring points (`tide::fit_micro_batch_costs` on the two, extended past the ends): the
+//! work per op grows less than linearly at small micro-batches, which one line through every point
+//! would miss at both ends. The time a step spends outside the schedule (embedding, head and loss,
+//! gradient zeroing) is keep-all's measured step less its simulated schedule at each point,
+//! interpolated the same way.
 struct cost_model {
-  std::vector<std::uint64_t> points;
-  tide::micro_batch_costs costs;
-  double outside_fixed_us = 0, outside_per_sequence_us = 0;
+  std::vector<std::uint64_t> points;          // calibrated micro-batches, ascending
+  std::vector<tide::micro_batch_costs> segments;  // segments[i]: the line through points i and i + 1
+  std::vector<double> outside_at;             // outside the schedule at each point, microseconds
+  //! The segment whose line gives micro-batch `b` (the first or last past the ends).
+  [[nodiscard]] std::size_t segment(std::uint64_t b) const {
+    std::size_t i = 0;
+    while (i + 2 < points.size() && b > points[i + 1]) ++i;
+    return i;
+  }
+  [[nodiscard]] tide::cost_table costs_at(std::uint64_t b) const { return segments[segment(b)].at(b); }
   [[nodiscard]] double outside_us(std::uint64_t b) const {
-    return std::max(0.0, outside_fixed_us + outside_per_sequence_us * static_cast<double>(b));
+    auto const i = segment(b);
+    auto const x0 = static_cast<double>(points[i]), x1 = static_cast<double>(points[i + 1]);
+    return std::max(0.0, outside_at[i] + (outside_at[i + 1] - outside_at[i]) * (static_cast<double>(b) - x0) / (x1 - x0));
   }
   //! The predicted step of `s` (a schedule at micro-batch `b`), microseconds.
   [[nodiscard]] double step_us(tide::schedule const& s, std::uint64_t b) const {
-    return tide::simulate_step_us(s, costs.at(b)) + outside_us(b);
+    return tide::simulate_step_us(s, costs_at(b)) + outside_us(b);
   }
 };
 
@@ -281,7 +296,7 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
     tables.push_back({b, tide::calibrate(stack, cal, [&](auto const& c) { tr.forward(c); }, [&](auto const& c) { tr.backward(c); }, co)});
     keep.push_back(tide::build_schedule(stack, tide::strategy{}));
   }
-  m.costs = tide::fit_micro_batch_costs(tables);
+  for (std::size_t i = 0; i + 1 < tables.size(); ++i) m.segments.push_back(tide::fit_micro_batch_costs(std::span(tables).subspan(i, 2)));
   // Keep-all's whole measured step at each point (median of interleaved rounds).
   std::vector<config_run> runs;
   for (std::size_t i = 0; i < m.points.size(); ++i)
@@ -289,17 +304,8 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
                     {.name = "keep-all @ " + std::to_string(m.points[i]), .micro_batch = m.points[i], .tokens = 1.0},
                     keep[i]});
   auto const r = measure(o, runs, paced, o.repeats);
-  std::vector<double> xs, ys;
-  for (std::size_t i = 0; i < m.points.size(); ++i) {
-    xs.push_back(static_cast<double>(m.points[i]));
-    ys.push_back(r.results[i].median_us - tide::simulate_step_us(keep[i], m.costs.at(m.points[i])));
-  }
-  double const n = static_cast<double>(xs.size());
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (std::size_t i = 0; i < xs.size(); ++i) sx += xs[i], sy += ys[i], sxx += xs[i] * xs[i], sxy += xs[i] * ys[i];
-  double const den = n * sxx - sx * sx;
-  m.outside_per_sequence_us = den != 0 ? (n * sxy - sx * sy) / den : 0;
-  m.outside_fixed_us = (sy - m.outside_per_sequence_us * sx) / n;
+  for (std::size_t i = 0; i < m.points.size(); ++i)
+    m.outside_at.push_back(r.results[i].median_us - tide::simulate_step_us(keep[i], m.costs_at(m.points[i])));
   return m;
 }
 
@@ -369,7 +375,7 @@ int run(options const& o) {
 
   // Table 1: every policy at the demo's micro-batch (fits or not), and the planner's plan for it
   // under the budget.
-  auto const plan = tide::make_plan(stack, model.costs.at(o.micro_batch), po);
+  auto const plan = tide::make_plan(stack, model.costs_at(o.micro_batch), po);
   if (plan.fits) {
     strategies.push_back({"planner", plan.strategy});
     schedules.push_back(plan.build(stack));
@@ -424,7 +430,7 @@ int run(options const& o) {
   std::vector<std::uint64_t> mbs;
   for (std::size_t mb = 1; mb <= o.max_micro_batch; ++mb) mbs.push_back(mb);
   auto const planned = tide::plan_micro_batches(mbs, [&](std::uint64_t b) {
-    return tide::micro_batch_problem{.stack = transformer::make_stack(o.net, {b, 2 * o.length}), .costs = model.costs.at(b),
+    return tide::micro_batch_problem{.stack = transformer::make_stack(o.net, {b, 2 * o.length}), .costs = model.costs_at(b),
                                      .options = po, .tokens = tokens_at(b), .outside_step_us = model.outside_us(b)};
   }, {.stop_at_first_misfit = true});
   auto const planner_cands = planned.best ? tide::tune_candidates(planned, per_planner, "planner") : std::vector<tide::tune_candidate>{};
@@ -554,6 +560,7 @@ int run(options const& o) {
         .field("microbatch", o.micro_batch)
         .field("steps", o.steps)
         .field("repeats", o.repeats)
+        .field("settle", o.settle)
         .field("calibrated_microbatches", points)
         .field("d2h_bytes_per_second", paced.d2h.bytes_per_second, 0)
         .field("h2d_bytes_per_second", paced.h2d.bytes_per_second, 0)
@@ -576,10 +583,13 @@ int run(options const& o) {
     std::printf("device budget: %s (%s); \"fits\": the schedule's predicted device peak is within it\n",
                 tide::format_bytes(static_cast<double>(budget)).c_str(),
                 o.budget != 0 ? "given" : "keep-all's peak at micro-batch 2");
-    std::printf("predicted step: the sim under costs calibrated at micro-batches %s (a line per op) plus %.2f ms + %.2f ms a "
-                "sequence outside the schedule (embedding, head, loss; from keep-all's measured steps there); measured: "
-                "median of %d interleaved rounds\n\n",
-                points.c_str(), model.outside_fixed_us / 1e3, model.outside_per_sequence_us / 1e3, o.repeats);
+    std::string outside;
+    for (auto const x : model.outside_at) outside += (outside.empty() ? "" : ", ") + example::fixed(x / 1e3, 2);
+    std::printf("predicted step: the sim under costs calibrated at micro-batches %s (exact there, linear between) plus "
+                "the time outside the schedule (embedding, head, loss: %s ms there, keep-all's measured steps less their "
+                "schedule); measured: median of %d interleaved rounds, each configuration's step the last of %d back to "
+                "back\n\n",
+                points.c_str(), outside.c_str(), o.repeats, o.settle + 1);
     std::printf("every policy at micro-batch %zu (the planner's plan under the budget):\n", o.micro_batch);
     example::table t({{"policy", -24},
                       {"fits", -4, 2},

@@ -81,6 +81,46 @@ TEST(Tune, KeepsTheMeasuredBestAndReportsPredictions) {
   EXPECT_NEAR(r.results[0].spread(), (900.0 - 90) / 90, 1e-12);
 }
 
+// settle: each turn runs the settling steps back to back before the counted one; only the counted
+// step of a measured round is a sample (here a candidate whose first step after a switch is slow,
+// as a host backend's on a 2-vCPU VM: the switch cost does not reach the median).
+TEST(Tune, SettleStepsAreBackToBackAndUncounted) {
+  std::vector<tune_candidate> const c = {{.name = "a", .micro_batch = 1, .tokens = 8, .predicted_step_us = 10},
+                                         {.name = "b", .micro_batch = 2, .tokens = 16, .predicted_step_us = 20}};
+  std::vector<std::string> order;
+  std::string last;
+  auto const step = [&](tune_candidate const& x) {
+    bool const switched = x.name != last;
+    last = x.name;
+    order.push_back(x.name);
+    double const base = x.name == "a" ? 10 : 20;
+    return switched ? 3 * base : base + static_cast<double>(order.size()) * 1e-3;  // the counted step's index, readable
+  };
+  auto const r = tune(c, step, {.repeats = 3, .warmups = 1, .settle = 2});
+  ASSERT_EQ(order.size(), 24u);  // (1 + 3) rounds x 2 candidates x (2 + 1) steps
+  EXPECT_EQ((std::vector<std::string>(order.begin(), order.begin() + 9)),
+            (std::vector<std::string>{"a", "a", "a", "b", "b", "b", "a", "a", "a"}));
+  ASSERT_EQ(r.results[0].samples_us.size(), 3u);
+  // a's counted steps are calls 9, 15 and 21 (1-based): the third of its turns in rounds 1 to 3.
+  EXPECT_DOUBLE_EQ(r.results[0].samples_us[0], 10.009);
+  EXPECT_DOUBLE_EQ(r.results[0].samples_us[2], 10.021);
+  EXPECT_DOUBLE_EQ(r.results[1].samples_us[1], 20.018);
+  EXPECT_LT(r.worst_prediction_error(), 0.01);  // the switch cost (3x) is not in the medians
+  // Without settling, the same candidates measure their switch: every sample is the slow first step.
+  last.clear();
+  order.clear();
+  auto const unsettled = tune(c, step, {.repeats = 3, .warmups = 1});
+  EXPECT_EQ(order.size(), 8u);
+  EXPECT_DOUBLE_EQ(unsettled.results[0].median_us, 30);
+  EXPECT_NEAR(unsettled.results[0].prediction_error(), -2.0 / 3, 1e-12);
+  // A settling step that fails says so, with its round.
+  auto const m = what_of([&] {
+    int calls = 0;
+    (void)tune(c, [&](tune_candidate const&) { return ++calls == 5 ? 0.0 : 1.0; }, {.repeats = 1, .warmups = 0, .settle = 2});
+  });
+  EXPECT_TRUE(has(m, "candidate 'b' (micro-batch 2), round 1, settling step 2")) << m;
+}
+
 TEST(Tune, RefusesHostileInputByName) {
   std::vector<tune_candidate> const one = {{.name = "x", .micro_batch = 1, .tokens = 8}};
   auto const ok = [](tune_candidate const&) { return 1.0; };
@@ -88,6 +128,7 @@ TEST(Tune, RefusesHostileInputByName) {
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.repeats = 0}); }), "repeats is 0: give at least 1"));
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.repeats = -3}); }), "repeats is -3"));
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.warmups = -1}); }), "warmups is -1"));
+  EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.settle = -2}); }), "settle is -2: give 0 or more"));
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, tune_step_fn{}); }), "needs a callable"));
   std::vector<tune_candidate> twice = {one[0], one[0]};
   EXPECT_TRUE(has(what_of([&] { (void)tune(twice, ok); }), "has the name of candidate 0"));

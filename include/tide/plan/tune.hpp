@@ -9,6 +9,13 @@
 //! each candidate's median, and keeps the most tokens (or samples) per second measured. The report
 //! puts each candidate's prediction beside its measurement.
 //!
+//! Training runs a configuration's steps back to back; round-robin switches configurations every
+//! step. Where switching costs something of its own (on a 2-vCPU VM, a host-backend schedule
+//! switched in after another measured up to 40% slower for its next few steps: its copy threads
+//! woke late, and the lateness grew over rounds), `tune_options::settle` runs that many uncounted
+//! steps at the start of each candidate's turn, so that the counted one is measured as training
+//! would run it, while the rounds stay interleaved.
+//!
 //! The chosen candidate is a micro-batch and a `strategy`: `build_schedule(stack_at(micro_batch),
 //! strategy)` replays it exactly, and a policy file (`io::write_policy_file`, <tide/io/json.hpp>)
 //! saves the strategy (from `tests/plan/tune_test.cpp`):
@@ -46,14 +53,19 @@ struct tune_candidate {
 };
 
 //! Runs one step of a candidate on the real backend and returns its time in microseconds (above
-//! 0). Called `tune_options::warmups + repeats` times per candidate, interleaved with the others;
-//! it may keep per-candidate state (an executor, a model) between calls.
+//! 0). Called `(tune_options::warmups + repeats) x (1 + settle)` times per candidate, a turn of
+//! `1 + settle` calls at a time, interleaved with the others; it may keep per-candidate state (an
+//! executor, a model) between calls.
 using tune_step_fn = std::function<double(tune_candidate const&)>;
 
 //! How `tune` measures.
 struct tune_options {
   int repeats = 5;  //!< measured rounds (at least 1); each candidate's time is the median of these
   int warmups = 1;  //!< rounds run first and not counted (at least 0): caches, arenas, threads
+  //! Uncounted steps at the start of each candidate's turn in every round (at least 0), back to
+  //! back before the counted one: the counted step then runs as the second or later of a run of
+  //! steps, as in training, not the first after another candidate's (see the file comment).
+  int settle = 0;
 };
 
 //! One candidate's measurement.
@@ -129,6 +141,9 @@ TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_st
                            ": give at least 1 measured round (5 or more for a median that resists noise)");
   if (opt.warmups < 0)
     throw cost_model_error("tide: tune_options::warmups is " + std::to_string(opt.warmups) + ": give 0 or more warm-up rounds");
+  if (opt.settle < 0)
+    throw cost_model_error("tide: tune_options::settle is " + std::to_string(opt.settle) +
+                           ": give 0 or more uncounted steps at the start of each candidate's turn");
   if (!measure) throw cost_model_error("tide: tune needs a callable that runs one step of a candidate and returns its microseconds");
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     auto const& c = candidates[i];
@@ -149,26 +164,29 @@ TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_st
     x.candidate = c;
     x.samples_us.reserve(static_cast<std::size_t>(opt.repeats));
   }
-  // Round-robin: round k measures every candidate once, in the order given.
+  // Round-robin: round k measures every candidate once, in the order given, each turn `settle`
+  // uncounted steps and the counted one.
   for (int round = 0; round < opt.warmups + opt.repeats; ++round) {
     for (auto& x : r.results) {
-      auto const& c = x.candidate;
-      auto const where = "tide: tune: candidate '" + c.name + "' (micro-batch " + std::to_string(c.micro_batch) + "), " +
-                         (round < opt.warmups ? "warm-up round " + std::to_string(round + 1)
-                                              : "round " + std::to_string(round - opt.warmups + 1)) +
-                         ": ";
-      double us = 0;
-      try {
-        us = measure(c);
-      } catch (std::exception const& e) {
-        std::throw_with_nested(error(where + "the step failed: " + e.what()));
-      } catch (...) {
-        std::throw_with_nested(error(where + "the step failed with a non-standard exception"));
+      for (int step = 0; step <= opt.settle; ++step) {
+        auto const& c = x.candidate;
+        auto const where = "tide: tune: candidate '" + c.name + "' (micro-batch " + std::to_string(c.micro_batch) + "), " +
+                           (round < opt.warmups ? "warm-up round " + std::to_string(round + 1)
+                                                : "round " + std::to_string(round - opt.warmups + 1)) +
+                           (step < opt.settle ? ", settling step " + std::to_string(step + 1) : std::string()) + ": ";
+        double us = 0;
+        try {
+          us = measure(c);
+        } catch (std::exception const& e) {
+          std::throw_with_nested(error(where + "the step failed: " + e.what()));
+        } catch (...) {
+          std::throw_with_nested(error(where + "the step failed with a non-standard exception"));
+        }
+        if (!(us > 0) || !std::isfinite(us))
+          throw cost_model_error(where + "the step took " + std::to_string(us) +
+                                 " microseconds: return the step's time, a positive finite number of microseconds");
+        if (round >= opt.warmups && step == opt.settle) x.samples_us.push_back(us);
       }
-      if (!(us > 0) || !std::isfinite(us))
-        throw cost_model_error(where + "the step took " + std::to_string(us) +
-                               " microseconds: return the step's time, a positive finite number of microseconds");
-      if (round >= opt.warmups) x.samples_us.push_back(us);
     }
   }
   for (std::size_t i = 0; i < r.results.size(); ++i) {
