@@ -10,6 +10,7 @@ CASES = [
     (["--steps", "-1"], "--steps"),
     (["--repeats", "0"], "--repeats"),
     (["--settle", "-1"], "--settle must be at least 0"),
+    (["--calibration-rounds", "0"], "--calibration-rounds must be at least 1"),
     (["--micro-batch", "0"], "--micro-batch"),
     (["--heads", "5"], "heads"),
     (["--experts", "4", "--top-k", "5"], "top_k"),

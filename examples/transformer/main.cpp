@@ -58,6 +58,7 @@ struct options {
   int steps = 4;
   int repeats = 5;  // interleaved measured rounds per configuration (medians)
   int settle = 2;   // uncounted steps at the start of each configuration's turn (tide::tune_options::settle)
+  int calibration_rounds = 3;  // calibrations per micro-batch, interleaved; the model takes their medians
   double link_ratio = 0.7;  // copy time over the compute time it can hide behind
   std::size_t budget = 0;   // 0: keep-all's device peak at micro-batch 2
   bool small = false;
@@ -76,6 +77,7 @@ options parse(int argc, char** argv) {
       .option("--steps", o.steps, "N", "training steps per policy (at least 2; the first is a warm-up)")
       .option("--repeats", o.repeats, "N", "measured rounds per configuration, interleaved (medians; at least 1)")
       .option("--settle", o.settle, "N", "uncounted steps before each measured one, back to back (at least 0)")
+      .option("--calibration-rounds", o.calibration_rounds, "N", "calibrations per micro-batch, interleaved (medians; at least 1)")
       .option("--micro-batch", o.micro_batch, "N", "sequences per step")
       .option("--max-micro-batch", o.max_micro_batch, "N", "the largest micro-batch the budget search tries")
       .option("--budget", o.budget, "BYTES", "device budget (default: keep-all's peak at micro-batch 2)")
@@ -101,10 +103,12 @@ options parse(int argc, char** argv) {
     o.steps = std::min(o.steps, 3);
     o.repeats = std::min(o.repeats, 3);
     o.settle = std::min(o.settle, 1);
+    o.calibration_rounds = std::min(o.calibration_rounds, 1);
   }
   if (o.steps < 2) cli.fail("--steps must be at least 2");
   if (o.repeats < 1) cli.fail("--repeats must be at least 1");
   if (o.settle < 0) cli.fail("--settle must be at least 0");
+  if (o.calibration_rounds < 1) cli.fail("--calibration-rounds must be at least 1");
 #if !TIDE_DEMO_POLICY_FILES
   if (!o.policy_out.empty()) cli.fail("--policy-out needs tide built with nlohmann/json (-Djson=enabled)");
 #endif
@@ -275,27 +279,42 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
   }
   if (m.points.size() < 2) m.points.push_back(m.points[0] + 1);
   std::sort(m.points.begin(), m.points.end());
-  std::vector<tide::measured_costs> tables;
-  std::vector<double> keep_measured;
+  // One calibration per point per round, the points interleaved within each round, and the
+  // field-by-field median over rounds (tide::median_costs): a burst of noise on the machine
+  // reaches one round's table, not the model.
+  struct point {
+    shape sh;
+    tide::stack_spec stack;
+    data d;
+    std::unique_ptr<transformer::trainer> tr;
+    std::vector<tide::cost_table> rounds;
+  };
+  std::vector<point> at;
   std::vector<tide::schedule> keep;
   for (auto const b : m.points) {
     shape const sh{b, 2 * o.length};
-    auto const stack = transformer::make_stack(o.net, sh);
-    auto const d = make_data(o, b, 1);
-    tide::host_backend cal(paced);
-    transformer::trainer tr(o.net, sh);
-    tr.prepare(d.tokens[0], d.targets[0]);
-    tide::calibration_options co;
-    co.repeats = static_cast<std::uint32_t>(std::clamp(o.repeats, 1, 5));  // as many as the measured rounds, up to 5
-    // The host backend's copies are memcpy on a worker thread each way: with one core computing and
-    // one left (2 cores), an offload and a prefetch at once share that core, a half-duplex link.
-    co.full_duplex = std::thread::hardware_concurrency() > 2;
-    co.input = [&](std::span<std::byte> in) {  // the real batch's embeddings, so the routers route as in training
-      tr.net().embed(d.tokens[0], sh, {reinterpret_cast<float*>(in.data()), in.size() / sizeof(float)});
-    };
-    tables.push_back({b, tide::calibrate(stack, cal, [&](auto const& c) { tr.forward(c); }, [&](auto const& c) { tr.backward(c); }, co)});
-    keep.push_back(tide::build_schedule(stack, tide::strategy{}));
+    auto& p = at.emplace_back(point{sh, transformer::make_stack(o.net, sh), make_data(o, b, 1),
+                                    std::make_unique<transformer::trainer>(o.net, sh), {}});
+    p.tr->prepare(p.d.tokens[0], p.d.targets[0]);
+    keep.push_back(tide::build_schedule(p.stack, tide::strategy{}));
   }
+  for (int round = 0; round < o.calibration_rounds; ++round) {
+    for (auto& p : at) {
+      tide::host_backend cal(paced);
+      tide::calibration_options co;
+      co.repeats = static_cast<std::uint32_t>(std::clamp(o.repeats, 1, 5));  // as many as the measured rounds, up to 5
+      // The host backend's copies are memcpy on a worker thread each way: with one core computing and
+      // one left (2 cores), an offload and a prefetch at once share that core, a half-duplex link.
+      co.full_duplex = std::thread::hardware_concurrency() > 2;
+      co.input = [&](std::span<std::byte> in) {  // the real batch's embeddings, so the routers route as in training
+        p.tr->net().embed(p.d.tokens[0], p.sh, {reinterpret_cast<float*>(in.data()), in.size() / sizeof(float)});
+      };
+      auto& tr = *p.tr;
+      p.rounds.push_back(tide::calibrate(p.stack, cal, [&](auto const& c) { tr.forward(c); }, [&](auto const& c) { tr.backward(c); }, co));
+    }
+  }
+  std::vector<tide::measured_costs> tables;
+  for (std::size_t i = 0; i < at.size(); ++i) tables.push_back({m.points[i], tide::median_costs(at[i].rounds)});
   for (std::size_t i = 0; i + 1 < tables.size(); ++i) m.segments.push_back(tide::fit_micro_batch_costs(std::span(tables).subspan(i, 2)));
   // Keep-all's whole measured step at each point (median of interleaved rounds).
   std::vector<config_run> runs;
@@ -561,6 +580,7 @@ int run(options const& o) {
         .field("steps", o.steps)
         .field("repeats", o.repeats)
         .field("settle", o.settle)
+        .field("calibration_rounds", o.calibration_rounds)
         .field("calibrated_microbatches", points)
         .field("d2h_bytes_per_second", paced.d2h.bytes_per_second, 0)
         .field("h2d_bytes_per_second", paced.h2d.bytes_per_second, 0)
@@ -585,11 +605,11 @@ int run(options const& o) {
                 o.budget != 0 ? "given" : "keep-all's peak at micro-batch 2");
     std::string outside;
     for (auto const x : model.outside_at) outside += (outside.empty() ? "" : ", ") + example::fixed(x / 1e3, 2);
-    std::printf("predicted step: the sim under costs calibrated at micro-batches %s (exact there, linear between) plus "
+    std::printf("predicted step: the sim under costs calibrated at micro-batches %s (medians of %d rounds; exact there, linear between) plus "
                 "the time outside the schedule (embedding, head, loss: %s ms there, keep-all's measured steps less their "
                 "schedule); measured: median of %d interleaved rounds, each configuration's step the last of %d back to "
                 "back\n\n",
-                points.c_str(), outside.c_str(), o.repeats, o.settle + 1);
+                points.c_str(), o.calibration_rounds, outside.c_str(), o.repeats, o.settle + 1);
     std::printf("every policy at micro-batch %zu (the planner's plan under the budget):\n", o.micro_batch);
     example::table t({{"policy", -24},
                       {"fits", -4, 2},

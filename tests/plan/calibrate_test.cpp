@@ -190,6 +190,51 @@ TEST(Calibrate, FitLineRecoversLatencyAndBandwidth) {
   EXPECT_EQ(flat.latency_us, 0);
 }
 
+// median_costs: field by field, so one round slowed by a burst of noise (here every field of
+// round 1 tripled) does not reach the result; tables of different stacks are refused by name.
+TEST(Calibrate, MedianCostsIgnoresOneNoisyRoundFieldByField) {
+  auto table = [](double scale, double bandwidth) {
+    cost_table c;
+    for (int l = 0; l < 2; ++l)
+      c.layers.push_back({.forward_us = scale * (100 + l), .backward_us = scale * (200 + l), .recompute_us = scale * 90,
+                          .slot_recompute_us = {scale * 40, scale * 50}, .gather_us = scale * 3});
+    c.link = {.d2h = {.bytes_per_second = bandwidth, .latency_us = scale * 5}, .h2d = {.bytes_per_second = bandwidth / 2}, .full_duplex = false};
+    c.sync_latency_us = scale * 7;
+    return c;
+  };
+  std::vector<cost_table> const rounds = {table(1.0, 4e9), table(3.0, 1e9), table(1.1, 5e9)};
+  auto const m = median_costs(rounds);
+  ASSERT_EQ(m.layers.size(), 2u);
+  EXPECT_DOUBLE_EQ(m.layers[0].forward_us, 110);   // 100, 300, 110
+  EXPECT_DOUBLE_EQ(m.layers[1].backward_us, 221.1);  // 201, 603, 221.1
+  EXPECT_DOUBLE_EQ(m.layers[1].recompute_us, 99);
+  EXPECT_DOUBLE_EQ(m.layers[0].slot_recompute_us[1], 55);
+  EXPECT_DOUBLE_EQ(m.layers[0].gather_us, 3.3);
+  EXPECT_DOUBLE_EQ(m.link.d2h.bytes_per_second, 4e9);  // 4, 1, 5: the slow round's link is out too
+  EXPECT_DOUBLE_EQ(m.link.h2d.bytes_per_second, 2e9);
+  EXPECT_DOUBLE_EQ(m.link.d2h.latency_us, 5.5);
+  EXPECT_FALSE(m.link.full_duplex);
+  EXPECT_DOUBLE_EQ(m.sync_latency_us, 7.7);
+  // Two tables: the mean of the two.
+  EXPECT_DOUBLE_EQ(median_costs(std::span(rounds).first(2)).layers[0].forward_us, 200);
+  // Hostile input.
+  auto what = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (cost_model_error const& e) {
+      return e.what();
+    }
+    return "(nothing thrown)";
+  };
+  EXPECT_NE(what([] { (void)median_costs({}); }).find("at least one cost table"), std::string::npos);
+  auto fewer = rounds;
+  fewer[2].layers.pop_back();
+  EXPECT_NE(what([&] { (void)median_costs(fewer); }).find("table 2 has 1 layers and table 0 2"), std::string::npos);
+  auto other = rounds;
+  other[1].layers[1].slot_recompute_us.clear();
+  EXPECT_NE(what([&] { (void)median_costs(other); }).find("table 1 layer 1 has other per-slot entries"), std::string::npos);
+}
+
 TEST(Strategy, TableShowsTheTrade) {
   auto m = models::llama3_405b(8192, 1, 8);
   auto st = transformer_stack(m);

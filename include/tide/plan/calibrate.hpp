@@ -177,6 +177,65 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
   return c;
 }
 
+//! The field-by-field median of cost tables measured of one stack (e.g. `calibrate` run in
+//! several rounds, interleaved with other measurements): a burst of noise on the machine that
+//! slows one round's measurement does not reach the median, as it reaches a median of steps run
+//! back to back. Times and latencies are medians; so is each link direction's bandwidth (0,
+//! unpaced, counts as a value) and the `full_duplex` flag (the majority). Throws
+//! `cost_model_error` for no tables, or tables of different shapes (layer counts, per-slot
+//! entries), naming the first that differs.
+[[nodiscard]] inline cost_table median_costs(std::span<cost_table const> tables) {
+  if (tables.empty()) throw cost_model_error("tide: median_costs needs at least one cost table (e.g. three calibration rounds)");
+  auto const& first = tables.front();
+  for (std::size_t t = 1; t < tables.size(); ++t) {
+    auto const& c = tables[t];
+    auto const which = "tide: median_costs: table " + std::to_string(t) + " ";
+    if (c.layers.size() != first.layers.size())
+      throw cost_model_error(which + "has " + std::to_string(c.layers.size()) + " layers and table 0 " +
+                             std::to_string(first.layers.size()) + ": give tables of one stack");
+    for (std::size_t l = 0; l < c.layers.size(); ++l)
+      if (c.layers[l].slot_recompute_us.size() != first.layers[l].slot_recompute_us.size() ||
+          c.layers[l].slot_producer != first.layers[l].slot_producer)
+        throw cost_model_error(which + "layer " + std::to_string(l) +
+                               " has other per-slot entries (slot_recompute_us, slot_producer) than table 0's: give tables of one stack, "
+                               "calibrated with the same options");
+  }
+  auto med = [&](auto const& field) {
+    std::vector<double> v;
+    v.reserve(tables.size());
+    for (auto const& c : tables) v.push_back(field(c));
+    std::sort(v.begin(), v.end());
+    auto const n = v.size();
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  };
+  cost_table r = first;
+  for (std::size_t l = 0; l < r.layers.size(); ++l) {
+    auto& x = r.layers[l];
+    x.forward_us = med([&](cost_table const& c) { return c.layers[l].forward_us; });
+    x.backward_us = med([&](cost_table const& c) { return c.layers[l].backward_us; });
+    x.recompute_us = med([&](cost_table const& c) { return c.layers[l].recompute_us; });
+    for (std::size_t k = 0; k < x.slot_recompute_us.size(); ++k)
+      x.slot_recompute_us[k] = med([&](cost_table const& c) { return c.layers[l].slot_recompute_us[k]; });
+    x.gather_us = med([&](cost_table const& c) { return c.layers[l].gather_us; });
+    x.reduce_us = med([&](cost_table const& c) { return c.layers[l].reduce_us; });
+    x.regather_us = med([&](cost_table const& c) { return c.layers[l].regather_us; });
+    x.memory_bound_share = med([&](cost_table const& c) { return c.layers[l].memory_bound_share; });
+  }
+  for (auto [dir, get] : {std::pair{&r.link.d2h, +[](cost_table const& c) { return &c.link.d2h; }},
+                          std::pair{&r.link.h2d, +[](cost_table const& c) { return &c.link.h2d; }},
+                          std::pair{&r.storage.write, +[](cost_table const& c) { return &c.storage.write; }},
+                          std::pair{&r.storage.read, +[](cost_table const& c) { return &c.storage.read; }}}) {
+    dir->bytes_per_second = med([&](cost_table const& c) { return get(c)->bytes_per_second; });
+    dir->latency_us = med([&](cost_table const& c) { return get(c)->latency_us; });
+  }
+  r.link.full_duplex = med([](cost_table const& c) { return c.link.full_duplex ? 1.0 : 0.0; }) > 0.5;
+  r.storage.full_duplex = med([](cost_table const& c) { return c.storage.full_duplex ? 1.0 : 0.0; }) > 0.5;
+  r.sync_latency_us = med([](cost_table const& c) { return c.sync_latency_us; });
+  r.op_overhead_us = med([](cost_table const& c) { return c.op_overhead_us; });
+  r.hbm_bytes_per_second = med([](cost_table const& c) { return c.hbm_bytes_per_second; });
+  return r;
+}
+
 //! What `calibrate_storage` measures.
 struct storage_calibration_options {
   //! Transfer sizes: each is written and read back `repeats` times through one spill file; the
