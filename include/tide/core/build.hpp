@@ -64,8 +64,19 @@ TIDE_INLINE schedule_issue build_at_run_time(schedule& s, stack_spec const& stac
 //! with the composition (then `s` is left empty) or an issue whose code is `none`. Every size and
 //! offset is computed with overflow checks.
 [[nodiscard]] constexpr schedule_issue try_build_schedule_into(schedule& s, stack_spec const& stack, strategy const& how) {
+#if TIDE_DETAIL_IF_CONSTEVAL
+  // The builder is referenced from constant evaluation only (core/config.hpp).
+  TIDE_DETAIL_IF_CONSTEVAL_BEGIN
+  if consteval {
+    return detail::build_into(s, stack, how);
+  } else {
+    return detail::build_at_run_time(s, stack, how);
+  }
+  TIDE_DETAIL_IF_CONSTEVAL_END
+#else
   if (!std::is_constant_evaluated()) return detail::build_at_run_time(s, stack, how);
   return detail::build_into(s, stack, how);
+#endif
 }
 
 //! Builds the schedule into `s`, reusing its storage. Throws `schedule_error` naming what is

@@ -27,3 +27,26 @@
 //! definition is in the library).
 #define TIDE_INLINE inline
 #endif
+
+// `if consteval` (C++23) where the compiler accepts it in C++20 as an extension (GCC 12+, Clang
+// 14+; not nvcc's front end): `try_build_schedule_into` (core/build.hpp) then does not reference
+// the constexpr schedule builder from code that runs, so a translation unit that builds its
+// schedules at run time from the library (separate compilation) does not hand the builder's
+// thousands of functions to the optimizer. Elsewhere `std::is_constant_evaluated()` stands in.
+#if defined(__cpp_if_consteval) && __cpp_if_consteval >= 202106L
+#define TIDE_DETAIL_IF_CONSTEVAL 1
+#define TIDE_DETAIL_IF_CONSTEVAL_BEGIN
+#define TIDE_DETAIL_IF_CONSTEVAL_END
+#elif defined(__clang__) && !defined(__CUDACC__) && __clang_major__ >= 14
+#define TIDE_DETAIL_IF_CONSTEVAL 1
+#define TIDE_DETAIL_IF_CONSTEVAL_BEGIN _Pragma("clang diagnostic push") _Pragma("clang diagnostic ignored \"-Wc++2b-extensions\"")
+#define TIDE_DETAIL_IF_CONSTEVAL_END _Pragma("clang diagnostic pop")
+#elif defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__NVCOMPILER) && !defined(__INTEL_LLVM_COMPILER) && \
+    __GNUC__ >= 12
+#define TIDE_DETAIL_IF_CONSTEVAL 1
+#define TIDE_DETAIL_IF_CONSTEVAL_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wc++23-extensions\"") \
+  _Pragma("GCC diagnostic ignored \"-Wpedantic\"")
+#define TIDE_DETAIL_IF_CONSTEVAL_END _Pragma("GCC diagnostic pop")
+#else
+#define TIDE_DETAIL_IF_CONSTEVAL 0
+#endif

@@ -221,12 +221,16 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     x.regather_us = med([&](cost_table const& c) { return c.layers[l].regather_us; });
     x.memory_bound_share = med([&](cost_table const& c) { return c.layers[l].memory_bound_share; });
   }
-  for (auto [dir, get] : {std::pair{&r.link.d2h, +[](cost_table const& c) { return &c.link.d2h; }},
-                          std::pair{&r.link.h2d, +[](cost_table const& c) { return &c.link.h2d; }},
-                          std::pair{&r.storage.write, +[](cost_table const& c) { return &c.storage.write; }},
-                          std::pair{&r.storage.read, +[](cost_table const& c) { return &c.storage.read; }}}) {
-    dir->bytes_per_second = med([&](cost_table const& c) { return get(c)->bytes_per_second; });
-    dir->latency_us = med([&](cost_table const& c) { return get(c)->latency_us; });
+  // Each link direction by its member pointers (lambdas capturing structured bindings need Clang 16).
+  using direction_of = link_direction host_link::*;
+  for (direction_of d : {&host_link::d2h, &host_link::h2d}) {
+    (r.link.*d).bytes_per_second = med([d](cost_table const& c) { return (c.link.*d).bytes_per_second; });
+    (r.link.*d).latency_us = med([d](cost_table const& c) { return (c.link.*d).latency_us; });
+  }
+  using storage_direction_of = link_direction storage_link::*;
+  for (storage_direction_of d : {&storage_link::write, &storage_link::read}) {
+    (r.storage.*d).bytes_per_second = med([d](cost_table const& c) { return (c.storage.*d).bytes_per_second; });
+    (r.storage.*d).latency_us = med([d](cost_table const& c) { return (c.storage.*d).latency_us; });
   }
   r.link.full_duplex = med([](cost_table const& c) { return c.link.full_duplex ? 1.0 : 0.0; }) > 0.5;
   r.storage.full_duplex = med([](cost_table const& c) { return c.storage.full_duplex ? 1.0 : 0.0; }) > 0.5;

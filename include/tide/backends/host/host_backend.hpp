@@ -11,8 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -21,9 +19,7 @@
 #include <limits>
 #include <optional>
 #include <memory>
-#include <mutex>
 #include <new>
-#include <thread>
 #include <vector>
 
 #include <tide/core/config.hpp>
@@ -72,7 +68,6 @@ class host_backend {
   using stream_type = stream_role;
   //! Both arenas are host memory, so debug guards and poisoning can run.
   static constexpr bool device_memory_is_host_accessible = true;
-  using clock = std::chrono::steady_clock;  //!< the clock of timeline intervals and copy pacing
 
   //! Starts one worker thread per stream; throws if a thread cannot start.
   explicit host_backend(host_backend_options opt = {});
@@ -176,30 +171,22 @@ class host_backend {
   };
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
-  struct queue {
-    std::mutex mutex;
-    std::condition_variable ready, idle;
-    std::vector<item> items;  // ring buffer; grows only when full
-    std::size_t head = 0, tail = 0;
-    bool busy = false, stop = false;
-  };
+  // The worker threads, their queues, the step's clock and the paced links' schedule, defined
+  // with the member functions that use them (detail/host_backend_impl.hpp): <thread>, <chrono>
+  // and <condition_variable> stay off the path of code that only steps a schedule.
+  struct workers;
 
   void stop_workers() noexcept;
 
   void push(stream_role r, item const& it);
 
-  double us(clock::time_point t) const noexcept { return std::chrono::duration<double, std::micro>(t - start_).count(); }
-  double now_us() const noexcept { return us(clock::now()); }
-
   void work(std::size_t s);
 
   host_backend_options opt_;
   arena_pool<detail::page_allocator> device_, host_;
-  std::array<std::atomic<clock::rep>, 2> link_free_{};  // d2h, h2d: when the paced link is next free
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded
   std::array<event, stream_count> joins_;  // run_after_all: each stream's end so far
-  std::array<queue, stream_count> queues_;
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;
   timeline* timeline_ = nullptr;
@@ -209,8 +196,7 @@ class host_backend {
   std::size_t storage_alignment_ = 4096;  // the stepping schedule's: stores and loads move whole padded regions
   std::size_t max_ops_ = 0;
   std::atomic<bool> in_step_{false};
-  clock::time_point start_{};
-  std::array<std::thread, stream_count> workers_;
+  std::unique_ptr<workers> w_;  // last: the threads start once everything above exists
 };
 
 static_assert(storage_backend<host_backend>);

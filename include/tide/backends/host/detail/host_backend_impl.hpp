@@ -4,7 +4,10 @@
 // compiled once, in the library. Included at the end of host_backend.hpp; not on its own.
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -20,13 +23,32 @@
 
 namespace tide {
 
+struct host_backend::workers {
+  using clock = std::chrono::steady_clock;  // the clock of timeline intervals and copy pacing
+  struct queue {
+    std::mutex mutex;
+    std::condition_variable ready, idle;
+    std::vector<item> items;  // ring buffer; grows only when full
+    std::size_t head = 0, tail = 0;
+    bool busy = false, stop = false;
+  };
+  std::array<queue, stream_count> queues;
+  std::array<std::atomic<clock::rep>, 2> link_free{};  // d2h, h2d: when the paced link is next free
+  clock::time_point start{};                           // the step's
+  std::array<std::thread, stream_count> threads;
+  //! Microseconds from the step's start to `t`.
+  [[nodiscard]] double us(clock::time_point t) const noexcept { return std::chrono::duration<double, std::micro>(t - start).count(); }
+  [[nodiscard]] double now_us() const noexcept { return us(clock::now()); }
+};
+
 TIDE_INLINE host_backend::host_backend(host_backend_options opt)
     : opt_(opt),
       device_("tide: host backend device arena", opt.device_budget),
-      host_("tide: host backend pinned host arena", opt.host_budget) {
+      host_("tide: host backend pinned host arena", opt.host_budget),
+      w_(std::make_unique<workers>()) {
   std::size_t started = 0;
   try {
-    for (; started < stream_count; ++started) workers_[started] = std::thread([this, s = started] { work(s); });
+    for (; started < stream_count; ++started) w_->threads[started] = std::thread([this, s = started] { work(s); });
   } catch (...) {
     stop_workers();  // a thread failed to start: join those that did, then report it
     throw;
@@ -51,7 +73,7 @@ TIDE_INLINE arenas host_backend::setup(backend_setup const& s) {
     events_.swap(e);
     recorded_.assign(s.events, false);
   }
-  for (auto& q : queues_) {
+  for (auto& q : w_->queues) {
     std::lock_guard lock(q.mutex);
     if (q.items.size() < 4 * s.ops + 16) q.items.resize(4 * s.ops + 16);
   }
@@ -64,7 +86,7 @@ TIDE_INLINE arenas host_backend::setup(backend_setup const& s) {
 TIDE_INLINE void host_backend::begin_step(schedule_view s) {
   if (in_step_.exchange(true))
     throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
-  start_ = clock::now();
+  w_->start = workers::clock::now();
   storage_failure_ = nullptr;
   storage_failed_.store(false);
   storage_alignment_ = s.buffers.storage_alignment;
@@ -73,7 +95,7 @@ TIDE_INLINE void host_backend::begin_step(schedule_view s) {
 }
 
 TIDE_INLINE void host_backend::wait_step() {
-  for (auto& q : queues_) {
+  for (auto& q : w_->queues) {
     std::unique_lock lock(q.mutex);
     q.idle.wait(lock, [&] { return q.head == q.tail && !q.busy; });
   }
@@ -98,17 +120,17 @@ TIDE_INLINE void host_backend::push_storage(stream_role r, std::uint32_t i, op c
 }
 
 TIDE_INLINE void host_backend::stop_workers() noexcept {
-  for (auto& q : queues_) {
+  for (auto& q : w_->queues) {
     std::lock_guard lock(q.mutex);
     q.stop = true;
     q.ready.notify_all();
   }
-  for (auto& w : workers_)
-    if (w.joinable()) w.join();
+  for (auto& t : w_->threads)
+    if (t.joinable()) t.join();
 }
 
 TIDE_INLINE void host_backend::push(stream_role r, item const& it) {
-  auto& q = queues_[static_cast<std::size_t>(r)];
+  auto& q = w_->queues[static_cast<std::size_t>(r)];
   std::lock_guard lock(q.mutex);
   if (q.tail - q.head == q.items.size()) {  // full: grow (only before steady state)
     std::vector<item> bigger(q.items.size() * 2 + 16);
@@ -125,7 +147,8 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1UL);  // paced copies wake at their deadline, not up to 50 us late
 #endif
-  auto& q = queues_[s];
+  auto& q = w_->queues[s];
+  using clock = workers::clock;
   auto const role = static_cast<stream_role>(s);
   // When this stream's next item could nominally start: after the previous item (a paced copy
   // counts as done at its due time, not when this thread woke up) and after any blocking.
@@ -146,10 +169,10 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
     }
     switch (it.kind) {
       case item::run: {
-        auto const b = now_us();
+        auto const b = w_->now_us();
         it.fn();
         ready_at = clock::now();
-        if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
+        if (timeline_) spans_[s].push_back({it.index, role, b, w_->now_us()});
         break;
       }
       case item::copy: {
@@ -158,7 +181,7 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
           // Pace against the link's own schedule, as a copy engine would run: a copy that was
           // ready (queued, its waits done) when the link became free starts then, not when this
           // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
-          auto& link = link_free_[it.pace == &opt_.d2h ? 0 : 1];
+          auto& link = w_->link_free[it.pace == &opt_.d2h ? 0 : 1];
           auto const start =
               std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
           auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(copy_us));
@@ -175,11 +198,11 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
           link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
           ready_at = end;
           // The span: from when this stream was on the copy to when its data became visible.
-          if (timeline_) spans_[s].push_back({it.index, role, us(std::max(start, picked)), us(done)});
+          if (timeline_) spans_[s].push_back({it.index, role, w_->us(std::max(start, picked)), w_->us(done)});
         } else {
           std::memcpy(it.dst, it.src, it.bytes);
           ready_at = clock::now();
-          if (timeline_) spans_[s].push_back({it.index, role, us(picked), us(ready_at)});
+          if (timeline_) spans_[s].push_back({it.index, role, w_->us(picked), w_->us(ready_at)});
         }
         break;
       }
@@ -193,18 +216,18 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
         auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
         auto v = e.load(std::memory_order_acquire);
         if (reached(v, it.target)) break;
-        auto const b = now_us();
+        auto const b = w_->now_us();
         while (!reached(v, it.target)) {
           e.wait(v, std::memory_order_acquire);
           v = e.load(std::memory_order_acquire);
         }
         ready_at = std::max(ready_at, clock::now());
-        if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, now_us()});
+        if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, w_->now_us()});
         break;
       }
       case item::store:
       case item::load: {
-        auto const b = now_us();
+        auto const b = w_->now_us();
         // After a failed transfer the step is lost: skip the rest rather than read back what
         // was never written. The first failure is thrown by wait_step.
         if (!storage_failed_.load(std::memory_order_acquire)) {
@@ -217,7 +240,7 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
           }
         }
         ready_at = clock::now();
-        if (timeline_) spans_[s].push_back({it.index, role, b, now_us()});
+        if (timeline_) spans_[s].push_back({it.index, role, b, w_->now_us()});
         break;
       }
       case item::host:
