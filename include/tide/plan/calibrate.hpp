@@ -13,6 +13,7 @@
 #include <functional>
 #include <new>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include <tide/backends/host/host_backend.hpp>
@@ -24,6 +25,7 @@
 #include <tide/executor/executor.hpp>
 #include <tide/storage/spill_file.hpp>
 #include <tide/backends/sim/cost_table.hpp>
+#include <tide/plan/detail/median.hpp>
 #include <tide/trace/timeline.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
@@ -204,9 +206,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     std::vector<double> v;
     v.reserve(tables.size());
     for (auto const& c : tables) v.push_back(field(c));
-    std::sort(v.begin(), v.end());
-    auto const n = v.size();
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+    return detail::midpoint_median(std::move(v));
   };
   cost_table r = first;
   for (std::size_t l = 0; l < r.layers.size(); ++l) {

@@ -36,6 +36,7 @@
 #include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/strategy.hpp>
+#include <tide/plan/detail/median.hpp>
 #include <tide/plan/micro_batch.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
@@ -105,16 +106,6 @@ struct tune_report {
     return r;
   }
 };
-
-namespace detail {
-
-[[nodiscard]] inline double tune_median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto const n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace detail
 
 //! Measures `candidates` with `measure` (see the file comment) and keeps the most tokens per
 //! second. Throws `cost_model_error` naming no candidates, a candidate without a name, at
@@ -191,7 +182,7 @@ TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_st
   }
   for (std::size_t i = 0; i < r.results.size(); ++i) {
     auto& x = r.results[i];
-    x.median_us = detail::tune_median(x.samples_us);
+    x.median_us = detail::midpoint_median(x.samples_us);
     x.tokens_per_second = x.candidate.tokens / (x.median_us * 1e-6);
     if (x.candidate.predicted_step_us > 0) {
       x.predicted_tokens_per_second = x.candidate.tokens / (x.candidate.predicted_step_us * 1e-6);
