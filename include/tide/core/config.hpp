@@ -34,29 +34,22 @@
 // schedules at run time from the library (separate compilation) does not hand the builder's
 // thousands of functions to the optimizer. Elsewhere `std::is_constant_evaluated()` stands in.
 #if defined(__cpp_if_consteval) && __cpp_if_consteval >= 202106L
-//! 1 where `try_build_schedule_into` dispatches with `if consteval`, 0 where with `std::is_constant_evaluated()`.
 #define TIDE_DETAIL_IF_CONSTEVAL 1
-//! Opens the region where `if consteval` is accepted as an extension (its warning silenced).
 #define TIDE_DETAIL_IF_CONSTEVAL_BEGIN
-//! Closes that region.
 #define TIDE_DETAIL_IF_CONSTEVAL_END
 #elif defined(__clang__) && !defined(__CUDACC__) && __clang_major__ >= 14
-//! 1 where `try_build_schedule_into` dispatches with `if consteval`, 0 where with `std::is_constant_evaluated()`.
 #define TIDE_DETAIL_IF_CONSTEVAL 1
-//! Opens the region where `if consteval` is accepted as an extension (its warning silenced).
 #define TIDE_DETAIL_IF_CONSTEVAL_BEGIN _Pragma("clang diagnostic push") _Pragma("clang diagnostic ignored \"-Wc++2b-extensions\"")
-//! Closes that region.
 #define TIDE_DETAIL_IF_CONSTEVAL_END _Pragma("clang diagnostic pop")
 #elif defined(__GNUC__) && !defined(__clang__) && !defined(__CUDACC__) && !defined(__NVCOMPILER) && !defined(__INTEL_LLVM_COMPILER) && \
     __GNUC__ >= 12
-//! 1 where `try_build_schedule_into` dispatches with `if consteval`, 0 where with `std::is_constant_evaluated()`.
 #define TIDE_DETAIL_IF_CONSTEVAL 1
-//! Opens the region where `if consteval` is accepted as an extension (its warning silenced).
 #define TIDE_DETAIL_IF_CONSTEVAL_BEGIN _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Wc++23-extensions\"") \
   _Pragma("GCC diagnostic ignored \"-Wpedantic\"")
-//! Closes that region.
 #define TIDE_DETAIL_IF_CONSTEVAL_END _Pragma("GCC diagnostic pop")
 #else
-//! 1 where `try_build_schedule_into` dispatches with `if consteval`, 0 where with `std::is_constant_evaluated()`.
+//! 1 where `try_build_schedule_into` dispatches with `if consteval` (TIDE_DETAIL_IF_CONSTEVAL_BEGIN and
+//! _END then open and close the region where its extension warning is silenced), 0 where with
+//! `std::is_constant_evaluated()`. (Doxygen reads this branch.)
 #define TIDE_DETAIL_IF_CONSTEVAL 0
 #endif
