@@ -7,7 +7,6 @@
 //! `calibrate_storage` measures the storage tier's path (a spill file) the same way.
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -16,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/backends/host/host_backend.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/build.hpp>
@@ -27,6 +27,10 @@
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/plan/detail/median.hpp>
 #include <tide/trace/timeline.hpp>
+
+#if TIDE_DEFINITIONS
+#include <chrono>
+#endif
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -253,7 +257,10 @@ struct storage_calibration_options {
 //! latency plus bytes over bandwidth. With `O_DIRECT` the reads come from the device; on a file
 //! system without it (tmpfs) they come from the page cache, and so does the figure. Throws
 //! `storage_error` as `spill_file` does.
-[[nodiscard]] inline storage_link calibrate_storage(storage_options const& where, storage_calibration_options const& opt = {}) {
+[[nodiscard]] TIDE_INLINE storage_link calibrate_storage(storage_options const& where, storage_calibration_options const& opt = {});
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE storage_link calibrate_storage(storage_options const& where, storage_calibration_options const& opt) {
   std::size_t largest = 0;
   for (auto s : opt.sizes) largest = std::max(largest, s);
   if (largest == 0 || opt.repeats == 0) throw cost_model_error("tide: calibrate_storage needs a positive size and repeats");
@@ -289,6 +296,7 @@ struct storage_calibration_options {
   }
   return {.write = detail::fit_link(wr), .read = detail::fit_link(rd), .full_duplex = false};
 }
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

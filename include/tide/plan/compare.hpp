@@ -12,7 +12,6 @@
 #include <limits>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include <tide/core/config.hpp>
@@ -21,6 +20,10 @@
 #include <tide/core/strategy.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
+
+#if TIDE_DEFINITIONS
+#include <unordered_set>
+#endif
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -80,6 +83,29 @@ struct strategy_row {
   std::string over_budget{};
 };
 
+//! One row: `st` (with `opt.collectives`' hooks, not overlapped where either turns `overlap`
+//! off) built for `stack`, simulated under `costs`, its peaks checked against `opt`'s budgets.
+//! What `compare_strategies` does for each of its rows, for a strategy of your own (a policy
+//! file, say).
+TIDE_INLINE strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
+                                           strategy_options const& opt, std::string key, std::string name);
+
+//! The planner's answer within `opt`'s budgets, with its collectives and resident bytes, seeded
+//! with the strategies of `rows` and `extra_seeds`: never slower than one of them that fits. What
+//! `compare_strategies` adds as its planner row.
+TIDE_INLINE plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
+                                std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds = {});
+
+//! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,
+//! in the order keep-all, full remat, offload rows, planner. Rows with nothing to remat or
+//! offload are left out.
+TIDE_INLINE std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
+                                                         strategy_options const& opt = {});
+
+//! The table as aligned text: one row per strategy, "does not fit" where the peak is over budget.
+TIDE_INLINE std::string format_strategy_table(std::vector<strategy_row> const& rows);
+
+#if TIDE_DEFINITIONS
 namespace detail {
 //! The stack's slot names but `keep`'s, each once, in order of first appearance (by hash: a
 //! stack of 100,000 types compared pairwise took minutes).
@@ -93,31 +119,8 @@ inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std
 }
 }  // namespace detail
 
-//! One row: `st` (with `opt.collectives`' hooks, not overlapped where either turns `overlap`
-//! off) built for `stack`, simulated under `costs`, its peaks checked against `opt`'s budgets.
-//! What `compare_strategies` does for each of its rows, for a strategy of your own (a policy
-//! file, say).
 TIDE_INLINE strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
-                                      strategy_options const& opt, std::string key, std::string name);
-
-//! The planner's answer within `opt`'s budgets, with its collectives and resident bytes, seeded
-//! with the strategies of `rows` and `extra_seeds`: never slower than one of them that fits. What
-//! `compare_strategies` adds as its planner row.
-TIDE_INLINE plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
-                           std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds = {});
-
-//! Simulates the usual strategies for `stack` under `costs` (see the file comment), one row each,
-//! in the order keep-all, full remat, offload rows, planner. Rows with nothing to remat or
-//! offload are left out.
-TIDE_INLINE std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
-                                                    strategy_options const& opt = {});
-
-//! The table as aligned text: one row per strategy, "does not fit" where the peak is over budget.
-TIDE_INLINE std::string format_strategy_table(std::vector<strategy_row> const& rows);
-
-#if TIDE_DEFINITIONS
-TIDE_INLINE strategy_row evaluate_strategy(stack_spec const& stack, cost_table const& costs, tide::strategy st,
-                                      strategy_options const& opt, std::string key, std::string name) {
+                                           strategy_options const& opt, std::string key, std::string name) {
   auto const overlap = st.collectives.overlap && opt.collectives.overlap;
   st.collectives = opt.collectives;
   st.collectives.overlap = overlap;
@@ -148,7 +151,7 @@ TIDE_INLINE strategy_row evaluate_strategy(stack_spec const& stack, cost_table c
 }
 
 TIDE_INLINE plan plan_seeded_by(stack_spec const& stack, cost_table const& costs, strategy_options const& opt,
-                           std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds) {
+                                std::vector<strategy_row> const& rows, std::vector<tide::strategy> extra_seeds) {
   // Each seed with `opt.collectives` as they are: a row without latency hiding turns their
   // overlap off to compare against, which is no choice for a plan.
   std::vector<tide::strategy> seeds;
@@ -166,7 +169,7 @@ TIDE_INLINE plan plan_seeded_by(stack_spec const& stack, cost_table const& costs
 }
 
 TIDE_INLINE std::vector<strategy_row> compare_strategies(stack_spec const& stack, cost_table const& costs,
-                                                    strategy_options const& opt) {
+                                                         strategy_options const& opt) {
   costs.check_against(stack);
   // The planner's row refuses a stack over its limit: before the other rows are built, not after.
   if (opt.include_plan && decision_count(stack) > opt.max_decisions)

@@ -109,7 +109,7 @@ struct micro_batch_options {
 //! `cost_model_error` naming an empty list, a micro-batch of 0 or one given twice, and passes on
 //! what `problem` and `make_plan` throw.
 [[nodiscard]] TIDE_INLINE micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> micro_batches,
-                                                         micro_batch_problem_fn const& problem, micro_batch_options const& opt = {});
+                                                              micro_batch_problem_fn const& problem, micro_batch_options const& opt = {});
 
 //! The parts of the transformer cost model that do not grow with the micro-batch (see the file
 //! comment). Defaults are assumptions stated at each field; zeros leave `transformer_costs` as it is.
@@ -134,28 +134,18 @@ struct batch_efficiency {
 //! backward, full recompute and per-slot recomputes. What `transformer_batch_costs` does; tide-plan
 //! applies it after a calibration file replaced the link.
 TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
-                           batch_efficiency const& e = {});
+                                batch_efficiency const& e = {});
 
 //! `transformer_costs(m, hw, t)` with the fixed work of `e` added (`add_fixed_work`).
-[[nodiscard]] inline cost_table transformer_batch_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
-                                                        batch_efficiency const& e = {}) {
-  auto c = transformer_costs(m, hw, t);
-  add_fixed_work(c, m, hw, t, e);
-  return c;
-}
+[[nodiscard]] TIDE_INLINE cost_table transformer_batch_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
+                                                             batch_efficiency const& e = {});
 
 //! The optimizer step of one GPU of `t`'s job (microseconds): Adam over its shard of the
 //! parameters, bound by HBM bandwidth. It reads the master weights, the gradients and both
 //! moments, writes the master weights and moments, and writes the compute copy:
 //! `2 x master + gradient + 2 x optimizer + compute` bytes a parameter (30 with `training_spec`'s
 //! defaults). Independent of the micro-batch.
-[[nodiscard]] inline double transformer_optimizer_us(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
-  if (!(hw.hbm_bytes_per_second > 0)) return 0;
-  auto const r = transformer_resident_memory(m, hw, t);
-  double const params = t.master_weight_bytes > 0 ? static_cast<double>(r.weights) / t.master_weight_bytes : 0;
-  double const bytes = params * (2 * t.master_weight_bytes + t.gradient_bytes + 2 * t.optimizer_bytes + t.compute_weight_bytes);
-  return bytes / hw.hbm_bytes_per_second * 1e6;
-}
+[[nodiscard]] TIDE_INLINE double transformer_optimizer_us(transformer_spec const& m, hardware_spec const& hw, training_spec const& t);
 
 //! The problems of `m` (its `micro_batch` replaced by each one asked) on `hw` with `t`'s layout:
 //! the stack, `transformer_batch_costs` under `e`, the activation budget `device_memory` less the
@@ -163,22 +153,9 @@ TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, ha
 //! candidates with `training_collectives` (unless `base` gives candidates), the optimizer step
 //! outside the schedule (with `e.optimizer_step`), and `seq_len x micro_batch` tokens. `base`
 //! gives the host budget and the other planner settings.
-[[nodiscard]] inline micro_batch_problem_fn transformer_micro_batch_problems(transformer_spec const& m, hardware_spec const& hw,
-                                                                             training_spec const& t, std::size_t device_memory,
-                                                                             plan_options const& base = {}, batch_efficiency const& e = {}) {
-  return [=](std::uint64_t b) {
-    auto mb = m;
-    mb.micro_batch = b;
-    micro_batch_problem p{.stack = transformer_stack(mb), .costs = transformer_batch_costs(mb, hw, t, e), .options = base};
-    auto const resident = transformer_resident_memory(mb, hw, t).total();
-    p.options.resident_bytes = resident;
-    p.options.device_budget = resident < device_memory ? device_memory - resident : 0;
-    if (p.options.candidates.empty()) p.options.candidates = default_candidates(p.stack, 0, training_collectives(t));
-    p.tokens = static_cast<double>(mb.tokens());
-    p.outside_step_us = e.optimizer_step ? transformer_optimizer_us(mb, hw, t) : 0;
-    return p;
-  };
-}
+[[nodiscard]] TIDE_INLINE micro_batch_problem_fn transformer_micro_batch_problems(transformer_spec const& m, hardware_spec const& hw,
+                                                                                  training_spec const& t, std::size_t device_memory,
+                                                                                  plan_options const& base = {}, batch_efficiency const& e = {});
 
 //! A cost table measured at one micro-batch (`calibrate` on the stack at that micro-batch).
 struct measured_costs {
@@ -222,7 +199,7 @@ struct micro_batch_costs {
 
 #if TIDE_DEFINITIONS
 TIDE_INLINE micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> micro_batches,
-                                                         micro_batch_problem_fn const& problem, micro_batch_options const& opt) {
+                                                micro_batch_problem_fn const& problem, micro_batch_options const& opt) {
   if (micro_batches.empty())
     throw cost_model_error("tide: plan_micro_batches needs at least one micro-batch: give e.g. {1, 2, 4, 8}");
   for (std::size_t i = 0; i < micro_batches.size(); ++i) {
@@ -306,7 +283,7 @@ TIDE_INLINE micro_batch_costs fit_micro_batch_costs(std::span<measured_costs con
 
 #if TIDE_DEFINITIONS
 TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
-                           batch_efficiency const& e) {
+                                batch_efficiency const& e) {
   if (!(e.kernel_launch_us >= 0 && e.kernel_launch_us <= 1e6) || !(e.kernels_per_op >= 0 && e.kernels_per_op <= 1e4))
     throw cost_model_error("tide: batch_efficiency has kernel_launch_us " + std::to_string(e.kernel_launch_us) + " and kernels_per_op " +
                            std::to_string(e.kernels_per_op) + ": give a time from 0 to 1e6 microseconds and a count from 0 to 10000");
@@ -325,6 +302,40 @@ TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, ha
     if (c.recompute_us >= 0) c.recompute_us += w.forward_us;
     for (std::size_t k = 0; k < c.slot_recompute_us.size() && k < w.slot_us.size(); ++k) c.slot_recompute_us[k] += w.slot_us[k];
   }
+}
+#endif  // TIDE_DEFINITIONS
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE cost_table transformer_batch_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
+                                               batch_efficiency const& e) {
+  auto c = transformer_costs(m, hw, t);
+  add_fixed_work(c, m, hw, t, e);
+  return c;
+}
+
+TIDE_INLINE double transformer_optimizer_us(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
+  if (!(hw.hbm_bytes_per_second > 0)) return 0;
+  auto const r = transformer_resident_memory(m, hw, t);
+  double const params = t.master_weight_bytes > 0 ? static_cast<double>(r.weights) / t.master_weight_bytes : 0;
+  double const bytes = params * (2 * t.master_weight_bytes + t.gradient_bytes + 2 * t.optimizer_bytes + t.compute_weight_bytes);
+  return bytes / hw.hbm_bytes_per_second * 1e6;
+}
+
+TIDE_INLINE micro_batch_problem_fn transformer_micro_batch_problems(transformer_spec const& m, hardware_spec const& hw,
+                                                                    training_spec const& t, std::size_t device_memory,
+                                                                    plan_options const& base, batch_efficiency const& e) {
+  return [=](std::uint64_t b) {
+    auto mb = m;
+    mb.micro_batch = b;
+    micro_batch_problem p{.stack = transformer_stack(mb), .costs = transformer_batch_costs(mb, hw, t, e), .options = base};
+    auto const resident = transformer_resident_memory(mb, hw, t).total();
+    p.options.resident_bytes = resident;
+    p.options.device_budget = resident < device_memory ? device_memory - resident : 0;
+    if (p.options.candidates.empty()) p.options.candidates = default_candidates(p.stack, 0, training_collectives(t));
+    p.tokens = static_cast<double>(mb.tokens());
+    p.outside_step_us = e.optimizer_step ? transformer_optimizer_us(mb, hw, t) : 0;
+    return p;
+  };
 }
 #endif  // TIDE_DEFINITIONS
 

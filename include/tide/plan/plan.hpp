@@ -28,26 +28,8 @@ inline std::size_t default_chunk_bytes(stack_spec const& stack) noexcept {
 //! two and three staging buffers (prefetch distance 0, 1, 2), the deepest of those with copies
 //! chunked (`chunk_bytes`, 0: `default_chunk_bytes`), and, on stacks of more than 8 layers,
 //! chunked with prefetch distance 7 and eight staging buffers. Each keeps `collectives`.
-inline std::vector<strategy> default_candidates(stack_spec const& stack, std::size_t chunk_bytes = 0,
-                                                collective_spec collectives = {}) {
-  if (chunk_bytes == 0) chunk_bytes = default_chunk_bytes(stack);
-  auto const L = stack.layer_count();
-  auto dist = [&](std::uint32_t d) { return std::min<std::uint32_t>(d, L == 0 ? 0 : L - 1); };
-  std::vector<strategy> r;
-  auto add = [&](pipeline_spec p, std::uint32_t staging) {
-    r.push_back({.buffers = {.staging_buffers = staging}, .pipeline = p, .collectives = collectives});
-  };
-  add({.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}, 1);
-  add({.prefetch_distance = dist(0), .max_offloads_in_flight = 1}, 1);
-  add({.prefetch_distance = dist(1)}, 2);
-  add({.prefetch_distance = dist(2)}, 3);
-  add({.prefetch_distance = dist(2), .chunk_bytes = chunk_bytes}, 3);
-  // A deep window: eight layers' prefetches in flight (the published DeepSeek-V3 run's latency
-  // hiding held about eight layers of offloaded tensors more than its run without it).
-  // On stacks of at most 8 layers such a window is the whole backward: left out.
-  if (L > 8) add({.prefetch_distance = 7, .chunk_bytes = chunk_bytes}, 8);
-  return r;
-}
+TIDE_INLINE std::vector<strategy> default_candidates(stack_spec const& stack, std::size_t chunk_bytes = 0,
+                                                     collective_spec collectives = {});
 
 //! Which search `make_plan` runs (see the file comment).
 enum class plan_method : std::uint8_t {
@@ -146,6 +128,29 @@ struct plan {
   //! The schedule of this plan for `stack` (the stack it was planned for).
   schedule build(stack_spec const& stack) const { return build_schedule(stack, strategy); }
 };
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE std::vector<strategy> default_candidates(stack_spec const& stack, std::size_t chunk_bytes,
+                                                     collective_spec collectives) {
+  if (chunk_bytes == 0) chunk_bytes = default_chunk_bytes(stack);
+  auto const L = stack.layer_count();
+  auto dist = [&](std::uint32_t d) { return std::min<std::uint32_t>(d, L == 0 ? 0 : L - 1); };
+  std::vector<strategy> r;
+  auto add = [&](pipeline_spec p, std::uint32_t staging) {
+    r.push_back({.buffers = {.staging_buffers = staging}, .pipeline = p, .collectives = collectives});
+  };
+  add({.latency_hiding = false, .prefetch_distance = 0, .max_offloads_in_flight = 1}, 1);
+  add({.prefetch_distance = dist(0), .max_offloads_in_flight = 1}, 1);
+  add({.prefetch_distance = dist(1)}, 2);
+  add({.prefetch_distance = dist(2)}, 3);
+  add({.prefetch_distance = dist(2), .chunk_bytes = chunk_bytes}, 3);
+  // A deep window: eight layers' prefetches in flight (the published DeepSeek-V3 run's latency
+  // hiding held about eight layers of offloaded tensors more than its run without it).
+  // On stacks of at most 8 layers such a window is the whole backward: left out.
+  if (L > 8) add({.prefetch_distance = 7, .chunk_bytes = chunk_bytes}, 8);
+  return r;
+}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

@@ -22,20 +22,6 @@ inline constexpr executor_options sim_executor_options() noexcept {
   return o;
 }
 
-namespace detail {
-//! A collective hook that does nothing: the sim charges the op's cost, it has no data to move.
-struct simulated_hook {
-  template <class Ctx>
-  void operator()(Ctx const&) const noexcept {}
-};
-//! One step with empty lambdas and a `simulated_hook` for each hook `s` makes room for (the
-//! executor refuses hooks missing or without room).
-inline void simulated_step(executor<sim_backend>& ex, collective_spec const& c) {
-  auto none = [](auto const&) {};
-  with_hooks_for(c, simulated_hook{}, [&](auto& h) { ex.step(none, none, h); });
-}
-}  // namespace detail
-
 //! The step time of schedule `s` under `costs`, in microseconds (no timeline; the planner's
 //! inner loop).
 [[nodiscard]] TIDE_INLINE double simulate_step_us(schedule_view s, cost_table const& costs);
@@ -50,6 +36,20 @@ struct sim_result {
 [[nodiscard]] TIDE_INLINE sim_result simulate(schedule_view s, cost_table const& costs, sim_options opt = {});
 
 #if TIDE_DEFINITIONS
+namespace detail {
+//! A collective hook that does nothing: the sim charges the op's cost, it has no data to move.
+struct simulated_hook {
+  template <class Ctx>
+  void operator()(Ctx const&) const noexcept {}
+};
+//! One step with empty lambdas and a `simulated_hook` for each hook `s` makes room for (the
+//! executor refuses hooks missing or without room).
+inline void simulated_step(executor<sim_backend>& ex, collective_spec const& c) {
+  auto none = [](auto const&) {};
+  with_hooks_for(c, simulated_hook{}, [&](auto& h) { ex.step(none, none, h); });
+}
+}  // namespace detail
+
 TIDE_INLINE double simulate_step_us(schedule_view s, cost_table const& costs) {
   sim_backend b(costs);
   executor<sim_backend> ex(b, s, sim_executor_options());

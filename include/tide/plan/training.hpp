@@ -109,7 +109,27 @@ constexpr std::uint32_t job_domain_gpus(std::uint32_t gpus, hardware_spec const&
 
 //! Seconds for a collective step in which a GPU moves `near` bytes over NVLink and `far` bytes
 //! over its network port (see the file comment).
-inline double collective_seconds(double near, double far, hardware_spec const& hw) {
+TIDE_INLINE double collective_seconds(double near, double far, hardware_spec const& hw);
+//! An all-gather (or reduce-scatter) of a tensor of `bytes` (whole) over `n` GPUs, `in_domain` of
+//! them in each NVLink domain. Hierarchically (as NCCL's rings over rails do): each GPU receives
+//! the n - 1 shards it lacks over NVLink, and each domain imports the other domains' shards once,
+//! spread over its GPUs' network ports.
+TIDE_INLINE double all_gather_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw);
+//! An all-to-all in which each GPU of `n` (`in_domain` per NVLink domain) sends `bytes` spread
+//! evenly over the group: what goes to other domains crosses this GPU's own network port.
+TIDE_INLINE double all_to_all_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw);
+//! A ring all-reduce of `bytes` over `n` GPUs: a reduce-scatter and an all-gather.
+TIDE_INLINE double all_reduce_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw);
+
+//! The collective hooks a training step with `t`'s layout needs: with FSDP, gathers before
+//! forward and backward and a reduce after backward; with plain data parallelism, the reduce.
+inline collective_spec training_collectives(training_spec const& t) {
+  bool const fsdp = t.layout.fsdp > 1;
+  return {.before_forward = fsdp, .before_backward = fsdp, .after_backward = fsdp || t.layout.gpus > 1};
+}
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE double collective_seconds(double near, double far, hardware_spec const& hw) {
   if (near <= 0 && far <= 0) return 0;
   if (near > 0 && !(hw.scale_up_bytes_per_second > 0))
     throw cost_model_error("tide: hardware '" + std::string(hw.name) + "' has no scale_up_bytes_per_second for a collective");
@@ -122,35 +142,25 @@ inline double collective_seconds(double near, double far, hardware_spec const& h
   if (far > 0) t += far / (hw.scale_out_bytes_per_second * hw.collective_efficiency);
   return t;
 }
-//! An all-gather (or reduce-scatter) of a tensor of `bytes` (whole) over `n` GPUs, `in_domain` of
-//! them in each NVLink domain. Hierarchically (as NCCL's rings over rails do): each GPU receives
-//! the n - 1 shards it lacks over NVLink, and each domain imports the other domains' shards once,
-//! spread over its GPUs' network ports.
-inline double all_gather_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw) {
+
+TIDE_INLINE double all_gather_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw) {
   if (n <= 1) return 0;
   in_domain = std::clamp<std::uint32_t>(in_domain, 1, n);
   double const domains = std::ceil(static_cast<double>(n) / in_domain);
   double const near = in_domain > 1 ? bytes * (n - 1) / n : 0;
   return collective_seconds(near, bytes * (domains - 1) / n, hw);
 }
-//! An all-to-all in which each GPU of `n` (`in_domain` per NVLink domain) sends `bytes` spread
-//! evenly over the group: what goes to other domains crosses this GPU's own network port.
-inline double all_to_all_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw) {
+
+TIDE_INLINE double all_to_all_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw) {
   if (n <= 1) return 0;
   in_domain = std::clamp<std::uint32_t>(in_domain, 1, n);
   return collective_seconds(bytes * (in_domain - 1) / n, bytes * (n - in_domain) / n, hw);
 }
-//! A ring all-reduce of `bytes` over `n` GPUs: a reduce-scatter and an all-gather.
-inline double all_reduce_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw) {
+
+TIDE_INLINE double all_reduce_seconds(double bytes, std::uint32_t n, std::uint32_t in_domain, hardware_spec const& hw) {
   return 2 * all_gather_seconds(bytes, n, in_domain, hw);
 }
-
-//! The collective hooks a training step with `t`'s layout needs: with FSDP, gathers before
-//! forward and backward and a reduce after backward; with plain data parallelism, the reduce.
-inline collective_spec training_collectives(training_spec const& t) {
-  bool const fsdp = t.layout.fsdp > 1;
-  return {.before_forward = fsdp, .before_backward = fsdp, .after_backward = fsdp || t.layout.gpus > 1};
-}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

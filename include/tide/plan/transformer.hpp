@@ -47,9 +47,12 @@
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/plan/hardware.hpp>
 #include <tide/plan/training.hpp>
+#include <tide/plan/transformer_spec.hpp>
+
+#if TIDE_DEFINITIONS
 #include <tide/plan/detail/transformer_cost_model.hpp>
 #include <tide/plan/detail/transformer_layers.hpp>
-#include <tide/plan/transformer_spec.hpp>
+#endif
 
 TIDE_DESIGNATED_INIT_BEGIN
 
@@ -57,7 +60,42 @@ namespace tide {
 
 //! The stack of `m`: one layer type "dense" and, with experts, one "moe". Slot names are string
 //! literals, so the stack does not refer to `m`.
-inline stack_spec transformer_stack(transformer_spec const& m) {
+TIDE_INLINE stack_spec transformer_stack(transformer_spec const& m);
+
+//! Per-layer costs of `m` on `hw` for one GPU of a job laid out as `t` says: forward, backward,
+//! per-slot recompute (matrix products at `m.matmul`'s rate, attention in BF16), `hw`'s host link
+//! (this GPU's share), and the collectives of `training.hpp` (FSDP gathers and reduce-scatters
+//! as the layers' collective hooks; tensor-parallel and expert-parallel exchanges on the compute
+//! path, paid again by the recomputes that need them).
+TIDE_INLINE cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t);
+
+//! Per-layer costs of `m` on `hw` without communication: compute and the host link only (the
+//! tensor- and expert-parallel exchanges and FSDP's collectives left out).
+TIDE_INLINE cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw);
+
+//! A model's parameters: all, and those of the routed experts.
+struct parameter_count {
+  double total = 0;    //!< every parameter, embedding and output head included
+  double experts = 0;  //!< those of the routed experts (part of `total`)
+};
+//! `m`'s parameters, whole (not split over GPUs), embedding and output head included.
+TIDE_INLINE parameter_count transformer_parameters(transformer_spec const& m);
+
+//! Model FLOPs of one training step of `m` on one GPU (its tensor-parallel share): three times the
+//! forward's matrix products and causal attention, the usual count for FLOP/s per device
+//! (recomputation not counted; the embedding and output head, which the stack leaves out, neither).
+TIDE_INLINE double transformer_step_flops(transformer_spec const& m);
+
+//! What one GPU of `t`'s job keeps resident for `m` besides activations (`resident_memory`).
+TIDE_INLINE resident_memory transformer_resident_memory(transformer_spec const& m, hardware_spec const& hw, training_spec const& t);
+
+//! The HBM left for activations once `resident` is placed (0 when it does not fit at all).
+inline std::size_t activation_budget(hardware_spec const& hw, resident_memory const& resident) noexcept {
+  return resident.total() >= hw.hbm_bytes ? 0 : hw.hbm_bytes - resident.total();
+}
+
+#if TIDE_DEFINITIONS
+TIDE_INLINE stack_spec transformer_stack(transformer_spec const& m) {
   stack_spec s;
   for (std::uint32_t l = 0; l < m.layer_count; ++l) {
     bool const moe = m.is_moe(l);
@@ -70,28 +108,15 @@ inline stack_spec transformer_stack(transformer_spec const& m) {
   return s;
 }
 
-//! Per-layer costs of `m` on `hw` for one GPU of a job laid out as `t` says: forward, backward,
-//! per-slot recompute (matrix products at `m.matmul`'s rate, attention in BF16), `hw`'s host link
-//! (this GPU's share), and the collectives of `training.hpp` (FSDP gathers and reduce-scatters
-//! as the layers' collective hooks; tensor-parallel and expert-parallel exchanges on the compute
-//! path, paid again by the recomputes that need them).
-inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
+TIDE_INLINE cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
   return detail::transformer_costs(m, hw, t, true);
 }
 
-//! Per-layer costs of `m` on `hw` without communication: compute and the host link only (the
-//! tensor- and expert-parallel exchanges and FSDP's collectives left out).
-inline cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw) {
+TIDE_INLINE cost_table transformer_costs(transformer_spec const& m, hardware_spec const& hw) {
   return detail::transformer_costs(m, hw, training_spec{}, false);
 }
 
-//! A model's parameters: all, and those of the routed experts.
-struct parameter_count {
-  double total = 0;    //!< every parameter, embedding and output head included
-  double experts = 0;  //!< those of the routed experts (part of `total`)
-};
-//! `m`'s parameters, whole (not split over GPUs), embedding and output head included.
-inline parameter_count transformer_parameters(transformer_spec const& m) {
+TIDE_INLINE parameter_count transformer_parameters(transformer_spec const& m) {
   parameter_count r;
   double per_type[2][2] = {};
   for (int moe = 0; moe < 2; ++moe) {
@@ -109,10 +134,7 @@ inline parameter_count transformer_parameters(transformer_spec const& m) {
   return r;
 }
 
-//! Model FLOPs of one training step of `m` on one GPU (its tensor-parallel share): three times the
-//! forward's matrix products and causal attention, the usual count for FLOP/s per device
-//! (recomputation not counted; the embedding and output head, which the stack leaves out, neither).
-inline double transformer_step_flops(transformer_spec const& m) {
+TIDE_INLINE double transformer_step_flops(transformer_spec const& m) {
   double r = 0;
   for (std::uint32_t l = 0; l < m.layer_count; ++l) {
     auto const d = detail::describe_layer(m, m.is_moe(l));
@@ -123,8 +145,7 @@ inline double transformer_step_flops(transformer_spec const& m) {
   return r;
 }
 
-//! What one GPU of `t`'s job keeps resident for `m` besides activations (`resident_memory`).
-inline resident_memory transformer_resident_memory(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
+TIDE_INLINE resident_memory transformer_resident_memory(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
   auto const& lay = t.layout;
   auto const p = transformer_parameters(m);
   // ZeRO-3: every parameter's state lives on one GPU of the fsdp x TP group. `m` is the stage
@@ -164,11 +185,7 @@ inline resident_memory transformer_resident_memory(transformer_spec const& m, ha
   r.fragmentation = bytes(static_cast<double>(hw.hbm_bytes) * t.fragmentation_reserve);
   return r;
 }
-
-//! The HBM left for activations once `resident` is placed (0 when it does not fit at all).
-inline std::size_t activation_budget(hardware_spec const& hw, resident_memory const& resident) noexcept {
-  return resident.total() >= hw.hbm_bytes ? 0 : hw.hbm_bytes - resident.total();
-}
+#endif  // TIDE_DEFINITIONS
 
 }  // namespace tide
 

@@ -69,6 +69,21 @@ struct occupancy {
   std::vector<occupancy_point> host{};    //!< the same in the host arena
 };
 
+//! Device and host bytes live over time. A region is live from the start of the op that first
+//! writes it to the end of the op that last reads it: kept slots from their forward to their
+//! backward, offload sources until their last chunk is copied out, staging buffers from the
+//! first prefetched chunk to the backward, remat slots during their forward and from their
+//! recompute to their backward, host copies from the first offloaded chunk to the last prefetch
+//! (a stored spilled slot's until its store, and again from its load).
+TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& s);
+
+//! Summarizes one recorded step of schedule `s`. Exposed time is what the compute stream spent
+//! running copies (without latency hiding) or blocked on events recorded by copies or
+//! collectives: every backend records its blocking waits, so host issue gaps and debug tasks are
+//! not mistaken for transfers.
+TIDE_INLINE step_summary summarize(timeline const& t, schedule_view const& s);
+
+#if TIDE_DEFINITIONS
 namespace detail {
 struct op_times {
   std::vector<double> begin, end;
@@ -96,21 +111,6 @@ inline std::vector<occupancy_point> sweep(std::vector<std::pair<double, std::ptr
 }
 }  // namespace detail
 
-//! Device and host bytes live over time. A region is live from the start of the op that first
-//! writes it to the end of the op that last reads it: kept slots from their forward to their
-//! backward, offload sources until their last chunk is copied out, staging buffers from the
-//! first prefetched chunk to the backward, remat slots during their forward and from their
-//! recompute to their backward, host copies from the first offloaded chunk to the last prefetch
-//! (a stored spilled slot's until its store, and again from its load).
-TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& s);
-
-//! Summarizes one recorded step of schedule `s`. Exposed time is what the compute stream spent
-//! running copies (without latency hiding) or blocked on events recorded by copies or
-//! collectives: every backend records its blocking waits, so host issue gaps and debug tasks are
-//! not mistaken for transfers.
-TIDE_INLINE step_summary summarize(timeline const& t, schedule_view const& s);
-
-#if TIDE_DEFINITIONS
 TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
   detail::op_times ot(t, s.ops.size());
   auto const L = s.layer_count();
