@@ -30,6 +30,11 @@ def main():
     budget = d["device_budget"]
     if not isinstance(d.get("settle"), int) or d["settle"] < 0:
         problems.append(f"settle: {d.get('settle')!r} (the uncounted steps before each measured one)")
+    # Each calibrated micro-batch's compute scale: 1, or below 1 where keep-all measured faster than its
+    # calibrated schedule (the model then follows the measurement; it never scales up).
+    scales = d.get("calibration_scale")
+    if not isinstance(scales, list) or not scales or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in scales):
+        problems.append(f"calibration_scale: {scales!r} (one factor in (0, 1] per calibrated micro-batch)")
     runs = d["runs"]
     names = {r["policy"] for r in runs}
     if not POLICIES <= names:

@@ -248,11 +248,15 @@ tide::tune_report measure(options const& o, std::vector<config_run> const& runs,
 //! work per op grows less than linearly at small micro-batches, which one line through every point
 //! would miss at both ends. The time a step spends outside the schedule (embedding, head and loss,
 //! gradient zeroing) is keep-all's measured step less its simulated schedule at each point,
-//! interpolated the same way.
+//! interpolated the same way. Where keep-all measured faster than its calibrated schedule (the
+//! calibration's own steps ran slow: fresh threads, another schedule beside them), that point's
+//! compute and collective times are scaled down to the measured step and nothing is outside: the
+//! whole-step measurement is the steadier of the two.
 struct cost_model {
   std::vector<std::uint64_t> points;          // calibrated micro-batches, ascending
   std::vector<tide::micro_batch_costs> segments;  // segments[i]: the line through points i and i + 1
   std::vector<double> outside_at;             // outside the schedule at each point, microseconds
+  std::vector<double> scale_at;               // the factor each point's compute was scaled by (1: none)
   //! The segment whose line gives micro-batch `b` (the first or last past the ends).
   [[nodiscard]] std::size_t segment(std::uint64_t b) const {
     std::size_t i = 0;
@@ -270,6 +274,20 @@ struct cost_model {
     return tide::simulate_step_us(s, costs_at(b)) + outside_us(b);
   }
 };
+
+//! `c` with every compute and collective time times `f` (the link, overheads and latencies as they are).
+tide::cost_table scaled_compute(tide::cost_table c, double f) {
+  for (auto& l : c.layers) {
+    l.forward_us *= f;
+    l.backward_us *= f;
+    if (l.recompute_us >= 0) l.recompute_us *= f;
+    for (auto& x : l.slot_recompute_us) x *= f;
+    l.gather_us *= f;
+    l.regather_us *= f;
+    l.reduce_us *= f;
+  }
+  return c;
+}
 
 cost_model calibrate_model(options const& o, tide::host_backend_options const& paced) {
   cost_model m;
@@ -315,7 +333,6 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
   }
   std::vector<tide::measured_costs> tables;
   for (std::size_t i = 0; i < at.size(); ++i) tables.push_back({m.points[i], tide::median_costs(at[i].rounds)});
-  for (std::size_t i = 0; i + 1 < tables.size(); ++i) m.segments.push_back(tide::fit_micro_batch_costs(std::span(tables).subspan(i, 2)));
   // Keep-all's whole measured step at each point (median of interleaved rounds).
   std::vector<config_run> runs;
   for (std::size_t i = 0; i < m.points.size(); ++i)
@@ -323,8 +340,23 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
                     {.name = "keep-all @ " + std::to_string(m.points[i]), .micro_batch = m.points[i], .tokens = 1.0},
                     keep[i]});
   auto const r = measure(o, runs, paced, o.repeats);
-  for (std::size_t i = 0; i < m.points.size(); ++i)
-    m.outside_at.push_back(r.results[i].median_us - tide::simulate_step_us(keep[i], m.costs_at(m.points[i])));
+  for (std::size_t i = 0; i < m.points.size(); ++i) {
+    auto& c = tables[i].costs;
+    double const measured = r.results[i].median_us, sim = tide::simulate_step_us(keep[i], c);
+    double scale = 1;
+    if (measured < sim) {
+      // Keep-all's simulated step is linear in a common factor on the compute and collective
+      // times (its ops run back to back; overheads and waits stay): solve for the measured step.
+      double const fixed = tide::simulate_step_us(keep[i], scaled_compute(c, 0));
+      if (sim > fixed && measured > fixed) {
+        scale = (measured - fixed) / (sim - fixed);
+        c = scaled_compute(c, scale);
+      }
+    }
+    m.scale_at.push_back(scale);
+    m.outside_at.push_back(std::max(0.0, measured - tide::simulate_step_us(keep[i], c)));
+  }
+  for (std::size_t i = 0; i + 1 < tables.size(); ++i) m.segments.push_back(tide::fit_micro_batch_costs(std::span(tables).subspan(i, 2)));
   return m;
 }
 
@@ -569,6 +601,9 @@ int run(options const& o) {
           .field("tokens_per_s", r.tokens_per_second, 1);
     }
     std::vector<example::json_object> pts;
+    std::string scales = "[";
+    for (auto const x : model.scale_at) scales += (scales.size() > 1 ? ", " : "") + example::fixed(x, 4);
+    scales += "]";
     example::json_object out;
     out.field("layers", o.net.layers)
         .field("dense_layers", o.net.dense_layers)
@@ -582,6 +617,7 @@ int run(options const& o) {
         .field("settle", o.settle)
         .field("calibration_rounds", o.calibration_rounds)
         .field("calibrated_microbatches", points)
+        .raw("calibration_scale", scales)
         .field("d2h_bytes_per_second", paced.d2h.bytes_per_second, 0)
         .field("h2d_bytes_per_second", paced.h2d.bytes_per_second, 0)
         .field("device_budget", budget)
@@ -603,13 +639,17 @@ int run(options const& o) {
     std::printf("device budget: %s (%s); \"fits\": the schedule's predicted device peak is within it\n",
                 tide::format_bytes(static_cast<double>(budget)).c_str(),
                 o.budget != 0 ? "given" : "keep-all's peak at micro-batch 2");
-    std::string outside;
+    std::string outside, scaled;
     for (auto const x : model.outside_at) outside += (outside.empty() ? "" : ", ") + example::fixed(x / 1e3, 2);
+    for (std::size_t i = 0; i < model.points.size(); ++i)
+      if (model.scale_at[i] != 1)
+        scaled += (scaled.empty() ? "; compute scaled to keep-all's measured step at micro-batch " : ", ") +
+                  std::to_string(model.points[i]) + " (x" + example::fixed(model.scale_at[i], 2) + ")";
     std::printf("predicted step: the sim under costs calibrated at micro-batches %s (medians of %d rounds; exact there, linear between) plus "
                 "the time outside the schedule (embedding, head, loss: %s ms there, keep-all's measured steps less their "
-                "schedule); measured: median of %d interleaved rounds, each configuration's step the last of %d back to "
+                "schedule%s); measured: median of %d interleaved rounds, each configuration's step the last of %d back to "
                 "back\n\n",
-                points.c_str(), o.calibration_rounds, outside.c_str(), o.repeats, o.settle + 1);
+                points.c_str(), o.calibration_rounds, outside.c_str(), scaled.c_str(), o.repeats, o.settle + 1);
     std::printf("every policy at micro-batch %zu (the planner's plan under the budget):\n", o.micro_batch);
     example::table t({{"policy", -24},
                       {"fits", -4, 2},
