@@ -5,11 +5,14 @@
 Every snippet starts with #include <tide/tide.hpp>, so the umbrella header is precompiled once (in
 a folder searched before include/, where GCC looks for tide/tide.hpp.gch) instead of parsed for
 each snippet. Where that fails (another compiler, a read-only temporary folder) the snippets are
-compiled without it: the result is the same, only slower."""
+compiled without it: the result is the same, only slower. They are compiled in separate compilation
+(TIDE_SEPARATE_COMPILATION, include/tide/core/config.hpp): the same templates and static_asserts,
+without the definitions of the library's parts, which -fsyntax-only would otherwise instantiate for
+every snippet (2 s each with g++ 12, header-only, against about half a second)."""
 import pathlib, subprocess, sys, tempfile
 
 compiler, include, *snippets = sys.argv[1:]
-flags = ["-std=c++20"]
+flags = ["-std=c++20", "-DTIDE_SEPARATE_COMPILATION"]
 with tempfile.TemporaryDirectory(prefix="tide_compile_fail_") as tmp:
     pch_dir = pathlib.Path(tmp)
     (pch_dir / "tide").mkdir()
