@@ -303,9 +303,7 @@ TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, ha
     for (std::size_t k = 0; k < c.slot_recompute_us.size() && k < w.slot_us.size(); ++k) c.slot_recompute_us[k] += w.slot_us[k];
   }
 }
-#endif  // TIDE_DEFINITIONS
 
-#if TIDE_DEFINITIONS
 TIDE_INLINE cost_table transformer_batch_costs(transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
                                                batch_efficiency const& e) {
   auto c = transformer_costs(m, hw, t);

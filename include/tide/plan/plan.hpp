@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/build.hpp>
 #include <tide/core/strategy.hpp>
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <string>
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/pipeline.hpp>
 #include <tide/plan/hardware.hpp>

@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include <tide/core/config.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/backends/sim/cost_table.hpp>
