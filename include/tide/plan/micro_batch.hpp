@@ -279,9 +279,7 @@ TIDE_INLINE micro_batch_costs fit_micro_batch_costs(std::span<measured_costs con
   }
   return r;
 }
-#endif  // TIDE_DEFINITIONS
 
-#if TIDE_DEFINITIONS
 TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, hardware_spec const& hw, training_spec const& t,
                                 batch_efficiency const& e) {
   if (!(e.kernel_launch_us >= 0 && e.kernel_launch_us <= 1e6) || !(e.kernels_per_op >= 0 && e.kernels_per_op <= 1e4))
