@@ -11,6 +11,8 @@
 #include <tide/tide.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <string>
 #include <utility>
@@ -98,7 +100,53 @@ void step_time(benchmark::State& state, int policy) {
   state.counters["link_over_compute"] = ratio;
 }
 
+//! The paced link's own timing: a chain of `copies` copies, each behind the previous one on the
+//! other copy stream (an offload, a prefetch waiting for it, an offload waiting for that, ...),
+//! each nominally 0.5 ms. With `busy` (range 0), the compute stream spins meanwhile, as compute
+//! beside copies does, so the two copy workers share what is left of the cores. `vs_nominal`: the
+//! chain's time over its nominal time; what the workers' wake-ups and memcpys add to the link.
+void paced_chain(benchmark::State& state) {
+  constexpr std::uint32_t copies = 32;
+  constexpr std::size_t bytes = 256 << 10;
+  constexpr double copy_s = 0.5e-3;
+  bool const busy = state.range(0) != 0;
+  tide::host_backend_options o;
+  o.d2h = o.h2d = {.bytes_per_second = static_cast<double>(bytes) / copy_s, .latency_us = 0};
+  tide::host_backend b(o);
+  auto const a = b.setup({.ops = 3 * copies, .events = copies, .device_bytes = bytes, .host_bytes = bytes});
+  tide::op const offload{.kind = tide::op_kind::offload, .stream = tide::stream_role::d2h};
+  tide::op const prefetch{.kind = tide::op_kind::prefetch, .stream = tide::stream_role::h2d};
+  std::atomic<bool> done{false};
+  auto const spin = [](void* d, std::uint32_t) noexcept {
+    while (!static_cast<std::atomic<bool>*>(d)->load(std::memory_order_acquire)) {
+    }
+  };
+  auto const stop = [](void* d, std::uint32_t) noexcept { static_cast<std::atomic<bool>*>(d)->store(true, std::memory_order_release); };
+  double seconds = 0;
+  for (auto _ : state) {
+    done.store(false);
+    auto const t0 = std::chrono::steady_clock::now();
+    b.begin_step({});
+    if (busy) b.host_task(tide::stream_role::compute, {spin, &done, 0});
+    for (std::uint32_t i = 0; i < copies; ++i) {
+      bool const up = i % 2 != 0;
+      auto const r = up ? tide::stream_role::h2d : tide::stream_role::d2h;
+      if (i > 0) b.wait(r, i - 1);
+      if (up) b.copy(r, i, prefetch, a.device, a.host, bytes);
+      else b.copy(r, i, offload, a.host, a.device, bytes);
+      b.record(r, i);
+      if (i + 1 == copies) b.host_task(r, {stop, &done, 0});
+    }
+    b.end_step();
+    b.wait_step();
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  state.counters["vs_nominal"] = seconds / static_cast<double>(state.iterations()) / (copies * copy_s);
+}
+
 void register_all() {
+  benchmark::RegisterBenchmark("paced_chain/idle", paced_chain)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("paced_chain/beside_compute", paced_chain)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
   for (int ratio : {30, 50, 70}) {
     auto const r = std::to_string(ratio);
     benchmark::RegisterBenchmark(("keep_all/link" + r).c_str(), step_time, 0)->Arg(ratio)->UseRealTime()->Unit(benchmark::kMillisecond);

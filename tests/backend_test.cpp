@@ -291,6 +291,22 @@ TEST(HostPacedCopies, ProgramAsBuiltIsBitwiseEqualWithTruthfulSpans) {
   }
 }
 
+// A copy completes on the link's schedule, never before: the paced memcpy starts early to make
+// up for this worker's wake-up and memcpy time, and must still not let its event fire early. The
+// three prefetches share one link, each 50 ms, and all run inside the step: it cannot end sooner.
+TEST(HostPacedCopies, CopiesCompleteNoEarlierThanTheLinkAllows) {
+  auto const s = build_schedule(three::spec(), {.policy = policy<offload<>>::spec(), .pipeline = {.prefetch_distance = 1}});
+  auto const keep = build_schedule(three::spec(), {.policy = keep_all::spec()});
+  auto const want = reference(keep, 1);
+  host_backend b(paced());
+  for (int step = 0; step < 2; ++step) {  // the second after the worker has learnt its memcpy and wake-up times
+    auto const begin = std::chrono::steady_clock::now();
+    EXPECT_EQ(run_slow_middle(b, s, {}), want);
+    auto const took = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    EXPECT_GE(took, 3 * (prefetch_s + 65536 / 1e9)) << "step " << step;
+  }
+}
+
 TEST(HostPacedCopies, MissingWaitReadsStaleBytesOnAPacedLink) {
 #if defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the program this test runs lacks a wait on purpose: ThreadSanitizer reports its race";

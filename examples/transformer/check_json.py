@@ -36,6 +36,14 @@ def main():
     if not isinstance(scales, list) or not scales or not all(isinstance(x, (int, float)) and 0 < x <= 1 for x in scales):
         problems.append(f"calibration_scale: {scales!r} (one factor in (0, 1] per calibrated micro-batch)")
     runs = d["runs"]
+    # Keep-all is predicted at a calibrated micro-batch as its own calibration-time step: the
+    # machine's drift since calibration is its row's error.
+    keep = next((r for r in runs if r.get("policy") == "keep-all" and r.get("step_ms")), None)
+    drift = d.get("machine_drift_pct")
+    if not isinstance(drift, (int, float)) or (
+        keep and abs(drift - (keep["predicted_step_ms"] / keep["step_ms"] - 1) * 100) > 0.2
+    ):
+        problems.append(f"machine_drift_pct: {drift!r} (keep-all's predicted over measured step, less 1, in percent)")
     names = {r["policy"] for r in runs}
     if not POLICIES <= names:
         problems.append(f"policies {sorted(names)} lack {sorted(POLICIES - names)}")

@@ -554,6 +554,13 @@ int run(options const& o) {
   auto const pct = [](double pred, double meas) { return meas > 0 ? (pred / meas - 1) * 100 : 0.0; };
   std::string points;
   for (auto const b : model.points) points += (points.empty() ? "" : ", ") + std::to_string(b);
+  // Keep-all at the demo's micro-batch (a calibrated point) is predicted as its own step measured
+  // during calibration: its error in the first table is how far this machine's speed moved since,
+  // which every other row's error includes.
+  auto const keep_all = index_of("keep-all");
+  double const drift = runs[keep_all].error.empty()
+                           ? pct(table1.results[keep_all].candidate.predicted_step_us, table1.results[keep_all].median_us)
+                           : 0.0;
   if (o.json) {
     std::vector<example::json_object> rows, bests, tuning;
     for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -617,6 +624,7 @@ int run(options const& o) {
         .field("settle", o.settle)
         .field("calibration_rounds", o.calibration_rounds)
         .field("calibrated_microbatches", points)
+        .field("machine_drift_pct", drift, 1)
         .raw("calibration_scale", scales)
         .field("d2h_bytes_per_second", paced.d2h.bytes_per_second, 0)
         .field("h2d_bytes_per_second", paced.h2d.bytes_per_second, 0)
@@ -681,6 +689,9 @@ int run(options const& o) {
              example::fixed(r.loss_last, 4), example::hex(r.checksum)});
     }
     t.print();
+    std::printf("keep-all's prediction is its own step measured during calibration: its err (%.0f%%) is how far this "
+                "machine's speed moved since, and is in every row's\n",
+                drift);
     std::printf("\ngradient checksums %s (the model without tide: %s); loss %s (%.4f -> %.4f)\n",
                 same ? "bitwise equal" : "DIFFER", example::hex(reference).c_str(), descended ? "decreased" : "did NOT decrease",
                 runs[0].loss_first, runs[0].loss_last);
@@ -700,6 +711,11 @@ int run(options const& o) {
              example::fixed(x.predicted_tokens_per_s, 0), example::fixed(x.tokens_per_s, 0), example::percent(x.spread)});
     }
     f.print();
+    for (auto const& x : best)
+      if (x.policy == "keep-all" && x.micro_batch != 0 &&
+          std::find(model.points.begin(), model.points.end(), x.micro_batch) != model.points.end())
+        std::printf("keep-all at micro-batch %zu is calibrated there too: its err (%.0f%%) is the machine's drift in this table\n",
+                    x.micro_batch, pct(x.predicted_step_ms, x.step_ms));
     if (!planner_cands.empty()) {
       std::printf("\nthe planner's candidates (predicted best first; * the measured best, kept):\n");
       example::table c({{"candidate", -16}, {"pred ms", 8}, {"step ms", 8}, {"err", 5}, {"pred tok/s", 10}, {"tokens/s", 9}}, "  ");

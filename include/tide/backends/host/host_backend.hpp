@@ -153,6 +153,9 @@ class host_backend {
   struct event {
     std::uint32_t recorded = 0;               // issue side (host thread)
     std::atomic<std::uint32_t> completed{0};  // stream side
+    // When the recording stream nominally reached the record (its clock's ticks, stored before
+    // `completed`): a paced copy behind a wait starts from it, not from when its worker woke.
+    std::atomic<std::int64_t> at{0};
   };
   static bool reached(std::uint32_t value, std::uint32_t target) noexcept {
     return static_cast<std::int32_t>(value - target) >= 0;
@@ -168,6 +171,7 @@ class host_backend {
     link_direction const* pace = nullptr;
     bool join = false;  // record/wait: `index` is one of `joins_`, not a schedule event
     std::size_t file_offset = 0;  // store/load
+    std::int64_t queued = 0;      // when push enqueued it (the workers' clock's ticks)
   };
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);

@@ -25,6 +25,7 @@ namespace tide {
 
 struct host_backend::workers {
   using clock = std::chrono::steady_clock;  // the clock of timeline intervals and copy pacing
+  static_assert(sizeof(clock::rep) <= sizeof(std::int64_t), "event::at and item::queued hold this clock's ticks");
   struct queue {
     std::mutex mutex;
     std::condition_variable ready, idle;
@@ -139,7 +140,9 @@ TIDE_INLINE void host_backend::push(stream_role r, item const& it) {
     q.head = 0;
     q.items.swap(bigger);
   }
-  q.items[q.tail++ % q.items.size()] = it;
+  auto& slot = q.items[q.tail++ % q.items.size()];
+  slot = it;
+  slot.queued = workers::clock::now().time_since_epoch().count();
   q.ready.notify_one();
 }
 
@@ -153,6 +156,8 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
   // When this stream's next item could nominally start: after the previous item (a paced copy
   // counts as done at its due time, not when this thread woke up) and after any blocking.
   auto ready_at = clock::now();
+  // Paced copies: what a memcpy takes per byte and how late a sleep ends, recent averages.
+  double memcpy_ns_per_byte = 0, wake_late_ns = 0;
   for (;;) {
     item it;
     {
@@ -161,12 +166,14 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
       if (q.head == q.tail) {
         q.idle.notify_all();
         q.ready.wait(lock, [&] { return q.stop || q.head != q.tail; });
-        ready_at = std::max(ready_at, clock::now());
       }
       if (q.head == q.tail) return;
       it = q.items[q.head++ % q.items.size()];
       q.busy = true;
     }
+    // An item that found this worker idle is nominally ready when it was enqueued, not when
+    // the worker woke up to it.
+    ready_at = std::max(ready_at, clock::time_point(clock::duration(it.queued)));
     switch (it.kind) {
       case item::run: {
         auto const b = w_->now_us();
@@ -185,16 +192,34 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
           auto const start =
               std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
           auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(copy_us));
-          // The data becomes visible only when the copy completes on the link's schedule, as on a
-          // GPU: a reader that misses a wait sees the old bytes, and the source is read at the
-          // end, so one overwritten during the copy shows too.
-          std::this_thread::sleep_until(due);
+          // The copy completes (its event can fire) at `due` on the link's schedule, as on a GPU,
+          // never before. The bytes move in the copy's second half: a reader that misses a wait
+          // sees the old bytes for at least half the copy's time, and a source overwritten during
+          // the copy shows too. The memcpy starts before `due` by what this worker's memcpys and
+          // wake-ups have lately taken (at most half the copy's time), so that the copy is not
+          // late by both.
+          auto const ns = [](clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); };
+          auto const lead = std::chrono::duration_cast<clock::duration>(
+              std::chrono::duration<double, std::nano>(memcpy_ns_per_byte * static_cast<double>(it.bytes) + wake_late_ns));
+          auto const wake = std::max(start + (due - start) / 2, due - lead);
+          std::this_thread::sleep_until(wake);
           auto const moving = clock::now();
           std::memcpy(it.dst, it.src, it.bytes);
+          auto const copied = clock::now();
+          if (it.bytes >= (64u << 10))  // per byte, from copies large enough that memcpy's fixed cost is small
+            memcpy_ns_per_byte = 0.75 * memcpy_ns_per_byte + 0.25 * ns(copied - moving) / static_cast<double>(it.bytes);
+          if (moving >= wake) wake_late_ns = 0.75 * wake_late_ns + 0.25 * ns(moving - wake);
+          if (copied < due) {
+            // Visible at `due`: a sleep ends late by a wake-up, so the last stretch (at most
+            // 100 us) is spun.
+            auto const nap = due - std::chrono::duration_cast<clock::duration>(
+                                       std::chrono::duration<double, std::nano>(std::min(wake_late_ns, 100e3)));
+            if (copied < nap) std::this_thread::sleep_until(nap);
+            while (clock::now() < due) {
+            }
+          }
           auto const done = clock::now();
-          // The link stands for the memcpy: it is free again at `due`, unless moving the bytes
-          // took longer than the link's time (never faster than the copy really took).
-          auto const end = std::max(due, start + (done - moving));
+          auto const end = std::max(due, start + (copied - moving));
           link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
           ready_at = end;
           // The span: from when this stream was on the copy to when its data became visible.
@@ -207,22 +232,27 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
         break;
       }
       case item::record: {
-        auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
-        e.store(it.target, std::memory_order_release);
-        e.notify_all();
+        auto& e = (it.join ? joins_.data() : events_.data())[it.index];
+        e.at.store(ready_at.time_since_epoch().count(), std::memory_order_relaxed);
+        e.completed.store(it.target, std::memory_order_release);
+        e.completed.notify_all();
         break;
       }
       case item::wait: {
-        auto& e = (it.join ? joins_.data() : events_.data())[it.index].completed;
-        auto v = e.load(std::memory_order_acquire);
-        if (reached(v, it.target)) break;
-        auto const b = w_->now_us();
-        while (!reached(v, it.target)) {
-          e.wait(v, std::memory_order_acquire);
-          v = e.load(std::memory_order_acquire);
+        auto& e = (it.join ? joins_.data() : events_.data())[it.index];
+        auto v = e.completed.load(std::memory_order_acquire);
+        if (!reached(v, it.target)) {
+          auto const b = w_->now_us();
+          while (!reached(v, it.target)) {
+            e.completed.wait(v, std::memory_order_acquire);
+            v = e.completed.load(std::memory_order_acquire);
+          }
+          if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, w_->now_us()});
         }
-        ready_at = std::max(ready_at, clock::now());
-        if (timeline_ && !it.join) wait_spans_[s].push_back({role, it.index, b, w_->now_us()});
+        // Nominally this stream goes on when the record was reached, as a GPU's would: how late
+        // this worker woke (a futex on a busy core) does not delay a paced copy behind the wait.
+        // `at` is of the latest record reached, never earlier than the one waited for.
+        ready_at = std::max(ready_at, clock::time_point(clock::duration(e.at.load(std::memory_order_relaxed))));
         break;
       }
       case item::store:
