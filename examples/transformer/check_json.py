@@ -40,7 +40,7 @@ def main():
     # machine's drift since calibration is its row's error.
     keep = next((r for r in runs if r.get("policy") == "keep-all" and r.get("step_ms")), None)
     drift = d.get("machine_drift_pct")
-    if not isinstance(drift, (int, float)) or (
+    if (drift is None) != (keep is None) or (drift is not None and not isinstance(drift, (int, float))) or (
         keep and abs(drift - (keep["predicted_step_ms"] / keep["step_ms"] - 1) * 100) > 0.2
     ):
         problems.append(f"machine_drift_pct: {drift!r} (keep-all's predicted over measured step, less 1, in percent)")

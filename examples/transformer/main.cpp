@@ -257,13 +257,20 @@ struct cost_model {
   std::vector<tide::micro_batch_costs> segments;  // segments[i]: the line through points i and i + 1
   std::vector<double> outside_at;             // outside the schedule at each point, microseconds
   std::vector<double> scale_at;               // the factor each point's compute was scaled by (1: none)
+  std::vector<tide::cost_table> at_points;    // each point's own table (after scaling): exact there
   //! The segment whose line gives micro-batch `b` (the first or last past the ends).
   [[nodiscard]] std::size_t segment(std::uint64_t b) const {
     std::size_t i = 0;
     while (i + 2 < points.size() && b > points[i + 1]) ++i;
     return i;
   }
-  [[nodiscard]] tide::cost_table costs_at(std::uint64_t b) const { return segments[segment(b)].at(b); }
+  //! At a calibrated point its own table (a line through two fits per-op overheads from its left
+  //! point and may be adjusted to stay non-negative), between and past them the segment's line.
+  [[nodiscard]] tide::cost_table costs_at(std::uint64_t b) const {
+    for (std::size_t k = 0; k < points.size(); ++k)
+      if (points[k] == b) return at_points[k];
+    return segments[segment(b)].at(b);
+  }
   [[nodiscard]] double outside_us(std::uint64_t b) const {
     auto const i = segment(b);
     auto const x0 = static_cast<double>(points[i]), x1 = static_cast<double>(points[i + 1]);
@@ -355,6 +362,7 @@ cost_model calibrate_model(options const& o, tide::host_backend_options const& p
     }
     m.scale_at.push_back(scale);
     m.outside_at.push_back(std::max(0.0, measured - tide::simulate_step_us(keep[i], c)));
+    m.at_points.push_back(c);
   }
   for (std::size_t i = 0; i + 1 < tables.size(); ++i) m.segments.push_back(tide::fit_micro_batch_costs(std::span(tables).subspan(i, 2)));
   return m;
@@ -558,9 +566,9 @@ int run(options const& o) {
   // during calibration: its error in the first table is how far this machine's speed moved since,
   // which every other row's error includes.
   auto const keep_all = index_of("keep-all");
-  double const drift = runs[keep_all].error.empty()
-                           ? pct(table1.results[keep_all].candidate.predicted_step_us, table1.results[keep_all].median_us)
-                           : 0.0;
+  bool const drifted = runs[keep_all].error.empty();
+  double const drift =
+      drifted ? pct(table1.results[keep_all].candidate.predicted_step_us, table1.results[keep_all].median_us) : 0.0;
   if (o.json) {
     std::vector<example::json_object> rows, bests, tuning;
     for (std::size_t i = 0; i < runs.size(); ++i) {
@@ -624,7 +632,7 @@ int run(options const& o) {
         .field("settle", o.settle)
         .field("calibration_rounds", o.calibration_rounds)
         .field("calibrated_microbatches", points)
-        .field("machine_drift_pct", drift, 1)
+        .raw("machine_drift_pct", drifted ? example::fixed(drift, 1) : std::string("null"))
         .raw("calibration_scale", scales)
         .field("d2h_bytes_per_second", paced.d2h.bytes_per_second, 0)
         .field("h2d_bytes_per_second", paced.h2d.bytes_per_second, 0)
@@ -689,9 +697,10 @@ int run(options const& o) {
              example::fixed(r.loss_last, 4), example::hex(r.checksum)});
     }
     t.print();
-    std::printf("keep-all's prediction is its own step measured during calibration: its err (%.0f%%) is how far this "
-                "machine's speed moved since, and is in every row's\n",
-                drift);
+    if (drifted)
+      std::printf("keep-all's prediction is its own step measured during calibration: its err (%.0f%%) is how far this "
+                  "machine's speed moved since, and is in every row's\n",
+                  drift);
     std::printf("\ngradient checksums %s (the model without tide: %s); loss %s (%.4f -> %.4f)\n",
                 same ? "bitwise equal" : "DIFFER", example::hex(reference).c_str(), descended ? "decreased" : "did NOT decrease",
                 runs[0].loss_first, runs[0].loss_last);

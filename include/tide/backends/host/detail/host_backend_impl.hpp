@@ -193,22 +193,23 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
               std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
           auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(copy_us));
           // The copy completes (its event can fire) at `due` on the link's schedule, as on a GPU,
-          // never before. The bytes move in the copy's second half: a reader that misses a wait
-          // sees the old bytes for at least half the copy's time, and a source overwritten during
-          // the copy shows too. The memcpy starts before `due` by what this worker's memcpys and
+          // never before. The bytes move in the second half of the copy's nominal time (from
+          // `start`, which may be before this worker picked it up): a reader that misses a wait
+          // sees the old bytes until then, and a source overwritten during the copy shows too. The memcpy starts before `due` by what this worker's memcpys and
           // wake-ups have lately taken (at most half the copy's time), so that the copy is not
           // late by both.
           auto const ns = [](clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); };
           auto const lead = std::chrono::duration_cast<clock::duration>(
               std::chrono::duration<double, std::nano>(memcpy_ns_per_byte * static_cast<double>(it.bytes) + wake_late_ns));
           auto const wake = std::max(start + (due - start) / 2, due - lead);
-          std::this_thread::sleep_until(wake);
+          bool const slept = clock::now() < wake;  // not when the worker is behind: that is no wake-up's lateness
+          if (slept) std::this_thread::sleep_until(wake);
           auto const moving = clock::now();
           std::memcpy(it.dst, it.src, it.bytes);
           auto const copied = clock::now();
           if (it.bytes >= (64u << 10))  // per byte, from copies large enough that memcpy's fixed cost is small
             memcpy_ns_per_byte = 0.75 * memcpy_ns_per_byte + 0.25 * ns(copied - moving) / static_cast<double>(it.bytes);
-          if (moving >= wake) wake_late_ns = 0.75 * wake_late_ns + 0.25 * ns(moving - wake);
+          if (slept) wake_late_ns = 0.75 * wake_late_ns + 0.25 * ns(moving - wake);
           if (copied < due) {
             // Visible at `due`: a sleep ends late by a wake-up, so the last stretch (at most
             // 100 us) is spun.
@@ -251,7 +252,9 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
         }
         // Nominally this stream goes on when the record was reached, as a GPU's would: how late
         // this worker woke (a futex on a busy core) does not delay a paced copy behind the wait.
-        // `at` is of the latest record reached, never earlier than the one waited for.
+        // `at` is of the latest record reached: never earlier than the one waited for, as each
+        // event is recorded on one stream in a step (the executor's programs; a re-record on
+        // another stream could move it back).
         ready_at = std::max(ready_at, clock::time_point(clock::duration(e.at.load(std::memory_order_relaxed))));
         break;
       }
