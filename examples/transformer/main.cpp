@@ -264,11 +264,16 @@ struct cost_model {
     while (i + 2 < points.size() && b > points[i + 1]) ++i;
     return i;
   }
+  //! Where `b` is among the calibrated points, if it is one.
+  [[nodiscard]] std::optional<std::size_t> point(std::uint64_t b) const {
+    auto const k = std::find(points.begin(), points.end(), b);
+    if (k == points.end()) return std::nullopt;
+    return static_cast<std::size_t>(k - points.begin());
+  }
   //! At a calibrated point its own table (a line through two fits per-op overheads from its left
   //! point and may be adjusted to stay non-negative), between and past them the segment's line.
   [[nodiscard]] tide::cost_table costs_at(std::uint64_t b) const {
-    for (std::size_t k = 0; k < points.size(); ++k)
-      if (points[k] == b) return at_points[k];
+    if (auto const k = point(b)) return at_points[*k];
     return segments[segment(b)].at(b);
   }
   [[nodiscard]] double outside_us(std::uint64_t b) const {
@@ -721,8 +726,7 @@ int run(options const& o) {
     }
     f.print();
     for (auto const& x : best)
-      if (x.policy == "keep-all" && x.micro_batch != 0 &&
-          std::find(model.points.begin(), model.points.end(), x.micro_batch) != model.points.end())
+      if (x.policy == "keep-all" && x.micro_batch != 0 && model.point(x.micro_batch))
         std::printf("keep-all at micro-batch %zu is calibrated there too: its err (%.0f%%) is the machine's drift in this table\n",
                     x.micro_batch, pct(x.predicted_step_ms, x.step_ms));
     if (!planner_cands.empty()) {

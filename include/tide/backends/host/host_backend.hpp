@@ -171,7 +171,7 @@ class host_backend {
     link_direction const* pace = nullptr;
     bool join = false;  // record/wait: `index` is one of `joins_`, not a schedule event
     std::size_t file_offset = 0;  // store/load
-    std::int64_t queued = 0;      // when push enqueued it (the workers' clock's ticks)
+    std::int64_t queued = 0;      // when push enqueued it (the workers' clock's ticks; 0 unless paced)
   };
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
@@ -187,6 +187,9 @@ class host_backend {
   void work(std::size_t s);
 
   host_backend_options opt_;
+  // Either copy direction paced: only then do items carry when they were enqueued (the nominal
+  // timeline serves paced copies alone; an unpaced backend reads no clock per item for it).
+  bool paced_ = opt_.d2h.time_us(1) > 0 || opt_.h2d.time_us(1) > 0;
   arena_pool<detail::page_allocator> device_, host_;
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded

@@ -142,7 +142,7 @@ TIDE_INLINE void host_backend::push(stream_role r, item const& it) {
   }
   auto& slot = q.items[q.tail++ % q.items.size()];
   slot = it;
-  slot.queued = workers::clock::now().time_since_epoch().count();
+  if (paced_) slot.queued = workers::clock::now().time_since_epoch().count();
   q.ready.notify_one();
 }
 
@@ -195,9 +195,9 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
           // The copy completes (its event can fire) at `due` on the link's schedule, as on a GPU,
           // never before. The bytes move in the second half of the copy's nominal time (from
           // `start`, which may be before this worker picked it up): a reader that misses a wait
-          // sees the old bytes until then, and a source overwritten during the copy shows too. The memcpy starts before `due` by what this worker's memcpys and
-          // wake-ups have lately taken (at most half the copy's time), so that the copy is not
-          // late by both.
+          // sees the old bytes until then, and a source overwritten during the copy shows too.
+          // The memcpy starts before `due` by what this worker's memcpys and wake-ups have lately
+          // taken (at most half the copy's time), so that the copy is not late by both.
           auto const ns = [](clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); };
           auto const lead = std::chrono::duration_cast<clock::duration>(
               std::chrono::duration<double, std::nano>(memcpy_ns_per_byte * static_cast<double>(it.bytes) + wake_late_ns));
@@ -211,7 +211,7 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
             memcpy_ns_per_byte = 0.75 * memcpy_ns_per_byte + 0.25 * ns(copied - moving) / static_cast<double>(it.bytes);
           if (slept) wake_late_ns = 0.75 * wake_late_ns + 0.25 * ns(moving - wake);
           if (copied < due) {
-            // Visible at `due`: a sleep ends late by a wake-up, so the last stretch (at most
+            // Complete at `due`: a sleep ends late by a wake-up, so the last stretch (at most
             // 100 us) is spun.
             auto const nap = due - std::chrono::duration_cast<clock::duration>(
                                        std::chrono::duration<double, std::nano>(std::min(wake_late_ns, 100e3)));
