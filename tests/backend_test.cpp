@@ -12,6 +12,7 @@
 #include <array>
 #include <chrono>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -324,6 +325,60 @@ TEST(HostPacedCopies, CopiesCompleteNoEarlierThanTheLinkAllows) {
                                       << " us early";
     }
   }
+}
+
+// A link the pacing cannot honour is refused by name: a NaN or negative bandwidth would read as
+// unpaced, and a copy past max_copy_us would overflow the clock arithmetic (undefined behaviour).
+TEST(HostPacedCopies, RefusesALinkItCannotPace) {
+  auto const refused = [](host_backend_options o, std::string const& want) {
+    try {
+      host_backend b(o);
+      ADD_FAILURE() << "accepted; wanted: " << want;
+    } catch (error const& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  double const nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  for (double bad : {nan, inf, -1.0}) {
+    host_backend_options o;
+    o.d2h.bytes_per_second = bad;
+    refused(o, "host_backend_options::d2h.bytes_per_second is ");
+  }
+  for (double bad : {nan, inf, -1.0, 2e12}) {
+    host_backend_options o;
+    o.h2d.latency_us = bad;
+    refused(o, "host_backend_options::h2d.latency_us is ");
+  }
+  host_backend_options edge;  // the limits themselves are accepted
+  edge.d2h = {.bytes_per_second = 0, .latency_us = host_backend::max_copy_us};
+  EXPECT_NO_THROW(host_backend{edge});
+}
+
+// A copy the link would take more than max_copy_us over fails its step with an error naming the
+// copy and the link, before anything is enqueued for it; nothing hangs, and the backend steps on.
+TEST(HostPacedCopies, RefusesACopyLongerThanTheClockAllows) {
+  auto const s = build_schedule(three::spec(), {.policy = policy<offload<>>::spec()});
+  host_backend_options o;
+  o.d2h = {.bytes_per_second = 1e-3};  // 64 KiB in about 2 years
+  host_backend b(o);
+  {
+    executor exec(b, s);
+    workload::synthetic w(s.layer_count());
+    try {
+      exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+      ADD_FAILURE() << "a copy of 2 years was enqueued";
+    } catch (error const& e) {
+      std::string const what = e.what();
+      EXPECT_NE(what.find("a paced offload of 65536 bytes at 0.001 bytes per second"), std::string::npos) << what;
+      EXPECT_NE(what.find("host_backend_options::d2h"), std::string::npos) << what;
+    }
+  }
+  // The refused step was drained: the same backend runs a schedule without offloads.
+  auto const keep = build_schedule(three::spec(), {.policy = keep_all::spec()});
+  executor exec(b, keep);
+  workload::synthetic w(keep.layer_count());
+  exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+  EXPECT_EQ(w.digest, reference(keep, 1));
 }
 
 TEST(HostPacedCopies, MissingWaitReadsStaleBytesOnAPacedLink) {

@@ -69,7 +69,12 @@ class host_backend {
   //! Both arenas are host memory, so debug guards and poisoning can run.
   static constexpr bool device_memory_is_host_accessible = true;
 
-  //! Starts one worker thread per stream; throws if a thread cannot start.
+  //! The largest latency, and the longest copy, a paced link may give: 1e12 us (11.6 days), as a
+  //! cost table's times (beyond it the pacing's clock arithmetic would overflow).
+  static constexpr double max_copy_us = 1e12;
+
+  //! Starts one worker thread per stream; throws `error` naming a link whose bandwidth is negative
+  //! or not finite, or whose latency is outside [0, max_copy_us], and throws if a thread cannot start.
   explicit host_backend(host_backend_options opt = {});
   host_backend(host_backend const&) = delete;
   host_backend& operator=(host_backend const&) = delete;
@@ -121,13 +126,15 @@ class host_backend {
     }
     push(r, {item::host, 0, 0, t});
   }
-  //! Enqueues a `memcpy` on `r`'s worker, paced by the link of the copy's direction.
+  //! Enqueues a `memcpy` on `r`'s worker, paced by the link of the copy's direction; throws
+  //! `error` when the link would take longer than `max_copy_us` over it.
   void copy(stream_role r, std::uint32_t i, op const& o, void* dst, void const* src, std::size_t n) {
     item it{item::copy, i};
     it.dst = dst;
     it.src = src;
     it.bytes = n;
     it.pace = o.kind == op_kind::offload ? &opt_.d2h : &opt_.h2d;
+    if (it.pace->time_us(n) > max_copy_us) throw_slow_copy(o, n);
     push(r, it);
   }
   //! Enqueues on `r`'s worker the write of a spilled slot from the ring (`src`) to the file.
@@ -175,6 +182,7 @@ class host_backend {
   };
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
+  [[noreturn]] void throw_slow_copy(op const& o, std::size_t bytes) const;
   // The worker threads, their queues, the step's clock and the paced links' schedule, defined
   // with the member functions that use them (detail/host_backend_impl.hpp): <thread>, <chrono>
   // and <condition_variable> stay off the path of code that only steps a schedule.

@@ -8,9 +8,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -42,8 +45,28 @@ struct host_backend::workers {
   [[nodiscard]] double now_us() const noexcept { return us(clock::now()); }
 };
 
+namespace detail {
+
+//! The host backend's link, checked before any thread starts: a NaN or negative bandwidth would
+//! otherwise read as unpaced, and a latency past `max_copy_us` overflow the pacing's clock.
+inline void check_host_backend_link(link_direction const& d, char const* what) {
+  auto const num = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.17g", v);
+    return std::string(b);
+  };
+  if (!(d.bytes_per_second >= 0 && d.bytes_per_second < std::numeric_limits<double>::infinity()))
+    throw error(std::string("tide::host_backend: host_backend_options::") + what + ".bytes_per_second is " +
+                num(d.bytes_per_second) + ": give a finite bandwidth in bytes per second, or 0 for unpaced copies");
+  if (!(d.latency_us >= 0 && d.latency_us <= host_backend::max_copy_us))
+    throw error(std::string("tide::host_backend: host_backend_options::") + what + ".latency_us is " + num(d.latency_us) +
+                ": give a latency from 0 to 1e12 microseconds");
+}
+
+}  // namespace detail
+
 TIDE_INLINE host_backend::host_backend(host_backend_options opt)
-    : opt_(opt),
+    : opt_((detail::check_host_backend_link(opt.d2h, "d2h"), detail::check_host_backend_link(opt.h2d, "h2d"), opt)),
       device_("tide: host backend device arena", opt.device_budget),
       host_("tide: host backend pinned host arena", opt.host_budget),
       w_(std::make_unique<workers>()) {
@@ -118,6 +141,17 @@ TIDE_INLINE void host_backend::push_storage(stream_role r, std::uint32_t i, op c
   it.bytes = align_up(o.bytes, storage_alignment_);  // the slot's region, padded as the schedule laid it out
   it.file_offset = o.file_offset;
   push(r, it);
+}
+
+TIDE_INLINE void host_backend::throw_slow_copy(op const& o, std::size_t bytes) const {
+  bool const d2h = o.kind == op_kind::offload;
+  auto const& d = d2h ? opt_.d2h : opt_.h2d;
+  char b[256];
+  std::snprintf(b, sizeof b, "%zu bytes at %.17g bytes per second and %.17g us of latency would take %.6g s", bytes,
+                d.bytes_per_second, d.latency_us, d.time_us(bytes) / 1e6);
+  throw error(std::string("tide::host_backend: a paced ") + (d2h ? "offload" : "prefetch") + " of " + b +
+              ", more than max_copy_us (1e12 us): give host_backend_options::" + (d2h ? "d2h" : "h2d") +
+              " a bandwidth that moves it in time, or 0 for unpaced copies");
 }
 
 TIDE_INLINE void host_backend::stop_workers() noexcept {
