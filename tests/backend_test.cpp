@@ -241,6 +241,35 @@ TEST(ArenaPool, RefusedAllocationIsOutOfMemoryAndLeavesThePoolUsable) {
   EXPECT_EQ(live, 1);
 }
 
+// ---- events ------------------------------------------------------------------------------------
+
+// An event's records complete in order only on one stream: a second stream's record of it in the
+// same step is refused by name (a wait for the later record could see the earlier complete last
+// and wait forever). Records on one stream, and on another stream in the next step, are fine.
+TEST(HostEvents, RecordOnASecondStreamInOneStepIsRefused) {
+  host_backend b;
+  (void)b.setup({.ops = 8, .events = 2});
+  b.begin_step({});
+  b.record(stream_role::compute, 1);
+  b.record(stream_role::compute, 1);  // again on the same stream: in order
+  b.wait(stream_role::d2h, 1);
+  try {
+    b.record(stream_role::d2h, 1);
+    ADD_FAILURE() << "a second stream's record of event 1 was taken";
+  } catch (error const& e) {
+    std::string const what = e.what();
+    EXPECT_NE(what.find("event 1 recorded on stream d2h after a record on stream compute in the same step"), std::string::npos)
+        << what;
+  }
+  b.end_step();
+  b.wait_step();  // nothing was enqueued for the refused record: the step drains
+  b.begin_step({});
+  b.record(stream_role::d2h, 1);  // another step: any stream
+  b.wait(stream_role::compute, 1);
+  b.end_step();
+  b.wait_step();
+}
+
 // ---- paced copies -------------------------------------------------------------------------------
 
 namespace {

@@ -4,7 +4,8 @@
 #      2-rank MPI tests (the CUDA suite is left to step 5, which builds it from scratch);
 #   2. the host tests again under ThreadSanitizer, in separate compilation (tide's library linked:
 #      the suite runs header-only in 1 and compiled in 2 and 3);
-#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer, in separate compilation;
+#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer, in separate compilation, where the
+#      benchmark programs are compiled too (not run: no test runs them);
 #   4. the fuzzers (libFuzzer with clang, ASan + UBSan): the schedule fuzzer 45 s and the file
 #      readers' and tide-plan's command line 30 s, each from its seed corpus, and the saved
 #      regression inputs replayed;
@@ -42,8 +43,10 @@ for c in "${configs[@]}"; do
       setup build-test/main -Dcuda=auto -Dbenchmarks=true -Db_ndebug=true -Ddebug=false -Doptimization=1 -Dcpp_args=-g1
       # Everything but the CUDA suite's programs and the CUDA objects: the GPU check's dry run
       # (gpucheck, below) compiles and runs those in a build of its own, from scratch, as on a GPU
-      # machine; compiling them here too would double the CUDA compile (issue 38).
-      mapfile -t main_targets < <(python3 tools/test_targets.py build-test/main --all-except-suite cuda)
+      # machine; compiling them here too would double the CUDA compile (issue 38). Nor the
+      # benchmark programs, which no test runs: the ASan build compiles them (below), in separate
+      # compilation (executor_bench.cpp: 4 CPU s there, 11 here).
+      mapfile -t main_targets < <(python3 tools/test_targets.py build-test/main --all-except-suite cuda --no-benchmarks)
       ninja -C build-test/main -j "$jobs" "${main_targets[@]}"
       meson test -C build-test/main --no-rebuild --print-errorlogs --num-processes "$jobs" --no-suite cuda
       ;;
@@ -62,7 +65,9 @@ for c in "${configs[@]}"; do
       # Separate compilation (-Dseparate_compilation=true, include/tide/core/config.hpp): the
       # suite runs in both modes, header-only in the main build and compiled here, where tide's
       # library is compiled once instead of in every test program.
-      setup "build-test/$c" -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false -Db_sanitize="$san" -Db_lundef=false \
+      benchmarks=false
+      [ "$c" = asan ] && benchmarks=true  # compiled here only, not run (no test runs them)
+      setup "build-test/$c" -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=$benchmarks -Db_sanitize="$san" -Db_lundef=false \
         -Doptimization="$opt" -Ddebug=false -Dcpp_args=-g1 -Dstress_cases=60 -Dseparate_compilation=true \
         -Dlibrary_optimization="$libopt"
       # ThreadSanitizer skips the tests that start no thread (suite single_thread); both skip the
@@ -72,7 +77,9 @@ for c in "${configs[@]}"; do
       [ "$c" = tsan ] && suites+=(single_thread)
       skip=()
       for s in "${suites[@]}"; do skip+=(--no-suite "$s"); done
-      mapfile -t needed < <(python3 tools/test_targets.py "build-test/$c" "${suites[@]}")
+      with=()
+      [ "$benchmarks" = true ] && with=(--benchmarks)
+      mapfile -t needed < <(python3 tools/test_targets.py "build-test/$c" "${suites[@]}" "${with[@]}")
       [ ${#needed[@]} -gt 0 ] || { echo "tools/test.sh: no test programs found for $c" >&2; exit 1; }
       ninja -C "build-test/$c" -j "$jobs" "${needed[@]}"
       meson test -C "build-test/$c" --no-rebuild --print-errorlogs --num-processes "$jobs" "${skip[@]}"

@@ -9,10 +9,12 @@ With --only, the tests of that suite instead, less those of the --except suites 
 --benchmarks, the suite's benchmarks too): what bench/gpu/check.sh builds before it runs
 `meson test --suite cuda --no-suite compile --no-rebuild` and the GPU benchmarks, so that the build
 and the test phase cannot disagree.
-       test_targets.py BUILD_DIR --all-except-suite SUITE
+       test_targets.py BUILD_DIR --all-except-suite SUITE [--no-benchmarks]
 Every target built by default, less what only the tests and benchmarks of SUITE need and less every
 target with CUDA sources: what CI's main build compiles, since the GPU check's own build (which CI
-runs from scratch) compiles the CUDA suite.
+runs from scratch) compiles the CUDA suite. With --no-benchmarks, less what only benchmarks need
+too (CI compiles the benchmark programs in its ASan build, in separate compilation: a third of the
+time; `test_targets.py BUILD_DIR ... --benchmarks` lists them there).
 
 A test needs the targets Meson lists as its dependencies and any built file named on its command
 line (a script's program argument). Custom targets (generated files: copies, configured sources)
@@ -23,6 +25,7 @@ import json, pathlib, subprocess, sys
 build = pathlib.Path(sys.argv[1]).resolve()
 args = sys.argv[2:]
 with_benchmarks = "--benchmarks" in args
+no_benchmarks = "--no-benchmarks" in args
 all_except = None
 only = set()
 skipped = set()
@@ -39,7 +42,7 @@ while i < len(args):
         all_except = args[i + 1]
         i += 2
         continue
-    elif args[i] == "--benchmarks":
+    elif args[i] in ("--benchmarks", "--no-benchmarks"):
         i += 1
     elif args[i].startswith("--"):
         sys.exit(f"test_targets.py: unknown option {args[i]}")
@@ -76,9 +79,12 @@ def needed(runs, keep):
 
 need = {t["id"]: t for t in targets if t["type"] == "custom"}
 if all_except is not None:
-    runs = introspect("--tests") + introspect("--benchmarks")
+    tests, benches = introspect("--tests"), introspect("--benchmarks")
+    runs = tests + benches
     theirs = needed(runs, lambda s: all_except in s)
-    others = needed(runs, lambda s: all_except not in s)
+    others = needed(tests if no_benchmarks else runs, lambda s: all_except not in s)
+    if no_benchmarks:  # what only benchmarks need counts as "theirs"
+        theirs.update(needed(benches, lambda s: True))
     for t in targets:
         cuda = any(src.get("language") == "cuda" for src in t["target_sources"])
         if t["build_by_default"] and not cuda and not (t["id"] in theirs and t["id"] not in others):

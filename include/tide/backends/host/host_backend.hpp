@@ -101,8 +101,16 @@ class host_backend {
   //! `r` itself: host work for stream `r` runs on its worker.
   stream_type stream(stream_role r) const noexcept { return r; }
 
-  //! Records event `e` on `r`: it completes when `r`'s worker reaches it.
+  //! Records event `e` on `r`: it completes when `r`'s worker reaches it. Throws `error` when `e`
+  //! was recorded on another stream in this step: its records complete in order only on one stream
+  //! (record another event there instead).
   void record(stream_role r, std::uint32_t e) {
+    // The step's serial and the stream, 0 for none: a wait for the later of two records on two
+    // streams could otherwise see the earlier complete last and wait forever, or pass too soon.
+    auto const tag = step_serial_ * stream_count + static_cast<std::uint64_t>(r) + 1;
+    auto& last = recorded_on_[e];
+    if (last != 0 && (last - 1) / stream_count == step_serial_ && last != tag) throw_two_streams(e, last, r);
+    last = tag;
     recorded_[e] = true;
     auto const target = ++events_[e].recorded;
     push(r, {item::record, e, target});
@@ -183,6 +191,7 @@ class host_backend {
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
   [[noreturn]] void throw_slow_copy(op const& o, std::size_t bytes) const;
+  [[noreturn]] static void throw_two_streams(std::uint32_t e, std::uint64_t last, stream_role r);
   // The worker threads, their queues, the step's clock and the paced links' schedule, defined
   // with the member functions that use them (detail/host_backend_impl.hpp): <thread>, <chrono>
   // and <condition_variable> stay off the path of code that only steps a schedule.
@@ -201,6 +210,8 @@ class host_backend {
   arena_pool<detail::page_allocator> device_, host_;
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded
+  std::vector<std::uint64_t> recorded_on_;  // issue side: step_serial_ * stream_count + stream + 1 of the last record
+  std::uint64_t step_serial_ = 0;            // begin_step counts steps
   std::array<event, stream_count> joins_;  // run_after_all: each stream's end so far
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;

@@ -96,6 +96,7 @@ TIDE_INLINE arenas host_backend::setup(backend_setup const& s) {
     std::vector<event> e(s.events);
     events_.swap(e);
     recorded_.assign(s.events, false);
+    recorded_on_.assign(s.events, 0);
   }
   for (auto& q : w_->queues) {
     std::lock_guard lock(q.mutex);
@@ -111,6 +112,7 @@ TIDE_INLINE void host_backend::begin_step(schedule_view s) {
   if (in_step_.exchange(true))
     throw error("tide::host_backend: a step is already running on this backend (one executor steps at a time)");
   w_->start = workers::clock::now();
+  ++step_serial_;
   storage_failure_ = nullptr;
   storage_failed_.store(false);
   storage_alignment_ = s.buffers.storage_alignment;
@@ -152,6 +154,15 @@ TIDE_INLINE void host_backend::throw_slow_copy(op const& o, std::size_t bytes) c
   throw error(std::string("tide::host_backend: a paced ") + (d2h ? "offload" : "prefetch") + " of " + b +
               ", more than max_copy_us (1e12 us): give host_backend_options::" + (d2h ? "d2h" : "h2d") +
               " a bandwidth that moves it in time, or 0 for unpaced copies");
+}
+
+TIDE_INLINE void host_backend::throw_two_streams(std::uint32_t e, std::uint64_t last, stream_role r) {
+  auto const before = static_cast<stream_role>((last - 1) % stream_count);
+  throw error("tide::host_backend: event " + std::to_string(e) + " recorded on stream " + std::string(to_string(r)) +
+              " after a record on stream " + std::string(to_string(before)) +
+              " in the same step: an event's records complete in order only on one stream (the second could "
+              "complete first, and a wait for it pass too soon or never); record another event on " +
+              std::string(to_string(r)));
 }
 
 TIDE_INLINE void host_backend::stop_workers() noexcept {
@@ -286,9 +297,8 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
         }
         // Nominally this stream goes on when the record was reached, as a GPU's would: how late
         // this worker woke (a futex on a busy core) does not delay a paced copy behind the wait.
-        // `at` is of the latest record reached: never earlier than the one waited for, as each
-        // event is recorded on one stream in a step (the executor's programs; a re-record on
-        // another stream could move it back).
+        // `at` is of the latest record reached: never earlier than the one waited for, as an
+        // event's records in a step are all on one stream (record() refuses a second).
         ready_at = std::max(ready_at, clock::time_point(clock::duration(e.at.load(std::memory_order_relaxed))));
         break;
       }
