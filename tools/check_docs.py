@@ -23,11 +23,16 @@ header, so it would report warnings that tide's headers silence."""
 import concurrent.futures, os, pathlib, re, subprocess, sys, tempfile
 
 args = sys.argv[1:]
-separate = args[:1] == ["--separate"]
-args = args[1:] if separate else args
-jobs = 1
-if args[:1] == ["--jobs"]:
-    jobs, args = int(args[1]), args[2:]
+separate, jobs = False, 1
+while args[:1] and args[0].startswith("--"):  # the options, in any order, before the compiler
+    if args[0] == "--separate":
+        separate, args = True, args[1:]
+    elif args[0] == "--jobs" and len(args) > 1 and args[1].isdigit():
+        jobs, args = int(args[1]), args[2:]
+    else:
+        sys.exit(f"check_docs.py: unknown option or bad value: {' '.join(args[:2])}\n{__doc__}")
+if len(args) < 3:
+    sys.exit(f"check_docs.py: needs a compiler, an include directory and at least one file\n{__doc__}")
 compiler, include, *docs = args
 defines = ["-DTIDE_SEPARATE_COMPILATION"] if separate else []
 # Clang before 17 lacks class template argument deduction for aggregates (C++20, P1816), which

@@ -79,7 +79,7 @@ for c in "${configs[@]}"; do
       for s in "${suites[@]}"; do skip+=(--no-suite "$s"); done
       with=()
       [ "$benchmarks" = true ] && with=(--benchmarks)
-      mapfile -t needed < <(python3 tools/test_targets.py "build-test/$c" "${suites[@]}" "${with[@]}")
+      mapfile -t needed < <(python3 tools/test_targets.py "build-test/$c" "${suites[@]}" ${with[@]+"${with[@]}"})
       [ ${#needed[@]} -gt 0 ] || { echo "tools/test.sh: no test programs found for $c" >&2; exit 1; }
       ninja -C "build-test/$c" -j "$jobs" "${needed[@]}"
       meson test -C "build-test/$c" --no-rebuild --print-errorlogs --num-processes "$jobs" "${skip[@]}"

@@ -102,24 +102,26 @@ class host_backend {
   stream_type stream(stream_role r) const noexcept { return r; }
 
   //! Records event `e` on `r`: it completes when `r`'s worker reaches it. Throws `error` when `e`
-  //! was recorded on another stream in this step: its records complete in order only on one stream
-  //! (record another event there instead).
+  //! was last recorded on another stream in this step and `r` has not waited for that record: an
+  //! event's records complete in order only so (wait for it on `r` first, or record another event).
   void record(stream_role r, std::uint32_t e) {
-    // The step's serial and the stream, 0 for none: a wait for the later of two records on two
-    // streams could otherwise see the earlier complete last and wait forever, or pass too soon.
-    auto const tag = step_serial_ * stream_count + static_cast<std::uint64_t>(r) + 1;
-    auto& last = recorded_on_[e];
-    if (last != 0 && (last - 1) / stream_count == step_serial_ && last != tag) throw_two_streams(e, last, r);
-    last = tag;
+    auto& last = last_record_[e];
+    // Unordered records on two streams: the later could complete first and the earlier then set
+    // the event back, so that a wait for the later waits forever (or, for the earlier, passes too soon).
+    if (last.stream != 0 && last.step == step_serial_ && last.stream != stream_bit(r) && !(last.waited & stream_bit(r)))
+      throw_unordered_record(e, last.stream, r);
+    auto const target = events_[e].recorded + 1;
+    push(r, {item::record, e, target});  // first: a push that cannot grow its queue throws and changes nothing
+    events_[e].recorded = target;
     recorded_[e] = true;
-    auto const target = ++events_[e].recorded;
-    push(r, {item::record, e, target});
+    last = {step_serial_, stream_bit(r), 0};
   }
   //! Enqueues on `r` a wait for the most recent record of `e`; a no-op for a never-recorded event.
   void wait(stream_role r, std::uint32_t e) {
     if (!recorded_[e]) return;                // waiting on a never-recorded event is a no-op, as on CUDA
     auto const target = events_[e].recorded;  // the most recent record, as on CUDA
     push(r, {item::wait, e, target});
+    last_record_[e].waited |= stream_bit(r);  // what `r` records next comes after that record
   }
   //! Enqueues `t` on `r`'s worker.
   void run(stream_role r, std::uint32_t i, op const&, task t) { push(r, {item::run, i, 0, t}); }
@@ -128,8 +130,9 @@ class host_backend {
   void run_after_all(stream_role r, task t) {
     for (std::size_t k = 0; k < stream_count; ++k) {
       if (k == static_cast<std::size_t>(r)) continue;
-      auto const target = ++joins_[k].recorded;
+      auto const target = joins_[k].recorded + 1;
       push(static_cast<stream_role>(k), {item::record, static_cast<std::uint32_t>(k), target, {}, nullptr, nullptr, 0, nullptr, true});
+      joins_[k].recorded = target;  // after the push, which may throw: never a target no record has
       push(r, {item::wait, static_cast<std::uint32_t>(k), target, {}, nullptr, nullptr, 0, nullptr, true});
     }
     push(r, {item::host, 0, 0, t});
@@ -191,7 +194,9 @@ class host_backend {
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
   [[noreturn]] void throw_slow_copy(op const& o, std::size_t bytes) const;
-  [[noreturn]] static void throw_two_streams(std::uint32_t e, std::uint64_t last, stream_role r);
+  [[noreturn]] static void throw_unordered_record(std::uint32_t e, std::uint8_t last, stream_role r);
+  static_assert(stream_count <= 8, "last_record::stream and ::waited hold a bit per stream");
+  static constexpr std::uint8_t stream_bit(stream_role r) noexcept { return static_cast<std::uint8_t>(1u << static_cast<unsigned>(r)); }
   // The worker threads, their queues, the step's clock and the paced links' schedule, defined
   // with the member functions that use them (detail/host_backend_impl.hpp): <thread>, <chrono>
   // and <condition_variable> stay off the path of code that only steps a schedule.
@@ -210,8 +215,14 @@ class host_backend {
   arena_pool<detail::page_allocator> device_, host_;
   std::vector<event> events_;
   std::vector<bool> recorded_;  // issue side: ever recorded
-  std::vector<std::uint64_t> recorded_on_;  // issue side: step_serial_ * stream_count + stream + 1 of the last record
-  std::uint64_t step_serial_ = 0;            // begin_step counts steps
+  // Issue side: each event's last record, so that record() can refuse an unordered one on another stream.
+  struct last_record {
+    std::uint64_t step = 0;   // step_serial_ then
+    std::uint8_t stream = 0;  // its stream's bit (0: never recorded)
+    std::uint8_t waited = 0;  // the streams that waited for it since
+  };
+  std::vector<last_record> last_record_;
+  std::uint64_t step_serial_ = 0;  // counts begin_step and wait_step: a drain orders every record before it
   std::array<event, stream_count> joins_;  // run_after_all: each stream's end so far
   std::array<std::vector<op_span>, stream_count> spans_;
   std::array<std::vector<wait_span>, stream_count> wait_spans_;

@@ -96,7 +96,7 @@ TIDE_INLINE arenas host_backend::setup(backend_setup const& s) {
     std::vector<event> e(s.events);
     events_.swap(e);
     recorded_.assign(s.events, false);
-    recorded_on_.assign(s.events, 0);
+    last_record_.assign(s.events, {});
   }
   for (auto& q : w_->queues) {
     std::lock_guard lock(q.mutex);
@@ -132,6 +132,7 @@ TIDE_INLINE void host_backend::wait_step() {
     for (auto& t : spans_) timeline_->ops.insert(timeline_->ops.end(), t.begin(), t.end());
     for (auto& t : wait_spans_) timeline_->waits.insert(timeline_->waits.end(), t.begin(), t.end());
   }
+  ++step_serial_;  // everything recorded so far has completed: any stream may record an event next
   in_step_.store(false);
   if (storage_failure_) std::rethrow_exception(std::exchange(storage_failure_, nullptr));
 }
@@ -156,13 +157,15 @@ TIDE_INLINE void host_backend::throw_slow_copy(op const& o, std::size_t bytes) c
               " a bandwidth that moves it in time, or 0 for unpaced copies");
 }
 
-TIDE_INLINE void host_backend::throw_two_streams(std::uint32_t e, std::uint64_t last, stream_role r) {
-  auto const before = static_cast<stream_role>((last - 1) % stream_count);
-  throw error("tide::host_backend: event " + std::to_string(e) + " recorded on stream " + std::string(to_string(r)) +
-              " after a record on stream " + std::string(to_string(before)) +
-              " in the same step: an event's records complete in order only on one stream (the second could "
-              "complete first, and a wait for it pass too soon or never); record another event on " +
-              std::string(to_string(r)));
+TIDE_INLINE void host_backend::throw_unordered_record(std::uint32_t e, std::uint8_t last, stream_role r) {
+  std::size_t before = 0;
+  while (before + 1 < stream_count && !(last & (1u << before))) ++before;
+  auto const on = std::string(to_string(r));
+  throw error("tide::host_backend: event " + std::to_string(e) + " recorded on stream " + on + " after its record on stream " +
+              std::string(to_string(static_cast<stream_role>(before))) + " in the same step, which " + on +
+              " has not waited for: an event's records complete in order only when each stream that records it waited "
+              "for the record before (this one could complete first, and a wait for it pass too soon or never); wait "
+              "for the event on " + on + " first, or record another event there");
 }
 
 TIDE_INLINE void host_backend::stop_workers() noexcept {
@@ -298,7 +301,7 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
         // Nominally this stream goes on when the record was reached, as a GPU's would: how late
         // this worker woke (a futex on a busy core) does not delay a paced copy behind the wait.
         // `at` is of the latest record reached: never earlier than the one waited for, as an
-        // event's records in a step are all on one stream (record() refuses a second).
+        // event's records complete in the order they were made (record() refuses any other).
         ready_at = std::max(ready_at, clock::time_point(clock::duration(e.at.load(std::memory_order_relaxed))));
         break;
       }
