@@ -108,20 +108,19 @@ class host_backend {
     auto& last = last_record_[e];
     // Unordered records on two streams: the later could complete first and the earlier then set
     // the event back, so that a wait for the later waits forever (or, for the earlier, passes too soon).
-    if (last.stream != 0 && last.step == step_serial_ && last.stream != stream_bit(r) && !(last.waited & stream_bit(r)))
-      throw_unordered_record(e, last.stream, r);
+    if (last.stream != 0 && last.step == step_serial_ && !(last.ordered & stream_bit(r))) throw_unordered_record(e, last.stream, r);
     auto const target = events_[e].recorded + 1;
     push(r, {item::record, e, target});  // first: a push that cannot grow its queue throws and changes nothing
     events_[e].recorded = target;
-    recorded_[e] = true;
-    last = {step_serial_, stream_bit(r), 0};
+    last = {step_serial_, stream_bit(r), stream_bit(r)};
   }
   //! Enqueues on `r` a wait for the most recent record of `e`; a no-op for a never-recorded event.
   void wait(stream_role r, std::uint32_t e) {
-    if (!recorded_[e]) return;                // waiting on a never-recorded event is a no-op, as on CUDA
+    auto& last = last_record_[e];
+    if (last.stream == 0) return;             // waiting on a never-recorded event is a no-op, as on CUDA
     auto const target = events_[e].recorded;  // the most recent record, as on CUDA
     push(r, {item::wait, e, target});
-    last_record_[e].waited |= stream_bit(r);  // what `r` records next comes after that record
+    last.ordered |= stream_bit(r);  // what `r` records next comes after that record
   }
   //! Enqueues `t` on `r`'s worker.
   void run(stream_role r, std::uint32_t i, op const&, task t) { push(r, {item::run, i, 0, t}); }
@@ -195,7 +194,7 @@ class host_backend {
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
   [[noreturn]] void throw_slow_copy(op const& o, std::size_t bytes) const;
   [[noreturn]] static void throw_unordered_record(std::uint32_t e, std::uint8_t last, stream_role r);
-  static_assert(stream_count <= 8, "last_record::stream and ::waited hold a bit per stream");
+  static_assert(stream_count <= 8, "last_record::stream and ::ordered hold a bit per stream");
   static constexpr std::uint8_t stream_bit(stream_role r) noexcept { return static_cast<std::uint8_t>(1u << static_cast<unsigned>(r)); }
   // The worker threads, their queues, the step's clock and the paced links' schedule, defined
   // with the member functions that use them (detail/host_backend_impl.hpp): <thread>, <chrono>
@@ -214,12 +213,11 @@ class host_backend {
   bool paced_ = opt_.d2h.time_us(1) > 0 || opt_.h2d.time_us(1) > 0;
   arena_pool<detail::page_allocator> device_, host_;
   std::vector<event> events_;
-  std::vector<bool> recorded_;  // issue side: ever recorded
   // Issue side: each event's last record, so that record() can refuse an unordered one on another stream.
   struct last_record {
-    std::uint64_t step = 0;   // step_serial_ then
-    std::uint8_t stream = 0;  // its stream's bit (0: never recorded)
-    std::uint8_t waited = 0;  // the streams that waited for it since
+    std::uint64_t step = 0;    // step_serial_ then
+    std::uint8_t stream = 0;   // its stream's bit (0: never recorded)
+    std::uint8_t ordered = 0;  // the streams whose next record comes after it: its own, and those that waited for it
   };
   std::vector<last_record> last_record_;
   std::uint64_t step_serial_ = 0;  // counts begin_step and wait_step: a drain orders every record before it

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -95,7 +96,6 @@ TIDE_INLINE arenas host_backend::setup(backend_setup const& s) {
   if (events_.size() < s.events) {
     std::vector<event> e(s.events);
     events_.swap(e);
-    recorded_.assign(s.events, false);
     last_record_.assign(s.events, {});
   }
   for (auto& q : w_->queues) {
@@ -158,11 +158,10 @@ TIDE_INLINE void host_backend::throw_slow_copy(op const& o, std::size_t bytes) c
 }
 
 TIDE_INLINE void host_backend::throw_unordered_record(std::uint32_t e, std::uint8_t last, stream_role r) {
-  std::size_t before = 0;
-  while (before + 1 < stream_count && !(last & (1u << before))) ++before;
+  auto const before = static_cast<stream_role>(std::countr_zero(last));  // `last` holds one stream's bit
   auto const on = std::string(to_string(r));
   throw error("tide::host_backend: event " + std::to_string(e) + " recorded on stream " + on + " after its record on stream " +
-              std::string(to_string(static_cast<stream_role>(before))) + " in the same step, which " + on +
+              std::string(to_string(before)) + " in the same step, which " + on +
               " has not waited for: an event's records complete in order only when each stream that records it waited "
               "for the record before (this one could complete first, and a wait for it pass too soon or never); wait "
               "for the event on " + on + " first, or record another event there");
