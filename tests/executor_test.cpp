@@ -1087,6 +1087,23 @@ struct recording_hook {
 };
 }  // namespace
 
+// The README's spelling for compilers without class template argument deduction from designated
+// initializers (Clang before 17): the hook types written out, a stateful hook by reference.
+TEST(Hooks, ExplicitTemplateArgumentsTakeAHookByReference) {
+  auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
+                                                .pipeline = {.prefetch_distance = 1},
+                                                .collectives = {.after_backward = true}});
+  host_backend b;
+  executor exec(b, s);
+  auto noop = [](auto const&) {};
+  recording_hook h;
+  exec.step(noop, noop, tide::hooks<tide::no_hook, tide::no_hook, decltype(h)&>{.after_backward = h});
+  std::vector<std::pair<op_kind, std::uint32_t>> want;
+  for (std::uint32_t l = 6; l-- > 0;) want.push_back({op_kind::reduce, l});
+  EXPECT_EQ(h.calls, want);  // the caller's object, not a copy
+  EXPECT_EQ(h.finished, 1);
+}
+
 TEST(Hooks, NamedHooksGetTheirOpKindsAndLayers) {
   auto const s = build_schedule(small_stack(), {.policy = rules({r_offload({"x"})}),
                                                 .pipeline = {.prefetch_distance = 1},
