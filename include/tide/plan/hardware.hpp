@@ -106,7 +106,7 @@ struct hardware_spec {
   double mfu = 0.5;
   //! Share of nominal link bandwidth a large pinned copy reaches (PCIe packet overhead and DMA
   //! efficiency), both directions unless one is set below. 0.85 is an assumption;
-  //! `calibrate_link` measures it.
+  //! `tide::calibrate` measures the link.
   double link_efficiency = 0.85;
   //! Share of the fabric's bandwidth a large collective reaches (NCCL bus bandwidth over link
   //! bandwidth). 0.8 is an assumption; measure it with nccl-tests.
