@@ -55,15 +55,15 @@ cccl=$(dirname "$(dirname "$nvcc")")/include/cccl
 # With --instructions: the instructions COMMAND and its children executed, in billions.
 cpu_seconds() {
   if [[ $count == instructions ]]; then
-    local ir
-    ir=$(valgrind --tool=cachegrind --cache-sim=no --trace-children=yes --cachegrind-out-file=/dev/null "$@" 2>&1 >/dev/null |
-      awk '/I +refs:/ {gsub(",", "", $4); s += $4; k++} END {if (k) printf "%.3f", s / 1e9}')
-    if [[ -z $ir ]] || ! "$@" >/dev/null 2>"$work/err"; then
+    # Valgrind exits with the compiler's status; its report and the compiler's errors share stderr.
+    if ! valgrind --tool=cachegrind --cache-sim=no --trace-children=yes --cachegrind-out-file=/dev/null "$@" \
+        >/dev/null 2>"$work/err"; then
       echo "-"
-      echo "compile_time.sh: '$*' failed: $(head -c 400 "$work/err")" >&2
+      echo "compile_time.sh: '$*' failed: $(grep -v '^==' "$work/err" | head -c 400)" >&2
       return
     fi
-    echo "$ir"
+    awk '/I +refs:/ {gsub(",", "", $4); s += $4} END {printf "%.3f", s / 1e9}' "$work/err"
+    echo
     return
   fi
   local best="" i t
