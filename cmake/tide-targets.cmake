@@ -1,6 +1,8 @@
 # The interface targets of tide, shared by the installed tideConfig.cmake and the top-level
 # CMakeLists.txt (add_subdirectory, FetchContent). Expects TIDE_INCLUDE_DIR.
 #   tide::tide  header-only, C++20, threads (and liburing, when pkg-config finds it)
+#   tide::compiled  tide's library (separate compilation), where the install has it, with the
+#               macros it was built with (TIDE_LIBRARY, TIDE_BUILT_WITH_LIBURING: tideConfig.cmake)
 #   tide::cuda  tide::tide + the CUDA runtime, CCCL's include folder and, when found, NCCL
 #               (defined when the consumer's CUDAToolkit is found)
 #   tide::json  tide::tide + nlohmann/json, for <tide/io/json.hpp> (defined when the consumer's
@@ -27,6 +29,31 @@ if(NOT TARGET tide::tide)
     INTERFACE_COMPILE_DEFINITIONS "${_tide_defs}"
     INTERFACE_LINK_LIBRARIES "${_tide_libs}")
 endif()
+
+# tide::compiled: tide's library as the installing build made it (TIDE_LIBRARY and
+# TIDE_BUILT_WITH_LIBURING, from tideConfig.cmake), with TIDE_SEPARATE_COMPILATION and the
+# library's own feature macros, so that consumer and library agree.
+if(TIDE_LIBRARY AND NOT TARGET tide::compiled)
+  add_library(tide::compiled STATIC IMPORTED GLOBAL)
+  set(_tide_libs Threads::Threads)
+  set(_tide_defs TIDE_SEPARATE_COMPILATION)
+  if(TIDE_BUILT_WITH_LIBURING)
+    if(NOT TIDE_LIBURING_FOUND)
+      message(FATAL_ERROR "tide: this install's libtide.a was built with liburing (TIDE_HAVE_LIBURING=1), but pkg-config "
+                          "finds no liburing here: install it (Debian: liburing-dev), or link tide::tide (header-only)")
+    endif()
+    list(APPEND _tide_libs PkgConfig::TIDE_LIBURING)
+    list(APPEND _tide_defs TIDE_HAVE_LIBURING=1)
+  endif()
+  set_target_properties(tide::compiled PROPERTIES
+    IMPORTED_LOCATION "${TIDE_LIBRARY}"
+    INTERFACE_INCLUDE_DIRECTORIES "${TIDE_INCLUDE_DIR}"
+    INTERFACE_COMPILE_FEATURES cxx_std_20
+    INTERFACE_COMPILE_DEFINITIONS "${_tide_defs}"
+    INTERFACE_LINK_LIBRARIES "${_tide_libs}")
+endif()
+unset(_tide_libs)
+unset(_tide_defs)
 
 find_package(CUDAToolkit QUIET)
 if(CUDAToolkit_FOUND AND NOT TARGET tide::cuda)

@@ -12,6 +12,12 @@
 
 #include <tide/planning.hpp>
 
+namespace tide::link_check {
+// What every consumer's translation units reference (include/tide/core/config.hpp).
+extern int const TIDE_DETAIL_LIBURING_IDENTITY = 1;
+extern int const TIDE_SEPARATE_COMPILATION_is_defined_link_libtide = 1;
+}  // namespace tide::link_check
+
 namespace tide {
 template class executor<host_backend>;
 template class executor<sim_backend>;

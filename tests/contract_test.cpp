@@ -43,7 +43,7 @@ stack_spec carry_stack(std::uint32_t layers = 6) {
 
 //! The strategies every contract test runs: keep-all, full remat, offload, a mix, checkpointing.
 std::vector<std::pair<std::string, strategy>> every_policy() {
-  auto rule = [](placement p, std::vector<std::string_view> slots = {}) { return rule_spec{.where = p, .slots = slots}; };
+  auto rule = [](placement p, std::vector<tide::name> slots = {}) { return rule_spec{.where = p, .slots = slots}; };
   return {
       {"keep-all", strategy{}},
       {"full remat", {.policy = {rule(placement::remat)}}},
@@ -268,6 +268,190 @@ TEST(DebugContract, WritingPastLentScratchIsNamedByModeAndSlot) {
     EXPECT_TRUE(has(m, "the " + std::string(to_string(mode)) + " lambda of layer 1 wrote past the end of slot 'w'")) << m;
     EXPECT_TRUE(has(m, "in the scratch tide lends for it in " + std::string(to_string(mode)) + " mode")) << m;
   }
+}
+
+// ---- the checked configuration (issue 53): every write outside the contract named -------------
+
+//! The guide's checked configuration: every check on, and a schedule with guard bytes.
+executor_options const all_checks = executor_options::checked();
+strategy guarded(strategy s) {
+  s.buffers.guard_bytes = 64;
+  return s;
+}
+
+// No false alarm: under every policy, an unchanged forward that writes what it must passes every
+// check (the forward runs twice, the input is poisoned after each step) with keep-all's gradients.
+TEST(CheckedContract, AnUnchangedForwardPassesEveryCheckUnderEveryPolicy) {
+  auto const st = carry_stack();
+  auto const want = run_carry(build_schedule(st, strategy{}), [](auto& w, auto const& c) { w.forward(c); }, checked, 3);
+  for (auto const& [name, how] : every_policy()) {
+    auto const s = build_schedule(st, guarded(how));
+    EXPECT_EQ(run_carry(s, [](auto& w, auto const& c) { w.unchanged_forward(c); }, all_checks, 3), want) << name;
+  }
+}
+
+TEST(CheckedContract, AScheduleWithoutGuardBytesIsRefusedWhenTheyAreRequired) {
+  auto const s = build_schedule(carry_stack(), strategy{});
+  host_backend b;
+  auto const m = what_of([&] { executor exec(b, s, all_checks); });
+  EXPECT_TRUE(has(m, "require_guard_bytes is on, but the schedule has no guard bytes")) << m;
+  EXPECT_TRUE(has(m, ".guard_bytes = 64")) << m;
+}
+
+// A slot declared too small: the forward writes past it, into the next slot; without guard bytes
+// the step ran to other gradients.
+TEST(CheckedContract, AWritePastASlotIsNamedByLayerSlotAndMode) {
+  auto const st = carry_stack();
+  for (auto const& [name, how] : every_policy()) {
+    auto const s = build_schedule(st, guarded(how));
+    auto const m = what_of([&] {
+      run_carry(s, [&](auto& w, auto const& c) {
+        w.unchanged_forward(c);
+        if (c.mode == forward_mode::forward && c.layer == 4) c.slot(0).data()[c.slot(0).size() + 3] = std::byte{1};
+      }, all_checks);
+    });
+    EXPECT_TRUE(has(m, "the forward lambda of layer 4 wrote past the end of slot 'h' (1000 bytes, layer type 'b'): guard byte 3"))
+        << name << ": " << m;
+  }
+}
+
+TEST(CheckedContract, AWritePastTheCarryOutIsNamed) {
+  auto const st = carry_stack();
+  for (auto const& [name, how] : every_policy()) {
+    auto const s = build_schedule(st, guarded(how));
+    auto const m = what_of([&] {
+      run_carry(s, [&](auto& w, auto const& c) {
+        w.unchanged_forward(c);
+        if (c.mode == forward_mode::forward && c.layer == 2) c.carry_out().data()[c.carry_out().size() + 7] = std::byte{1};
+      }, all_checks);
+    });
+    EXPECT_TRUE(has(m, "the forward lambda of layer 2 (a) (op #")) << name << ": " << m;
+    EXPECT_TRUE(has(m, "wrote past the end of its carry out ('x', 1000 bytes): guard byte 7 was overwritten")) << name << ": " << m;
+  }
+  // The recompute's lent carry out is guarded too.
+  auto const s = build_schedule(st, guarded({.policy = {rule_spec{.where = placement::remat}}}));
+  auto const m = what_of([&] {
+    run_carry(s, [&](auto& w, auto const& c) {
+      w.unchanged_forward(c);
+      if (c.mode == forward_mode::recompute && c.layer == 1) c.carry_out().data()[c.carry_out().size()] = std::byte{1};
+    }, all_checks);
+  });
+  EXPECT_TRUE(has(m, "the recompute lambda of layer 1 (a)")) << m;
+  EXPECT_TRUE(has(m, "in the scratch tide lends for it in recompute mode): guard byte 0")) << m;
+}
+
+// One byte of 1,000 left unwritten passes "every byte still holds the poison"; two runs under two
+// patterns find it. Without check_unwritten the same step trains on stale bytes, silently.
+TEST(CheckedContract, APartlyWrittenCarryOutIsNamed) {
+  auto const st = carry_stack();
+  auto leave_one = [](auto& w, auto const& c) {
+    auto const out = c.carry_out();
+    auto const keep = out[500];
+    w.unchanged_forward(c);
+    if (c.layer == 3) out[500] = keep;  // byte 500 not written
+  };
+  for (auto const& [name, how] : every_policy()) {
+    auto const s = build_schedule(st, guarded(how));
+    auto const m = what_of([&] { run_carry(s, leave_one, all_checks); });
+    EXPECT_TRUE(has(m, "the forward of layer 3 (b) (op #")) << name << ": " << m;
+    EXPECT_TRUE(has(m, "forward mode) left byte 500 of its carry out ('x', 1000 bytes) unwritten")) << name << ": " << m;
+  }
+  EXPECT_NO_THROW(run_carry(build_schedule(st, strategy{}), leave_one, checked));  // what the issue saw
+}
+
+// A kept slot partly written reaches the backward as whatever the buffer held: named too.
+TEST(CheckedContract, APartlyWrittenSlotIsNamed) {
+  auto const st = carry_stack();
+  auto const s = build_schedule(st, guarded({.policy = {rule_spec{.where = placement::offload, .slots = {"g"}}}}));
+  auto const m = what_of([&] {
+    run_carry(s, [](auto& w, auto const& c) {
+      auto const g = c.layer == 5 ? c.slot(1) : std::span<std::byte>{};
+      std::vector<std::byte> before(g.begin(), g.end());
+      w.unchanged_forward(c);
+      if (!g.empty()) std::memcpy(g.data() + 2000, before.data() + 2000, 48);  // its last 48 bytes not written
+    }, all_checks);
+  });
+  EXPECT_TRUE(has(m, "the forward of layer 5 (b)")) << m;
+  EXPECT_TRUE(has(m, "left byte 2000 of slot 'g' (2048 bytes) unwritten")) << m;
+}
+
+// A rematerialized slot written by neither the forward nor the recompute reached the backward as
+// poison: with check_unwritten the forward's two runs name it; one the recompute leaves unwritten
+// holds the complement of the forward's poison there, so it is a mismatch, named with the byte.
+TEST(CheckedContract, AnUnwrittenRebuiltSlotIsNamed) {
+  auto const st = carry_stack();
+  auto const s = build_schedule(st, guarded({.policy = {rule_spec{.where = placement::remat, .slots = {"act"}}}}));
+  auto skip_act_in = [](forward_mode mode) {
+    return [mode](auto& w, auto const& c) {
+      auto const act = c.type_name == "a" && c.mode == mode ? c.slot(1) : std::span<std::byte>{};
+      std::vector<std::byte> before(act.begin(), act.end());
+      w.unchanged_forward(c);
+      if (!act.empty()) std::memcpy(act.data() + 100, before.data() + 100, act.size() - 100);  // bytes 100.. not written
+    };
+  };
+  auto const m = what_of([&] { run_carry(s, skip_act_in(forward_mode::recompute), all_checks); });
+  EXPECT_TRUE(has(m, "the recompute of layer 2 (a)")) << m;
+  EXPECT_TRUE(has(m, "recompute mode) rebuilt slot 'act' (333 bytes) differently")) << m;
+  EXPECT_TRUE(has(m, "Byte 100 still holds the recompute's poison 0x24: likely left unwritten")) << m;
+  auto const m2 = what_of([&] { run_carry(s, skip_act_in(forward_mode::forward), all_checks); });
+  EXPECT_TRUE(has(m2, "the forward of layer 0 (a) (op #")) << m2;
+  EXPECT_TRUE(has(m2, "left byte 100 of slot 'act' (333 bytes) unwritten: it held the poison pattern 0xDB after a first run and 0x24")) << m2;
+}
+
+TEST(CheckedContract, AStepWhoseInputWasNotWrittenIsRefused) {
+  auto const s = build_schedule(carry_stack(), guarded({}));
+  host_backend b;
+  executor exec(b, s, all_checks);
+  workload::carry_chain w(s);
+  auto fwd = [&](auto const& c) { w.forward(c); };
+  auto bwd = [&](auto const& c) { w.backward(c); };
+  auto const m = what_of([&] { exec.step(fwd, bwd); });  // never written
+  EXPECT_TRUE(has(m, "the stack's input ('x', 1000 bytes) was not written before this step")) << m;
+  w.write_input(exec.carry_input());
+  EXPECT_NO_THROW(exec.step(fwd, bwd));
+  auto const again = what_of([&] { exec.step(fwd, bwd); });  // not written since
+  EXPECT_TRUE(has(again, "was not written before this step")) << again;
+  w.write_input(exec.carry_input());
+  EXPECT_NO_THROW(exec.step(fwd, bwd));
+}
+
+// Names from strings that die before the stack, the strategy and the schedule are used (ASan:
+// no use after free), equal to what was given, and interned (equal names share their bytes).
+TEST(Names, SpecsAndSchedulesBuiltFromTemporaryStringsOwnTheirNames) {
+  stack_spec st;
+  strategy how;
+  {
+    std::vector<std::string> names;
+    for (int i = 0; i < 3; ++i) names.push_back("slot_number_" + std::to_string(i) + std::string(40, 'x'));
+    std::string const type = std::string("layer_type_") + std::string(40, 'y');
+    st.append({type, {{names[0], 4096}, {names[1], 1000}, {names[2], 64}}}, 4);
+    st.carry = {std::string("carry_") + std::string(40, 'z'), 1000};
+    how.policy = {rule_spec{.where = placement::remat, .slots = {names[1]}}};
+    how.buffers.guard_bytes = 64;
+  }  // the strings are gone
+  std::string const slot1 = "slot_number_1" + std::string(40, 'x');
+  auto const s = build_schedule(st, how);
+  ASSERT_EQ(s.slots.size(), 12u);
+  EXPECT_EQ(s.slots[1].name, slot1);
+  EXPECT_EQ(s.slots[1].where, placement::remat);
+  EXPECT_EQ(s.layers[3].type_name, "layer_type_" + std::string(40, 'y'));
+  EXPECT_EQ(s.carry.name, "carry_" + std::string(40, 'z'));
+  EXPECT_EQ(tide::name(slot1).data(), s.slots[1].name.data());  // one copy per distinct name
+  std::vector<std::string> seen;
+  auto const got = run_carry(s, [&](auto& w, auto const& c) {
+    w.unchanged_forward(c);
+    if (c.mode == forward_mode::forward) seen.push_back(std::string(c.type_name) + "/" + std::string(c.bindings[2].name));
+  }, checked);
+  stack_spec plain;  // the same stack from literals: the same training
+  plain.append({"layer_type_" + std::string(40, 'y'), {{"slot_number_0" + std::string(40, 'x'), 4096}, {slot1, 1000},
+                                                       {"slot_number_2" + std::string(40, 'x'), 64}}}, 4);
+  plain.carry = {"carry_" + std::string(40, 'z'), 1000};
+  EXPECT_EQ(got, run_carry(build_schedule(plain, how), [](auto& w, auto const& c) { w.unchanged_forward(c); }, checked));
+  ASSERT_EQ(seen.size(), 8u);  // 4 layers, 2 steps
+  EXPECT_EQ(seen[0], "layer_type_" + std::string(40, 'y') + "/slot_number_2" + std::string(40, 'x'));
+  // A compile-time stack's names view its literals (no table entry), as before.
+  constexpr tide::name literal("q_proj");
+  static_assert(literal.size() == 6);
 }
 
 // ---- the turn ---------------------------------------------------------------------------------

@@ -59,10 +59,10 @@ std::uint64_t train_mlp(schedule const& s, mlp::config c, int steps, host_backen
 }
 
 policy_spec rules(std::initializer_list<rule_spec> r) { return policy_spec(r); }
-rule_spec r_offload(std::vector<std::string_view> s, std::uint32_t first = 0, std::uint32_t last = all_layers) {
+rule_spec r_offload(std::vector<tide::name> s, std::uint32_t first = 0, std::uint32_t last = all_layers) {
   return {.where = placement::offload, .slots = std::move(s), .first_layer = first, .last_layer = last};
 }
-rule_spec r_remat(std::vector<std::string_view> s, std::uint32_t first = 0, std::uint32_t last = all_layers) {
+rule_spec r_remat(std::vector<tide::name> s, std::uint32_t first = 0, std::uint32_t last = all_layers) {
   return {.where = placement::remat, .slots = std::move(s), .first_layer = first, .last_layer = last};
 }
 
@@ -191,7 +191,7 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
   po.storage.io = storage_io::posix;  // and the other storage path
   host_backend paced(po);
   char const* type_names[] = {"t0", "t1", "t2", "t3"};
-  std::vector<std::string_view> const derived_names = {"d0", "d1", "d2", "d3", "d4"};
+  std::vector<tide::name> const derived_names = {"d0", "d1", "d2", "d3", "d4"};
   for (int i = 0; i < cases; ++i) {
     // 1..48 layers of up to 4 types; each type has "input" (at a random position) and 0..5
     // derived slots; sizes log-uniform in [1 B, 2 MiB], at most 12 MiB in all.
@@ -217,7 +217,7 @@ TEST(Executor, StressChainRandomStacksPoliciesPipelines) {
       if (total > (12u << 20) && l > 0) break;
       st.append(t);
     }
-    std::vector<std::string_view> present;  // derived names some type has
+    std::vector<tide::name> present;  // derived names some type has
     for (auto n : derived_names)
       if (st.has_slot(n)) present.push_back(n);
     // Never remat "input": recompute mode cannot rebuild it (it is the previous layer's output,

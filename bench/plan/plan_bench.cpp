@@ -56,7 +56,7 @@ BENCHMARK(heuristic_plan_128_layers_8_slots)->Unit(benchmark::kMillisecond);
 // The strategy table's options as tide-plan sets them: the budgets the whole device leaves, the
 // training's collectives, `offload` in the offload rows and the rest rematerialized there.
 tide::strategy_options table_options(tide::transformer_spec const& m, tide::hardware_spec const& hw,
-                                     tide::training_spec const& t, std::vector<std::string_view> offload) {
+                                     tide::training_spec const& t, std::vector<tide::name> offload) {
   auto const resident = tide::transformer_resident_memory(m, hw, t);
   tide::strategy_options o;
   o.device_budget = tide::activation_budget(hw, resident);

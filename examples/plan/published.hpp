@@ -39,7 +39,7 @@ namespace published {
 struct setup {
   tide::transformer_spec model;
   tide::training_spec training;
-  std::vector<std::string_view> offload;  // the study's offloaded tensors
+  std::vector<tide::name> offload;  // the study's offloaded tensors
 };
 
 inline std::vector<setup> setups(std::uint64_t deepseek_mb = 8, std::uint64_t llama_mb = 2) {

@@ -297,3 +297,53 @@ TEST(Strategy, PresetPlansFitOnTheHostBackendScaledDown) {
     EXPECT_EQ(sum.predicted_device_bytes, p.activation_bytes);
   }
 }
+
+// A trainer whose backward also applies the optimizer (common in hand-written C++ trainers):
+// `tide::calibrate` runs it many times, and with ctx.calibrating honoured the live weights stay as
+// they were; a training step afterwards updates them (the flag is off outside calibration). Layer
+// i+1's input is layer i's output (the carry), and the forward is reused unchanged as the recompute.
+TEST(Calibrate, TheCalibratingFlagLetsABackwardSkipTheOptimizer) {
+  constexpr std::uint32_t L = 4;
+  constexpr std::size_t n = 256;
+  stack_spec st;
+  st.append({"blk", {{"h", n * sizeof(float)}}}, L);
+  st.carry = {"x", n * sizeof(float)};
+  std::vector<float> w(L, 0.5f), grad(L, 0.0f);
+  int backwards = 0, calibrating = 0;
+  auto forward = [&](auto const& c) {
+    auto const x = c.template carry_in<float>();
+    auto const h = c.template slot_as<float>(0);
+    auto const y = c.template carry_out<float>();
+    for (std::size_t i = 0; i < n; ++i) h[i] = x[i] * w[c.layer], y[i] = h[i] + x[i];
+  };
+  auto backward = [&](auto const& c) {
+    ++backwards;
+    calibrating += c.calibrating ? 1 : 0;
+    auto const h = c.template slot_as<float>(0);
+    float g = 0;
+    for (std::size_t i = 0; i < n; ++i) g += h[i];
+    grad[c.layer] = g;
+    if (!c.calibrating) w[c.layer] -= 1e-3f * g;  // the optimizer, inside the backward
+  };
+  auto const before = w;
+  host_backend backend;
+  calibration_options o;
+  o.repeats = 2;
+  o.input = [](std::span<std::byte> in) {
+    auto const f = std::span(reinterpret_cast<float*>(in.data()), in.size() / sizeof(float));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = 0.25f + 0.001f * static_cast<float>(i);
+  };
+  auto const costs = calibrate(st, backend, forward, backward, o);
+  EXPECT_EQ(costs.layer_count(), L);
+  // Five schedules (keep-all, remat-all, offload-all whole and in thirds, latency-hidden offload),
+  // each repeats + 1 steps (a warm-up, then the measured ones), L backwards a step.
+  EXPECT_EQ(backwards, 5 * 3 * static_cast<int>(L));
+  EXPECT_EQ(calibrating, backwards);
+  EXPECT_EQ(w, before) << "the calibration trained the live weights";
+  auto const s = build_schedule(st, strategy{});
+  executor ex(backend, s);
+  o.input(ex.carry_input());
+  ex.step(forward, backward);
+  EXPECT_NE(w, before) << "a training step applies the optimizer";
+  EXPECT_EQ(calibrating, 5 * 3 * static_cast<int>(L));
+}

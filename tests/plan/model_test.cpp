@@ -274,12 +274,12 @@ TEST(Model, PublishedRowsModelWhatTheStudyRan) {
     ADD_FAILURE() << "no slot " << n;
     return std::size_t{0};
   };
-  auto recompute = [&](std::vector<std::string_view> const& names) {
+  auto recompute = [&](std::vector<tide::name> const& names) {
     std::unique_ptr<bool[]> f(new bool[slots.size()]());
     for (auto n : names) f[index_of(n)] = true;
     return c.recompute_time_us(std::span<bool const>(f.get(), slots.size()));
   };
-  std::vector<std::string_view> all_but_input;
+  std::vector<tide::name> all_but_input;
   for (auto const& x : slots)
     if (!x.input) all_but_input.push_back(x.name);
   auto const a2a_us = all_to_all_seconds(static_cast<double>(ds_setup.model.tokens()) * ds_setup.model.top_k * ds_setup.model.hidden * 2,
@@ -293,7 +293,7 @@ TEST(Model, PublishedRowsModelWhatTheStudyRan) {
   EXPECT_DOUBLE_EQ(recompute({"attn_out", "softmax_lse"}), recompute({"attn_out"}));
   // Item 4: the offload rows (q_latent, kv_latent, mlp_up offloaded, the rest rematerialized)
   // dispatch the tokens again (the experts' up projection reads them) and combine again.
-  std::vector<std::string_view> offload_rest;
+  std::vector<tide::name> offload_rest;
   for (auto n : all_but_input)
     if (n != "q_latent" && n != "kv_latent" && n != "mlp_up") offload_rest.push_back(n);
   EXPECT_GE(recompute(offload_rest), 2 * a2a_us + recompute({"router"}));

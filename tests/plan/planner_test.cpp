@@ -297,14 +297,14 @@ struct preset_case {
   transformer_spec model;
   training_spec training;
   hardware_spec hw;
-  std::vector<std::string_view> offload;  // what the table's offload rows offload (tide-plan's choice)
+  std::vector<tide::name> offload;  // what the table's offload rows offload (tide-plan's choice)
   std::vector<policy_spec> hand_written;
 };
 }  // namespace
 
 TEST(Planner, PresetPlansBeatEveryRowAndHandWrittenPolicy) {
   using R = rule_spec;
-  auto const cheap = std::vector<std::string_view>{"attn_norm", "mlp_act", "qkv", "router"};
+  auto const cheap = std::vector<tide::name>{"attn_norm", "mlp_act", "qkv", "router"};
   // DeepSeek-V3 on GB200: the cheap slots rematerialized; the layer inputs, the residual after
   // attention, the MoE up-projections and the latent projections offloaded up to layer 54 (where
   // the host is full); the attention output kept in the first `k` layers; the rest rematerialized.

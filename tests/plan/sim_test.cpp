@@ -528,7 +528,7 @@ random_case make_case(std::mt19937_64& rng) {
   for (int attempt = 0;; ++attempt) {
     policy_spec p;
     for (std::uint64_t r = 0, n = attempt > 20 ? 0 : uni(0, 3); r < n; ++r) {  // at last: keep all
-      std::vector<std::string_view> slots;
+      std::vector<tide::name> slots;
       if (uni(0, 1)) slots.push_back(slot_names[uni(0, types[0].slots.size() - 1)]);
       auto const first = static_cast<std::uint32_t>(uni(0, layers - 1));
       p.rules.push_back(rule_spec{.where = uni(0, 1) ? placement::offload : placement::remat,

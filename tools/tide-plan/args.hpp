@@ -364,7 +364,7 @@ inline tide::hardware_spec hardware_named(std::string const& n) {
 
 //! The preset model and job layout `a` describes, the layout checked (`tide::check_parallel_layout`,
 //! naming the flags); throws `tide::error`. `offload` receives the preset's offload slots.
-inline std::pair<tide::transformer_spec, tide::training_spec> preset_model(args const& a, std::vector<std::string_view>* offload = nullptr) {
+inline std::pair<tide::transformer_spec, tide::training_spec> preset_model(args const& a, std::vector<tide::name>* offload = nullptr) {
   using namespace tide;
   transformer_spec m;
   if (a.model == "deepseek-v3") {

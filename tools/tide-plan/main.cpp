@@ -56,8 +56,8 @@ constexpr char const* epilog =
   std::exit(2);
 }
 
-std::vector<std::string_view> split_names(std::string const& list, tide::stack_spec const& stack) {
-  std::vector<std::string_view> r;
+std::vector<tide::name> split_names(std::string const& list, tide::stack_spec const& stack) {
+  std::vector<tide::name> r;
   std::size_t pos = 0;
   while (pos <= list.size()) {
     auto const end = std::min(list.find(',', pos), list.size());
@@ -118,7 +118,7 @@ problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional
   if (!a.model.empty()) {
     transformer_spec m;
     training_spec t;
-    std::vector<std::string_view> offload;
+    std::vector<tide::name> offload;
     try {
       std::tie(m, t) = tide_plan::preset_model(a, &offload);
       p.stack = transformer_stack(m);

@@ -53,3 +53,30 @@
 //! `std::is_constant_evaluated()`. (Doxygen reads this branch.)
 #define TIDE_DETAIL_IF_CONSTEVAL 0
 #endif
+
+// The link-time identity of separate compilation: tide's library defines one symbol per macro that
+// changes the layout of a type it compiles (TIDE_HAVE_LIBURING: the spill file's io_uring state
+// inside host_backend), named by the macro's value there, and every translation unit that
+// includes tide in separate compilation references the one named by its own value. A consumer
+// compiled with another value fails to link, naming the macro ("undefined reference to
+// tide::link_check::libtide_built_with_TIDE_HAVE_LIBURING_1"); one that forgot the library names
+// that. (TIDE_HAS_NCCL and TIDE_HAVE_CUFILE change only the CUDA backend's types, which the
+// library does not compile: they are header-only in both modes. NDEBUG may differ: no public
+// type's layout depends on it.)
+#if defined(TIDE_HAVE_LIBURING) && TIDE_HAVE_LIBURING
+#define TIDE_DETAIL_LIBURING_IDENTITY libtide_built_with_TIDE_HAVE_LIBURING_1
+#else
+//! The link-time identity symbol for this translation unit's TIDE_HAVE_LIBURING (see above).
+#define TIDE_DETAIL_LIBURING_IDENTITY libtide_built_with_TIDE_HAVE_LIBURING_0
+#endif
+#if defined(TIDE_SEPARATE_COMPILATION)
+namespace tide::link_check {
+extern int const TIDE_DETAIL_LIBURING_IDENTITY;
+extern int const TIDE_SEPARATE_COMPILATION_is_defined_link_libtide;
+#if !defined(TIDE_BUILDING_LIBRARY)
+// Kept (gnu::used) so that the linker must resolve both in every program built this way.
+[[gnu::used]] static int const* const identity[] = {&TIDE_DETAIL_LIBURING_IDENTITY,
+                                                    &TIDE_SEPARATE_COMPILATION_is_defined_link_libtide};
+#endif
+}  // namespace tide::link_check
+#endif

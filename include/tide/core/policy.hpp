@@ -19,7 +19,7 @@ namespace tide {
 //! the stack (`tide::from_end(k)`), so one policy fits stacks of any depth.
 struct rule_spec {
   placement where = placement::keep;      //!< where the selected slots live
-  std::vector<std::string_view> slots{};  //!< slot names selected; empty: any slot
+  std::vector<tide::name> slots{};  //!< slot names selected; empty: any slot
   layer_bound first_layer = 0;          //!< first layer selected (an index, or `from_end(k)`)
   layer_bound last_layer = all_layers;  //!< one past the last layer selected (an index, or `from_end(k)`); `all_layers`: to the end
   std::size_t min_bytes = 0;              //!< smallest slot selected, in bytes

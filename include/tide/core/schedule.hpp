@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <tide/core/buffers.hpp>
+#include <tide/core/name.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/pipeline.hpp>
 #include <tide/core/vocabulary.hpp>
@@ -20,7 +21,7 @@ namespace tide {
 
 //! Where one slot of one layer lives.
 struct slot_binding {
-  std::string_view name{};            //!< the slot's name in its layer type
+  tide::name name{};                  //!< the slot's name in its layer type
   placement where = placement::keep;  //!< keep, offload, remat or spill, as the policy decided
   std::size_t bytes = 0;              //!< the slot's size (unaligned)
   std::size_t forward_offset = 0;     //!< device offset the forward lambda writes
@@ -51,7 +52,7 @@ struct slot_binding {
 
 //! One layer of the schedule: its type and the range of its slots in the slot bindings.
 struct layer_binding {
-  std::string_view type_name{};     //!< name of the layer's type (`layer_spec::name`)
+  tide::name type_name{};           //!< name of the layer's type (`layer_spec::name`)
   std::uint32_t first_slot = 0;     //!< index into the schedule's slot bindings
   std::uint32_t slot_count = 0;     //!< number of slot bindings the layer has, from `first_slot`
   std::size_t offloaded_bytes = 0;  //!< device region bytes of its offloaded and spilled slots
@@ -69,7 +70,7 @@ struct layer_binding {
 //! the user writes before a step) and buffer 1 the output (the last layer's carry out); the
 //! others hold snapshots and working carries as the reversal assigns them, reused without copies.
 struct carry_binding {
-  std::string_view name{};             //!< the carry's name (`carry_spec::name`)
+  tide::name name{};                   //!< the carry's name (`carry_spec::name`)
   std::size_t bytes = 0;               //!< bytes of one carry; 0: the stack has none
   std::size_t region_bytes = 0;        //!< bytes, aligned to the device alignment
   std::size_t device_area = 0;         //!< device offset of buffer 0
@@ -200,7 +201,7 @@ struct schedule {
 inline std::string op_label(schedule_view const& s, op const& o) {
   char buf[160];
   std::string_view name;
-  if (o.slot == carry_slot) name = s.carry.name.empty() ? std::string_view("carry") : s.carry.name;
+  if (o.slot == carry_slot) name = s.carry.name.empty() ? std::string_view("carry") : s.carry.name.view();
   else if (o.slot != no_slot && o.layer < s.layers.size() && o.slot < s.layers[o.layer].slot_count)
     name = s.slots_of(o.layer)[o.slot].name;
   write_op_label(buf, o, name);

@@ -8,14 +8,16 @@
 #include <cstdint>
 #include <string_view>
 
+#include <tide/core/name.hpp>
+
 namespace tide {
 
 //! Slot `index` (named `name`) of layer type `layer_type`, viewed as elements of `T`.
 template <class T = std::byte>
 struct slot_handle {
   using element_type = T;         //!< what the slot's bytes are viewed as
-  std::string_view layer_type{};  //!< the layer type's name, checked against the context's `type_name`
-  std::string_view name{};        //!< the slot's name, checked against the layer's slot at `index`
+  tide::name layer_type{};        //!< the layer type's name, checked against the context's `type_name`
+  tide::name name{};              //!< the slot's name, checked against the layer's slot at `index`
   std::uint16_t index = 0;        //!< the slot's position among its layer's slots
 };
 

@@ -18,6 +18,7 @@
 #include <tide/core/config.hpp>
 #include <tide/core/vocabulary.hpp>
 #include <tide/core/error.hpp>
+#include <tide/core/name.hpp>
 #include <tide/core/slot_handle.hpp>
 
 namespace tide {
@@ -25,7 +26,7 @@ namespace tide {
 //! One kind of activation a layer saves for backward, e.g. `q_proj`. `bytes` may be
 //! `dynamic_bytes`: then it is supplied when the schedule is built (see `slot_sizes`).
 struct slot_spec {
-  std::string_view name{};            //!< unique within the layer type; rules and lambdas use it
+  tide::name name{};                  //!< unique within the layer type; rules and lambdas use it
   std::size_t bytes = dynamic_bytes;  //!< the slot's size, or `dynamic_bytes` to give it at build time
   //! The layer's input, which its recompute reads: it may be kept or offloaded, never
   //! rematerialized (only re-running the earlier layers could rebuild it; a stack with a carry
@@ -39,13 +40,13 @@ struct slot_spec {
 //! output. Where carries are stored, and which are recomputed from the nearest stored one, is the
 //! strategy's `checkpoints`. `bytes == 0`: the stack has no carry.
 struct carry_spec {
-  std::string_view name{};  //!< the carry's name (`slot_sizes` looks a run-time size up by it)
+  tide::name name{};        //!< the carry's name (`slot_sizes` looks a run-time size up by it)
   std::size_t bytes = 0;    //!< bytes of one carry, or `dynamic_bytes`; 0: no carry
 };
 
 //! A layer type: a name and the slots each layer of that type saves.
 struct layer_spec {
-  std::string_view name{};         //!< the type's name; layers of one name share one type
+  tide::name name{};               //!< the type's name; layers of one name share one type
   std::vector<slot_spec> slots{};  //!< in declaration order (a slot's index is its position here)
 };
 

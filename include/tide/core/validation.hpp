@@ -53,8 +53,8 @@ enum class schedule_issue_code : std::uint8_t {
 //! One issue with the names and numbers its message needs; converts to `true` when there is one.
 struct schedule_issue {
   schedule_issue_code code = schedule_issue_code::none;  //!< what is wrong
-  std::string_view type_name{};                          //!< the layer type concerned (or "device"/"host" for alignments)
-  std::string_view slot_name{};                          //!< the slot concerned, if any
+  tide::name type_name{};                                //!< the layer type concerned (or "device"/"host" for alignments)
+  tide::name slot_name{};                                //!< the slot concerned, if any
   std::size_t value = 0;                                 //!< the offending number (a count, rule index, layer or alignment), if any
   std::size_t limit = 0;                                 //!< the bound `value` broke, if any
   std::string_view quantity{};                           //!< size_overflow: what was being computed

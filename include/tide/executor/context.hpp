@@ -114,12 +114,16 @@ struct layer_context {
   std::uint32_t layer = 0;                   //!< the layer's index in the stack
   Stream stream{};                           //!< the stream to enqueue the layer's work on
   std::span<slot_binding const> bindings{};  //!< the layer's slots: names, sizes, placements, offsets
-  std::string_view type_name{};              //!< the name of the layer's type
+  tide::name type_name{};                    //!< the name of the layer's type
   std::uint32_t type_index = 0;              //!< the layer's type: an index into `stack_spec::types`
   std::byte* device = nullptr;               //!< the device arena's start: slot offsets are relative to it
   std::byte* carry_in_data = nullptr;        //!< the layer's input carry (a stack with a carry), else null
   std::byte* carry_out_data = nullptr;       //!< where its carry out goes (see the contexts), else null
   std::size_t carry_bytes = 0;               //!< the carry's size (0 when the stack has no carry)
+  //! True while `tide::calibrate` runs the step to time it (`executor_options::calibrating`): a
+  //! backward that also applies the optimizer skips it then, or the live model trains while tide
+  //! measures.
+  bool calibrating = false;
 
   //! The carry this layer reads (carry `layer`: the stack's input for layer 0), read-only; empty
   //! when the stack has no carry.
@@ -399,6 +403,7 @@ struct turn_context {
   Stream stream{};                            //!< the compute stream, to enqueue the turn's work on
   std::byte const* output_data = nullptr;     //!< the stack's output (a stack with a carry), else null
   std::size_t output_bytes = 0;               //!< its size (0 when the stack has no carry)
+  bool calibrating = false;                   //!< true while `tide::calibrate` runs the step
 
   //! The stack's output (the last layer's carry out), read-only; empty when the stack has no carry.
   [[nodiscard]] std::span<std::byte const> output() const noexcept { return {output_data, output_data ? output_bytes : 0}; }

@@ -55,6 +55,27 @@ struct executor_options {
   //! its slots, and an advance its carry out, bitwise as the forward wrote them (off for a forward
   //! that is not deterministic).
   bool check_reproduction = true;
+  //! With `debug_checks`, on backends whose device memory the host reads: each forward runs twice,
+  //! under two poison patterns (`poison_pattern` and its complement), and a byte of a slot or of
+  //! the carry out that differs between the runs was never written (or the forward is not
+  //! deterministic); the stack's input is poisoned after each step, and a step whose input was not
+  //! written since is refused. Doubles the forward's time; the forward must change nothing outside
+  //! its slots and carry out (docs/porting.md, "Side effects").
+  bool check_unwritten = false;
+  //! With `debug_checks`, on backends whose device memory the host reads: refuse a schedule without
+  //! guard bytes (`buffer_spec::guard_bytes`), whose writes past a slot or a carry out no check
+  //! could see.
+  bool require_guard_bytes = false;
+  //! Tells the lambdas that tide is measuring them (`tide::calibrate` sets it): `ctx.calibrating`,
+  //! so that a backward can skip what must not run then, such as the optimizer's update.
+  bool calibrating = false;
+  //! Every check on: what docs/porting.md's ports run under (with a schedule built with guard
+  //! bytes, e.g. `strategy::buffers.guard_bytes = 64`: the peaks count them).
+  [[nodiscard]] static constexpr executor_options checked() noexcept {
+    executor_options o;
+    o.debug_checks = o.check_schedule = o.check_reproduction = o.check_unwritten = o.require_guard_bytes = true;
+    return o;
+  }
   //! Where the backend records each step's op intervals and blocking waits (nullptr: nowhere);
   //! `executor::record_timeline` changes it later.
   tide::timeline* timeline = nullptr;
@@ -174,6 +195,8 @@ class executor {
     refuse_reentry("enqueue");
     check_hooks<gather_t, regather_t, reduce_t>();
     if (pending_) wait();
+    if constexpr (Backend::device_memory_is_host_accessible)
+      if (opt_.debug_checks) checks_.check_input();
     if (in_step_.exchange(true))
       throw error("tide::executor: a step of this executor is already running (steps are neither reentrant nor "
                   "concurrent)");
@@ -361,6 +384,7 @@ class executor {
     c.type_name = s_.layers[layer].type_name;
     c.type_index = s_.layers[layer].type_index;
     c.device = arenas_.device;
+    c.calibrating = opt_.calibrating;
     return c;
   }
   template <class Ctx>

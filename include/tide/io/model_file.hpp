@@ -44,8 +44,8 @@ struct type_cost {
   double regather_us = 0;                      //!< the collective before its recompute and backward
 };
 
-//! A stack and its costs, read from a model file. Slot and type names live in storage shared by
-//! copies, so the stack's views stay valid as long as any copy does.
+//! A stack and its costs, read from a model file. Its names are `tide::name`s (interned: valid
+//! after the description is gone); `names` keeps the strings it read, as before.
 struct model_description {
   std::string name{};                                                                            //!< what the file calls the model
   stack_spec stack{};                                                                            //!< the layer types and the layer sequence

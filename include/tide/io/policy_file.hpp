@@ -81,7 +81,7 @@ inline json to_json(strategy const& st) {
 }
 
 //! The strategy a policy file describes, for `stack`: slot names are checked against the stack
-//! and refer to its storage, so `stack` must outlive the result. Absent parts and fields keep
+//! (they are `tide::name`s: the result does not refer to the stack or the document). Absent parts and fields keep
 //! their defaults. Throws `json_error`; `document` names the file in the message. A plan written
 //! and read back builds the same schedule (from `tests/io/json_test.cpp`):
 //! \snippet io/json_test.cpp policy_round_trip

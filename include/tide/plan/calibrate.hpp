@@ -78,7 +78,10 @@ inline link_direction fit_link(std::vector<std::pair<double, double>> const& xy)
 template <class Backend, class Forward, class Backward>
 void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, Forward& f, Backward& b,
                     std::vector<timeline>& out, calibration_options const& opt) {
-  executor<Backend> ex(backend, s.view());
+  // The lambdas see ctx.calibrating: a backward that applies the optimizer skips it here.
+  executor_options eo;
+  eo.calibrating = true;
+  executor<Backend> ex(backend, s.view(), eo);
   // A stack's input carry holds defined data (left poisoned, an input that passes through a
   // residual unchanged would read as an unwritten carry out).
   if (auto in = ex.carry_input(); !in.empty()) {
@@ -97,7 +100,12 @@ void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, 
 }  // namespace detail
 
 //! Measures the cost table of `stack` by running `forward` and `backward` (the same lambdas a
-//! training step uses) on `backend`. The backend must have room for the keep-all schedule.
+//! training step uses) on `backend`. The backend must have room for the keep-all schedule. It
+//! runs up to five schedules (keep-all; remat-all, `measure_recompute`; offload-all whole and in
+//! thirds, `measure_link`; latency-hidden offload, `measure_sync`) for `repeats + 1` steps each:
+//! the backward `repeats + 1` times per layer and schedule (20 with the defaults), the forward as
+//! often plus each remat-all step's recomputes. The contexts' `calibrating` is true throughout, so
+//! a backward that applies the optimizer can skip it.
 template <class Backend, class Forward, class Backward>
 cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forward, Backward&& backward,
                      calibration_options const& opt = {}) {

@@ -39,9 +39,9 @@ struct strategy_options {
   //! The collective hooks every row's schedule has (`training_collectives`), costed by the table.
   collective_spec collectives = {};
   //! Slots the offload rows offload (empty: every slot not in `keep_slots`).
-  std::vector<std::string_view> offload_slots{};
+  std::vector<tide::name> offload_slots{};
   //! Slots the remat and offload rows keep: the layer input is what a recompute starts from.
-  std::vector<std::string_view> keep_slots = {"layer_input"};
+  std::vector<tide::name> keep_slots = {"layer_input"};
   //! The offload rows rematerialize the slots they neither keep nor offload (selective offload
   //! on top of full remat, as in the published JAX study); false: they keep them.
   bool remat_rest = false;
@@ -109,8 +109,8 @@ TIDE_INLINE std::string format_strategy_table(std::vector<strategy_row> const& r
 namespace detail {
 //! The stack's slot names but `keep`'s, each once, in order of first appearance (by hash: a
 //! stack of 100,000 types compared pairwise took minutes).
-inline std::vector<std::string_view> slot_names_except(stack_spec const& st, std::vector<std::string_view> const& keep) {
-  std::vector<std::string_view> r;
+inline std::vector<tide::name> slot_names_except(stack_spec const& st, std::vector<tide::name> const& keep) {
+  std::vector<tide::name> r;
   std::unordered_set<std::string_view> seen(keep.begin(), keep.end());
   for (auto const& t : st.types)
     for (auto const& s : t.slots)
@@ -189,7 +189,7 @@ TIDE_INLINE std::vector<strategy_row> compare_strategies(stack_spec const& stack
   policy_spec off{rule_spec{.where = placement::offload, .slots = offloaded}};
   policy_spec on_device;  // the offloaded slots kept, the rest as the offload rows have it
   if (opt.remat_rest) {
-    std::vector<std::string_view> others;
+    std::vector<tide::name> others;
     std::unordered_set<std::string_view> const off_names(offloaded.begin(), offloaded.end());
     for (auto n : rest)
       if (!off_names.contains(n)) others.push_back(n);

@@ -66,6 +66,7 @@
 
 #include <tide/backends/sim/cost_table.hpp>
 #include <tide/core/error.hpp>
+#include <tide/core/name.hpp>
 #include <tide/core/storage_link.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
@@ -81,7 +82,7 @@ constexpr std::string_view to_string(precision p) noexcept { return p == precisi
 //! One GPU as the cost model sees it: compute, HBM, host link, host memory and fabric. The
 //! presets in `tide::hardware` fill it from datasheets.
 struct hardware_spec {
-  std::string_view name{};           //!< what reports call this hardware
+  tide::name name{};                 //!< what reports call this hardware
   double dense_flops = 0;            //!< peak dense BF16 FLOP/s
   double fp8_dense_flops = 0;        //!< peak dense FP8 FLOP/s (0: none; FP8 then runs at the BF16 rate)
   std::size_t hbm_bytes = 0;         //!< device memory capacity
@@ -111,7 +112,7 @@ struct hardware_spec {
   //! Share of the fabric's bandwidth a large collective reaches (NCCL bus bandwidth over link
   //! bandwidth). 0.8 is an assumption; measure it with nccl-tests.
   double collective_efficiency = 0.8;
-  std::string_view source{};  //!< where the numbers come from
+  tide::name source{};        //!< where the numbers come from
   // Added after 0.3.0, last, so that positional initializers keep their meaning.
   double h2d_link_efficiency = 0;  //!< host to device (prefetches), in (0, 1]; 0: `link_efficiency`
   double d2h_link_efficiency = 0;  //!< device to host (offloads), in (0, 1]; 0: `link_efficiency`

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <tide/core/error.hpp>
+#include <tide/core/name.hpp>
 #include <tide/plan/training.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
@@ -21,7 +22,7 @@ namespace tide {
 //! A decoder-only transformer's dimensions and run shape, from which `transformer_stack`,
 //! `transformer_costs` and `transformer_resident_memory` derive slots, costs and memory.
 struct transformer_spec {
-  std::string_view name{};         //!< what reports call the model
+  tide::name name{};               //!< what reports call the model
   std::uint32_t layer_count = 0;   //!< layers in the stack (with pipeline parallelism: one stage's)
   std::uint32_t dense_layers = 0;  //!< the first layers use the dense MLP; the rest MoE when experts > 0
   std::uint64_t hidden = 0;        //!< width of the residual stream

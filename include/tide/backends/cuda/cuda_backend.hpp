@@ -352,7 +352,7 @@ class cuda_backend {
     if (o.slot == carry_slot) return names_.carry.name;
     if (o.layer >= names_.layers.size()) return {};
     auto const slots = names_.slots_of(o.layer);
-    return o.slot < slots.size() ? slots[o.slot].name : std::string_view{};
+    return o.slot < slots.size() ? slots[o.slot].name.view() : std::string_view{};
   }
 
   cuda_backend_options opt_;

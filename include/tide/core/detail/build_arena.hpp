@@ -49,7 +49,12 @@ constexpr schedule_issue builder::lay_out_arena() {
   std::size_t recompute_slots = 0, recompute_carry = 0;
   for (std::uint32_t l = 0; l < L; ++l)
     if (buffers.lend_recompute_scratch && s.layers[l].remat_bytes > 0) recompute_slots = std::max(recompute_slots, layer_region[l]);
-  if (carries && recompute_slots > 0 && !checked_align_up(stack.carry.bytes, dalign, recompute_carry))
+  // A carry's device region is padded by the guard bytes, as a slot's is: the debug checks write
+  // them after every carry out a lambda writes.
+  std::size_t guarded_carry = 0;
+  if (carries && !checked_add(stack.carry.bytes, buffers.guard_bytes, guarded_carry))
+    return overflow("carry plus guard bytes", {}, stack.carry.name);
+  if (carries && recompute_slots > 0 && !checked_align_up(guarded_carry, dalign, recompute_carry))
     return overflow("carry, aligned,", {}, stack.carry.name);
   if (!checked_add(recompute_slots, recompute_carry, a.recompute_scratch_bytes)) return overflow("recompute scratch");
   std::size_t forward_size = 0, backward_size = 0;
@@ -136,7 +141,7 @@ constexpr schedule_issue builder::lay_out_arena() {
     // storage alignment, as its file region is.
     bool const disk = how.checkpoints.disk_snapshots > 0;
     auto const halign = disk ? std::max(buffers.host_alignment, buffers.storage_alignment) : buffers.host_alignment;
-    if (!checked_align_up(stack.carry.bytes, dalign, cb.region_bytes) || !checked_align_up(stack.carry.bytes, halign, cb.host_region_bytes) ||
+    if (!checked_align_up(guarded_carry, dalign, cb.region_bytes) || !checked_align_up(stack.carry.bytes, halign, cb.host_region_bytes) ||
         (disk && !checked_align_up(stack.carry.bytes, buffers.storage_alignment, cb.file_region_bytes)))
       return overflow("carry, aligned,", {}, stack.carry.name);
     cb.device_area = a.device_bytes;

@@ -91,7 +91,7 @@ constexpr schedule_issue builder::place() {
       if (!rule_used[i]) {
         auto const& r = policy.rules[i];
         // type_name "+" marks a rule naming more slots than the one quoted.
-        return issue(c::unused_rule, r.slots.size() > 1 ? "+" : "", r.slots.empty() ? std::string_view{} : r.slots[0], i, L,
+        return issue(c::unused_rule, r.slots.size() > 1 ? "+" : "", r.slots.empty() ? std::string_view{} : r.slots[0].view(), i, L,
                      to_string(r.where));
       }
   // Staging and in-flight parameters only matter once something is offloaded with latency

@@ -82,6 +82,19 @@ inline void check_layout(schedule_view const& s) {
                  bytes_text(b.file_offset, b.file_offset + b.bytes) + ": a store or load moves its whole slot, where the bindings place it");
   }
 
+  // A carry's guard bytes lie in its own region: carry buffers are region_bytes apart, and the
+  // debug checks write the guard after every carry out (a recompute's lent one included).
+  if (auto const& c = s.carry; c.present() && guard > 0) {
+    if (c.region_bytes < c.bytes || c.region_bytes - c.bytes < guard)
+      check_fail("guard: the carry '" + std::string(c.name) + "' (" + str(c.bytes) + " bytes) has device regions of " +
+                 str(c.region_bytes) + " bytes, too few for its " + str(guard) +
+                 " guard bytes (the executor's debug checks write them after every carry out)");
+    if (auto const at = s.arena.recompute_carry_offset;
+        at != no_carry && (at > s.arena.device_bytes || s.arena.device_bytes - at < c.bytes || s.arena.device_bytes - at - c.bytes < guard))
+      check_fail("guard: the recompute's carry scratch at device offset " + str(at) + " leaves no room for the " + str(guard) +
+                 " guard bytes after its " + str(c.bytes) + " bytes in the " + str(s.arena.device_bytes) + "-byte device arena");
+  }
+
   // Guarded regions of one op do not overlap: the slots a forward writes, each with its guard,
   // at forward offsets; the slots a recompute or backward touches at backward offsets, remat
   // slots with their guard, and the scratch a recompute is lent for the others, with its guard.

@@ -19,8 +19,9 @@ inline void replay_peaks(schedule_view const& s, checked_program const& p, check
   auto const& ar = s.arena;
   for (auto const& a : p.accesses) {
     if (a.guard) continue;  // the guard (or padding) is counted after the access it follows, as predicted
-    // No overflow: proven by check_program. Carries have no guard.
-    auto const end = a.host != device_space || a.slot == carry_slot ? a.end : a.end + guard;
+    // No overflow: proven by check_program. Device carries have a guard as slots do (the debug
+    // checks write it after every carry out).
+    auto const end = a.host != device_space ? a.end : a.end + guard;
     // Spilled slots' regions, in the ring and in the file, are padded to the storage alignment;
     // so are a carry's host snapshots when its checkpoints allow disk snapshots (file regions).
     bool const padded = a.host == storage_space ||

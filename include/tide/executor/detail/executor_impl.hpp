@@ -11,6 +11,12 @@ template <class Backend>
 executor<Backend>::executor(Backend& backend, schedule_view s, executor_options opt)
     : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern, opt.check_reproduction) {
   if (opt_.check_schedule) check_schedule(s_);
+  if constexpr (Backend::device_memory_is_host_accessible)
+    if (opt_.debug_checks && opt_.require_guard_bytes && s_.buffers.guard_bytes == 0)
+      throw debug_check_error(
+          "tide::executor: executor_options::require_guard_bytes is on, but the schedule has no guard bytes, so no check "
+          "could see a write past a slot or a carry out: build it with buffer_spec::guard_bytes > 0 (strategy::buffers = "
+          "{.guard_bytes = 64}, or tide::debug_buffers; the peaks count them), or turn require_guard_bytes off");
   if constexpr (!storage_backend<Backend>)
     if (s_.arena.storage_bytes > 0)
       throw error("tide::executor: the schedule stores " + std::to_string(s_.arena.storage_bytes) +
@@ -40,6 +46,10 @@ executor<Backend>::executor(Backend& backend, schedule_view s, executor_options 
     throw out_of_memory(e, more + detail::fit_hint(s_, host, room, storage_backend<Backend>));
   }
   checks_.attach(arenas_.device, arenas_.host, &failed_, this, &report_debug);
+  if constexpr (Backend::device_memory_is_host_accessible) {
+    checks_.enable_unwritten(opt_.debug_checks && opt_.check_unwritten);
+    checks_.poison_input();
+  }
 }
 
 template <class Backend>
@@ -131,6 +141,8 @@ void executor<Backend>::complete() {
   } catch (...) {
     backend_error = std::current_exception();
   }
+  // The user writes the next step's input: what is not written then shows (check_unwritten).
+  if constexpr (Backend::device_memory_is_host_accessible) checks_.poison_input();
   ++steps_;
   // The step's own first failure comes before what the backend reports about its aftermath.
   if (error_) {
@@ -199,10 +211,13 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
         c.advance = o.kind == op_kind::advance;
 #pragma GCC diagnostic pop
         forward_.call(forward_.obj, c);
+        if constexpr (Backend::device_memory_is_host_accessible)
+          if (o.kind == op_kind::forward && opt_.debug_checks && opt_.check_unwritten)
+            checks_.unwritten_rerun(i, [&] { forward_.call(forward_.obj, c); });
         // The turn: right after the last forward, in its op (on the compute stream, before
         // every recompute and backward), so that it needs no op of its own in the program.
         if (turn_.call && o.kind == op_kind::forward && o.layer + 1 == s_.layer_count()) {
-          turn_context_type t{o.layer, c.stream, c.carry_out_data, s_.carry.bytes};
+          turn_context_type t{o.layer, c.stream, c.carry_out_data, s_.carry.bytes, opt_.calibrating};
           turn_.call(turn_.obj, t);
         }
         break;

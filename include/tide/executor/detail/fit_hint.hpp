@@ -45,7 +45,7 @@ TIDE_INLINE std::string fit_hint(schedule_view s, bool host, std::size_t room, b
                     std::string(has_storage ? " / file" : "") + " bytes):";
   try {
     auto const st = stack_of(s);
-    std::vector<std::string_view> not_inputs;  // what remat may take: every slot name but the inputs
+    std::vector<tide::name> not_inputs;  // what remat may take: every slot name but the inputs
     for (auto const& t : st.types)
       for (auto const& sl : t.slots)
         if (!sl.input) {

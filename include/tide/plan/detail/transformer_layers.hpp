@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include <tide/core/name.hpp>
 #include <tide/plan/transformer_spec.hpp>
 
 TIDE_DESIGNATED_INIT_BEGIN
@@ -17,7 +18,7 @@ namespace detail {
 
 //! One slot of a transformer layer and the op that produces it.
 struct transformer_slot {
-  std::string_view name{};  //!< the slot's name
+  tide::name name{};        //!< the slot's name
   double bytes = 0;
   double flops = 0;         //!< matrix work of the producing op (0: elementwise)
   double attention_flops = 0;
