@@ -278,6 +278,17 @@ strategy guarded(strategy s) {
   s.buffers.guard_bytes = 64;
   return s;
 }
+//! (policy, what the step throws) for each of every_policy()'s guarded schedules of carry_stack(),
+//! trained under the checked configuration with `forward`.
+template <class Forward>
+std::vector<std::pair<std::string, std::string>> failures_under_every_policy(Forward forward) {
+  std::vector<std::pair<std::string, std::string>> r;
+  for (auto const& [name, how] : every_policy()) {
+    auto const s = build_schedule(carry_stack(), guarded(how));
+    r.emplace_back(name, what_of([&] { run_carry(s, forward, all_checks); }));
+  }
+  return r;
+}
 
 // No false alarm: under every policy, an unchanged forward that writes what it must passes every
 // check (the forward runs twice, the input is poisoned after each step) with keep-all's gradients.
@@ -301,35 +312,24 @@ TEST(CheckedContract, AScheduleWithoutGuardBytesIsRefusedWhenTheyAreRequired) {
 // A slot declared too small: the forward writes past it, into the next slot; without guard bytes
 // the step ran to other gradients.
 TEST(CheckedContract, AWritePastASlotIsNamedByLayerSlotAndMode) {
-  auto const st = carry_stack();
-  for (auto const& [name, how] : every_policy()) {
-    auto const s = build_schedule(st, guarded(how));
-    auto const m = what_of([&] {
-      run_carry(s, [&](auto& w, auto const& c) {
-        w.unchanged_forward(c);
-        if (c.mode == forward_mode::forward && c.layer == 4) c.slot(0).data()[c.slot(0).size() + 3] = std::byte{1};
-      }, all_checks);
-    });
+  for (auto const& [name, m] : failures_under_every_policy([](auto& w, auto const& c) {
+         w.unchanged_forward(c);
+         if (c.mode == forward_mode::forward && c.layer == 4) c.slot(0).data()[c.slot(0).size() + 3] = std::byte{1};
+       }))
     EXPECT_TRUE(has(m, "the forward lambda of layer 4 wrote past the end of slot 'h' (1000 bytes, layer type 'b'): guard byte 3"))
         << name << ": " << m;
-  }
 }
 
 TEST(CheckedContract, AWritePastTheCarryOutIsNamed) {
-  auto const st = carry_stack();
-  for (auto const& [name, how] : every_policy()) {
-    auto const s = build_schedule(st, guarded(how));
-    auto const m = what_of([&] {
-      run_carry(s, [&](auto& w, auto const& c) {
-        w.unchanged_forward(c);
-        if (c.mode == forward_mode::forward && c.layer == 2) c.carry_out().data()[c.carry_out().size() + 7] = std::byte{1};
-      }, all_checks);
-    });
+  for (auto const& [name, m] : failures_under_every_policy([](auto& w, auto const& c) {
+         w.unchanged_forward(c);
+         if (c.mode == forward_mode::forward && c.layer == 2) c.carry_out().data()[c.carry_out().size() + 7] = std::byte{1};
+       })) {
     EXPECT_TRUE(has(m, "the forward lambda of layer 2 (a) (op #")) << name << ": " << m;
     EXPECT_TRUE(has(m, "wrote past the end of its carry out ('x', 1000 bytes): guard byte 7 was overwritten")) << name << ": " << m;
   }
   // The recompute's lent carry out is guarded too.
-  auto const s = build_schedule(st, guarded({.policy = {rule_spec{.where = placement::remat}}}));
+  auto const s = build_schedule(carry_stack(), guarded({.policy = {rule_spec{.where = placement::remat}}}));
   auto const m = what_of([&] {
     run_carry(s, [&](auto& w, auto const& c) {
       w.unchanged_forward(c);
@@ -350,9 +350,7 @@ TEST(CheckedContract, APartlyWrittenCarryOutIsNamed) {
     w.unchanged_forward(c);
     if (c.layer == 3) out[500] = keep;  // byte 500 not written
   };
-  for (auto const& [name, how] : every_policy()) {
-    auto const s = build_schedule(st, guarded(how));
-    auto const m = what_of([&] { run_carry(s, leave_one, all_checks); });
+  for (auto const& [name, m] : failures_under_every_policy(leave_one)) {
     EXPECT_TRUE(has(m, "the forward of layer 3 (b) (op #")) << name << ": " << m;
     EXPECT_TRUE(has(m, "forward mode) left byte 500 of its carry out ('x', 1000 bytes) unwritten")) << name << ": " << m;
   }

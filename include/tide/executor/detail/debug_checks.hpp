@@ -93,8 +93,7 @@ class debug_checks {
       // recompute reading slot(k) for saved data) sees poison, which the reproduction check shows.
       if (is_layer_write(o.kind)) backend.host_task(role, task{&poison_written, this, i});
       if (s_.buffers.guard_bytes > 0 && is_layer_write(o.kind)) backend.host_task(role, task{&write_guards, this, i});
-      if (o.kind != op_kind::backward && o.kind != op_kind::recompute && o.carry_out != no_carry)
-        backend.host_task(role, task{&poison_carry_out, this, i});
+      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend.host_task(role, task{&poison_carry_out, this, i});
     }
   }
   //! The checks after op `i` (`o`) on stream `role`.
@@ -104,8 +103,7 @@ class debug_checks {
     if (o.kind == op_kind::prefetch && !carry_copy) backend.host_task(role, task{&count_prefetch, this, i});
     if constexpr (Backend::device_memory_is_host_accessible) {
       if (s_.buffers.guard_bytes > 0 && is_layer_write(o.kind)) backend.host_task(role, task{&check_guards, this, i});
-      if (o.kind != op_kind::backward && o.kind != op_kind::recompute && o.carry_out != no_carry)
-        backend.host_task(role, task{&check_carry_out, this, i});
+      if (o.kind != op_kind::backward && o.carry_out != no_carry) backend.host_task(role, task{&check_carry_out, this, i});
       // Before the poison below: the forward's remat slots die with it.
       if (reproduce_ && is_layer_write(o.kind)) backend.host_task(role, task{&check_reproduced, this, i});
       if (o.kind == op_kind::forward || o.kind == op_kind::backward || (o.kind == op_kind::offload && !carry_copy))
