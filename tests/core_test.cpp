@@ -9,7 +9,9 @@
 #include <cstddef>
 #include <limits>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -958,4 +960,44 @@ TEST(HardeningSecondPass, RuleSweepEqualsFirstMatchOnRandomPolicies) {
     for (std::uint32_t l = 0; l < st.layer_count(); ++l)
       for (auto const& s : st.layer(l).slots) ASSERT_EQ(q.decide(l, s), decisions[pair++]) << "trial " << trial;
   }
+}
+
+// tide::name under hostile input: embedded NULs, a megabyte, the empty string, and many threads
+// interning the same names at once (one copy each; ThreadSanitizer runs this too). A schedule
+// keeps two slots whose names differ only after a NUL apart.
+TEST(Names, HostileNamesInternWholeAndOnceAcrossThreads) {
+  std::string const nul_a("s\0a", 3), nul_b("s\0b", 3);
+  EXPECT_EQ(tide::name(nul_a).size(), 3u);
+  EXPECT_NE(tide::name(nul_a), tide::name(nul_b));
+  EXPECT_NE(tide::name(nul_a), tide::name("s"));
+  std::string const huge(1 << 20, 'x');
+  tide::name const h(huge);
+  EXPECT_EQ(h, huge);
+  EXPECT_NE(static_cast<void const*>(h.data()), static_cast<void const*>(huge.data()));  // a copy, not a view of `huge`
+  EXPECT_TRUE(tide::name(std::string()).empty());
+  EXPECT_EQ(tide::name(""), tide::name{});
+
+  constexpr int threads = 4, per_thread = 500;
+  std::vector<std::vector<char const*>> seen(threads);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&seen, t] {
+      for (int i = 0; i < per_thread; ++i) seen[t].push_back(tide::name("hostile_" + std::to_string(i)).data());
+    });
+  for (auto& th : pool) th.join();
+  std::set<char const*> distinct;
+  for (int t = 0; t < threads; ++t) {
+    EXPECT_EQ(seen[t], seen[0]) << "thread " << t << " got other copies of the same names";
+    distinct.insert(seen[t].begin(), seen[t].end());
+  }
+  EXPECT_EQ(distinct.size(), std::size_t{per_thread});
+
+  stack_spec st;
+  st.independent_layers = true;
+  st.append({std::string("t\0x", 3), {{nul_a, 64}, {nul_b, 128}}}, 2);
+  auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::remat, .slots = {nul_b}}}});
+  ASSERT_EQ(s.slots.size(), 4u);
+  EXPECT_EQ(s.slots[0].where, placement::keep);
+  EXPECT_EQ(s.slots[1].where, placement::remat);
+  EXPECT_EQ(s.layers[1].type_name, std::string_view("t\0x", 3));
 }
