@@ -8,6 +8,7 @@
 #include <tide/plan/micro_batch.hpp>
 #include <tide/plan/tune.hpp>
 
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -125,10 +126,10 @@ TEST(Tune, RefusesHostileInputByName) {
   std::vector<tune_candidate> const one = {{.name = "x", .micro_batch = 1, .tokens = 8}};
   auto const ok = [](tune_candidate const&) { return 1.0; };
   EXPECT_TRUE(has(what_of([&] { (void)tune({}, ok); }), "at least one candidate"));
-  EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.repeats = 0}); }), "repeats is 0: give at least 1"));
+  EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.repeats = 0}); }), "repeats is 0: give 1 to 100000"));
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.repeats = -3}); }), "repeats is -3"));
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.warmups = -1}); }), "warmups is -1"));
-  EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.settle = -2}); }), "settle is -2: give 0 or more"));
+  EXPECT_TRUE(has(what_of([&] { (void)tune(one, ok, {.settle = -2}); }), "settle is -2: give 0 to 100000"));
   EXPECT_TRUE(has(what_of([&] { (void)tune(one, tune_step_fn{}); }), "needs a callable"));
   std::vector<tune_candidate> twice = {one[0], one[0]};
   EXPECT_TRUE(has(what_of([&] { (void)tune(twice, ok); }), "has the name of candidate 0"));
@@ -141,6 +142,38 @@ TEST(Tune, RefusesHostileInputByName) {
   EXPECT_TRUE(has(m, "candidate 'x' (micro-batch 1)")) << m;
   EXPECT_TRUE(has(m, "positive finite")) << m;
   EXPECT_TRUE(has(what_of([&] { (void)tune_candidates({}, 0); }), "count of 0"));
+  // Counts that would overflow `warmups + repeats` (then a median of nothing) or never end, refused
+  // before any step runs.
+  int calls = 0;
+  auto const counting = [&](tune_candidate const&) { return ++calls, 1.0; };
+  constexpr int big = std::numeric_limits<int>::max();
+  EXPECT_TRUE(has(what_of([&] { (void)tune(one, counting, {.repeats = big}); }), "repeats is 2147483647: give 1 to 100000"));
+  EXPECT_TRUE(has(what_of([&] { (void)tune(one, counting, {.warmups = big}); }), "warmups is 2147483647: give 0 to 100000"));
+  EXPECT_TRUE(has(what_of([&] { (void)tune(one, counting, {.settle = big}); }), "settle is 2147483647: give 0 to 100000"));
+  EXPECT_EQ(calls, 0);
+  // A rate that overflows (1e308 tokens, or a step of 5e-324 us) would beat every finite one.
+  std::vector<tune_candidate> const vast = {{.name = "vast", .micro_batch = 1, .tokens = 1e308}, {.name = "y", .micro_batch = 1, .tokens = 8}};
+  auto const inf = what_of([&] { (void)tune(vast, ok); });
+  EXPECT_TRUE(has(inf, "candidate 'vast'")) << inf;
+  EXPECT_TRUE(has(inf, "is not a finite rate")) << inf;
+  auto const tiny = what_of([&] { (void)tune(one, [](tune_candidate const&) { return 5e-324; }); });
+  EXPECT_TRUE(has(tiny, "candidate 'x'") && has(tiny, "measured (median) step")) << tiny;
+  std::vector<tune_candidate> const fast_guess = {{.name = "g", .micro_batch = 1, .tokens = 1e300, .predicted_step_us = 1e-300}};
+  EXPECT_TRUE(has(what_of([&] { (void)tune(fast_guess, [](tune_candidate const&) { return 1e100; }); }), "predicted step"));
+}
+
+// Tables of two stacks: the slopes were read past their end (a heap overflow under ASan).
+TEST(Tune, MicroBatchCostsOfTwoStacksAreRefused) {
+  micro_batch_costs m;
+  m.fixed.layers.resize(3);
+  m.per_sample.layers.resize(2);
+  EXPECT_TRUE(has(what_of([&] { (void)m.at(2); }), "`fixed` has 3 layers and `per_sample` 2"));
+  m.per_sample.layers.resize(3);
+  m.fixed.layers[1].slot_recompute_us = {1, 2};
+  m.per_sample.layers[1].slot_recompute_us = {1};
+  EXPECT_TRUE(has(what_of([&] { (void)m.at(2); }), "layer 1 has 2 per-slot recompute costs in `fixed` and 1 in `per_sample`"));
+  m.per_sample.layers[1].slot_recompute_us = {0.5, 0.25};
+  EXPECT_EQ(m.at(2).layers[1].slot_recompute_us, (std::vector<double>{2, 2.5}));
 }
 
 // A step that throws: the error names the candidate and the round and nests the original; the

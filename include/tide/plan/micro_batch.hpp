@@ -173,6 +173,16 @@ struct micro_batch_costs {
   //! The table at micro-batch `b` (at least 1; `memory_bound_share` from `fixed`).
   [[nodiscard]] cost_table at(std::uint64_t b) const {
     if (b == 0) throw cost_model_error("tide: micro_batch_costs::at(0): give a micro-batch of at least 1");
+    // The two tables must describe one stack, or the slopes would be read past their end.
+    if (per_sample.layers.size() != fixed.layers.size())
+      throw cost_model_error("tide: micro_batch_costs: `fixed` has " + std::to_string(fixed.layers.size()) + " layers and `per_sample` " +
+                             std::to_string(per_sample.layers.size()) + ": give both tables for the same stack (fit_micro_batch_costs does)");
+    for (std::size_t l = 0; l < fixed.layers.size(); ++l)
+      if (per_sample.layers[l].slot_recompute_us.size() != fixed.layers[l].slot_recompute_us.size())
+        throw cost_model_error("tide: micro_batch_costs: layer " + std::to_string(l) + " has " +
+                               std::to_string(fixed.layers[l].slot_recompute_us.size()) + " per-slot recompute costs in `fixed` and " +
+                               std::to_string(per_sample.layers[l].slot_recompute_us.size()) +
+                               " in `per_sample`: give both tables for the same stack");
     auto c = fixed;
     auto const x = static_cast<double>(b);
     for (std::size_t l = 0; l < c.layers.size(); ++l) {

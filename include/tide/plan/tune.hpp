@@ -61,6 +61,9 @@ using tune_step_fn = std::function<double(tune_candidate const&)>;
 
 //! How `tune` measures.
 struct tune_options {
+  //! The most rounds `repeats` and `warmups` may each ask for, and `settle` steps: each round runs
+  //! every candidate once, a real training step, so more is a mistake (and their sum must not overflow).
+  static constexpr int max_rounds = 100'000;
   int repeats = 5;  //!< measured rounds (at least 1); each candidate's time is the median of these
   int warmups = 1;  //!< rounds run first and not counted (at least 0): caches, arenas, threads
   //! Uncounted steps at the start of each candidate's turn in every round (at least 0), back to
@@ -109,8 +112,9 @@ struct tune_report {
 
 //! Measures `candidates` with `measure` (see the file comment) and keeps the most tokens per
 //! second. Throws `cost_model_error` naming no candidates, a candidate without a name, at
-//! micro-batch 0 or without tokens, two with one name, `repeats < 1` or `warmups < 0`, no
-//! callable, and a step time that is not a positive finite number (naming the candidate); what
+//! micro-batch 0 or without tokens, two with one name, `repeats`, `warmups` or `settle` outside
+//! their ranges (up to `tune_options::max_rounds`), no callable, a step time that is not a
+//! positive finite number, and tokens over a step that are not a finite rate (naming the candidate); what
 //! `measure` throws is rethrown as a `tide::error` that names the candidate and the round and
 //! nests the original (`std::rethrow_if_nested`).
 [[nodiscard]] TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_step_fn const& measure,
@@ -127,14 +131,15 @@ TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_st
                                       tune_options const& opt) {
   if (candidates.empty())
     throw cost_model_error("tide: tune needs at least one candidate: give e.g. tune_candidates(plan_micro_batches(...), 3, ...)");
-  if (opt.repeats < 1)
-    throw cost_model_error("tide: tune_options::repeats is " + std::to_string(opt.repeats) +
-                           ": give at least 1 measured round (5 or more for a median that resists noise)");
-  if (opt.warmups < 0)
-    throw cost_model_error("tide: tune_options::warmups is " + std::to_string(opt.warmups) + ": give 0 or more warm-up rounds");
-  if (opt.settle < 0)
-    throw cost_model_error("tide: tune_options::settle is " + std::to_string(opt.settle) +
-                           ": give 0 or more uncounted steps at the start of each candidate's turn");
+  auto const most = std::to_string(tune_options::max_rounds);
+  if (opt.repeats < 1 || opt.repeats > tune_options::max_rounds)
+    throw cost_model_error("tide: tune_options::repeats is " + std::to_string(opt.repeats) + ": give 1 to " + most +
+                           " measured rounds (5 or more for a median that resists noise)");
+  if (opt.warmups < 0 || opt.warmups > tune_options::max_rounds)
+    throw cost_model_error("tide: tune_options::warmups is " + std::to_string(opt.warmups) + ": give 0 to " + most + " warm-up rounds");
+  if (opt.settle < 0 || opt.settle > tune_options::max_rounds)
+    throw cost_model_error("tide: tune_options::settle is " + std::to_string(opt.settle) + ": give 0 to " + most +
+                           " uncounted steps at the start of each candidate's turn");
   if (!measure) throw cost_model_error("tide: tune needs a callable that runs one step of a candidate and returns its microseconds");
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     auto const& c = candidates[i];
@@ -184,8 +189,17 @@ TIDE_INLINE tune_report tune(std::span<tune_candidate const> candidates, tune_st
     auto& x = r.results[i];
     x.median_us = detail::midpoint_median(x.samples_us);
     x.tokens_per_second = x.candidate.tokens / (x.median_us * 1e-6);
+    // Tokens over a time that is positive and finite can still overflow (1e308 tokens, a step of
+    // 5e-324 us): an infinite rate would win every comparison.
+    auto const rate_error = [&](char const* what, double step_us) {
+      return cost_model_error("tide: tune: candidate '" + x.candidate.name + "': " + std::to_string(x.candidate.tokens) +
+                              " tokens over a " + what + " step of " + std::to_string(step_us) +
+                              " microseconds is not a finite rate: give the tokens one step processes and its time in microseconds");
+    };
+    if (!std::isfinite(x.tokens_per_second)) throw rate_error("measured (median)", x.median_us);
     if (x.candidate.predicted_step_us > 0) {
       x.predicted_tokens_per_second = x.candidate.tokens / (x.candidate.predicted_step_us * 1e-6);
+      if (!std::isfinite(x.predicted_tokens_per_second)) throw rate_error("predicted", x.candidate.predicted_step_us);
       if (!r.predicted_best || x.predicted_tokens_per_second > r.results[*r.predicted_best].predicted_tokens_per_second)
         r.predicted_best = i;
     }
