@@ -16,6 +16,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -233,6 +234,19 @@ TEST(Calibrate, MedianCostsIgnoresOneNoisyRoundFieldByField) {
   auto other = rounds;
   other[1].layers[1].slot_recompute_us.clear();
   EXPECT_NE(what([&] { (void)median_costs(other); }).find("table 1 layer 1 has other per-slot entries"), std::string::npos);
+  // A NaN has no median (it was taken as a value), named with its table and field.
+  auto nan = rounds;
+  nan[2].layers[1].backward_us = std::numeric_limits<double>::quiet_NaN();
+  auto const m_nan = what([&] { (void)median_costs(nan); });
+  EXPECT_NE(m_nan.find("median_costs: table 2: tide: the cost table's layer 1 backward_us is nan"), std::string::npos) << m_nan;
+  // "As forward_us" (negative) in one table, a measured time in another: the median mixed them.
+  auto mixed = rounds;
+  mixed[0].layers[0].recompute_us = -1;
+  auto const m_mixed = what([&] { (void)median_costs(mixed); });
+  EXPECT_NE(m_mixed.find("table 1 layer 0 has recompute_us 270"), std::string::npos) << m_mixed;
+  EXPECT_NE(m_mixed.find("same measure_recompute"), std::string::npos) << m_mixed;
+  for (auto& c : mixed) c.layers[0].recompute_us = -1;  // "as forward" in every table: accepted
+  EXPECT_LT(median_costs(mixed).layers[0].recompute_us, 0);
 }
 
 TEST(Strategy, TableShowsTheTrade) {

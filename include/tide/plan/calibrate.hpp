@@ -196,11 +196,20 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
 //! slows one round's measurement does not reach the median, as it reaches a median of steps run
 //! back to back. Times and latencies are medians; so is each link direction's bandwidth (0,
 //! unpaced, counts as a value) and the `full_duplex` flag (the majority). Throws
-//! `cost_model_error` for no tables, or tables of different shapes (layer counts, per-slot
-//! entries), naming the first that differs.
+//! `cost_model_error` for no tables, a table `cost_table::check` refuses (a NaN among them), or
+//! tables of different shapes (layer counts, per-slot entries, a recompute time measured in one
+//! and "as forward" in another), naming the first that differs.
 [[nodiscard]] inline cost_table median_costs(std::span<cost_table const> tables) {
   if (tables.empty()) throw cost_model_error("tide: median_costs needs at least one cost table (e.g. three calibration rounds)");
   auto const& first = tables.front();
+  // Each table's values first (a NaN has no median), naming the table.
+  for (std::size_t t = 0; t < tables.size(); ++t) {
+    try {
+      tables[t].check();
+    } catch (cost_model_error const& e) {
+      throw cost_model_error("tide: median_costs: table " + std::to_string(t) + ": " + e.what());
+    }
+  }
   for (std::size_t t = 1; t < tables.size(); ++t) {
     auto const& c = tables[t];
     auto const which = "tide: median_costs: table " + std::to_string(t) + " ";
@@ -213,6 +222,13 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
         throw cost_model_error(which + "layer " + std::to_string(l) +
                                " has other per-slot entries (slot_recompute_us, slot_producer) than table 0's: give tables of one stack, "
                                "calibrated with the same options");
+    // A negative recompute_us means "as forward_us": a median over both kinds would mix a time
+    // with that marker (-1 between 5 and 6 gives 5, two of three gives "as forward").
+    for (std::size_t l = 0; l < c.layers.size(); ++l)
+      if ((c.layers[l].recompute_us < 0) != (first.layers[l].recompute_us < 0))
+        throw cost_model_error(which + "layer " + std::to_string(l) + " has recompute_us " + std::to_string(c.layers[l].recompute_us) +
+                               " and table 0 " + std::to_string(first.layers[l].recompute_us) +
+                               ": one measured, one \"as forward_us\" (negative): calibrate every table with the same measure_recompute");
   }
   auto med = [&](auto const& field) {
     std::vector<double> v;
