@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -447,6 +448,19 @@ TEST(SpillFailures, AFullDiskIsFoundAtSetupNamingTheBytes) {
   EXPECT_NE(m.find("bytes free"), std::string::npos) << m;
   EXPECT_TRUE(m.find("No space left on device") != std::string::npos || m.find("File too large") != std::string::npos) << m;
   EXPECT_TRUE(dir.empty());
+  // More than is free, by a little: refused before fallocate takes any of it, with the real free
+  // space in the message (fallocate had filled the disk, then reported "0 bytes free").
+  struct statvfs before {};
+  ASSERT_EQ(::statvfs(dir.path.c_str(), &before), 0);
+  auto const free_before = static_cast<std::size_t>(before.f_bavail) * before.f_frsize;
+  auto const over = free_before + (std::size_t{64} << 20);
+  auto const m_over = error_of([&] { spill_file f(o, over, 4096); });
+  EXPECT_NE(m_over.find("No space left on device"), std::string::npos) << m_over;
+  auto const at = m_over.find(" bytes free)");
+  ASSERT_NE(at, std::string::npos) << m_over;
+  auto const reported = std::stoull(m_over.substr(m_over.rfind('(', at) + 1));
+  EXPECT_GT(reported, free_before / 2) << m_over;  // what was free, not what fallocate left
+  EXPECT_TRUE(dir.empty());
   // Through a schedule: a slot too big for the disk.
   auto const big = stack_spec{}.append(layer_spec{"blk", {{"input", std::size_t{1} << 50, true}}}, 3);
   auto const s = build_schedule(big, strategy{.policy = {rule_spec{.where = placement::spill}},
@@ -567,6 +581,14 @@ TEST(SpillFile, TransfersNeverTouchBytesOutsideTheCallersBuffer) {
 TEST(SpillFile, ASmallerAlignmentThanTheDevicesDirectIoIsRefusedAtSetup) {
   temp_dir dir;
   storage_options o{.directory = dir.path.string(), .quiet = true};
+  for (std::size_t bad : {std::size_t{0}, std::size_t{6000}, std::size_t{3}, std::size_t{1} << 31}) {
+    o.direct_io_alignment = bad;
+    auto const m = error_of([&] { spill_file f(o, 1 << 20, 4096); });
+    EXPECT_NE(m.find("storage_options::direct_io_alignment (" + std::to_string(bad) + ") must be a power of two of at most 1 GiB"),
+              std::string::npos) << m;
+  }
+  o.direct_io_alignment.reset();
+  EXPECT_TRUE(dir.empty());
   {
     spill_file f(o, 1 << 20, 4096);
     if (f.direct() && f.direct_io_alignment()) {  // this machine's device, as the kernel reports it
@@ -646,7 +668,7 @@ TEST(SpillFile, TheDevicesLogicalBlockSizeIsReadFromSysfs) {
   EXPECT_EQ(a->offset, 4096u);
   EXPECT_EQ(a->required(), 4096u);
   EXPECT_NE(a->source.find("logical block size in " + (sys.path / "dev/block" / id).string()), std::string::npos) << a->source;
-  for (auto const* bad : {"0\n", "513\n", "abc\n", "256\n"}) {
+  for (auto const* bad : {"0\n", "513\n", "abc\n", "256\n", "4096abc\n", "4096 8192\n"}) {
     write(sys.path / "dev/block" / id / "queue/logical_block_size", bad);
     EXPECT_FALSE(detail::direct_io_alignment_from_sysfs(fd, sys.path.string())) << bad;
   }

@@ -71,7 +71,8 @@ TIDE_INLINE std::optional<direct_io_alignment> direct_io_alignment_from_sysfs(in
     unsigned long long n = 0;
     // A power of two of at least 512 (what Linux takes as a logical block); anything else is not
     // a figure to trust.
-    if (in >> n && n >= 512 && n <= (1u << 20) && (n & (n - 1)) == 0)
+    // The whole file is the number: "4096abc" is not 4096.
+    if (in >> n && (in >> std::ws).peek() == std::ifstream::traits_type::eof() && n >= 512 && n <= (1u << 20) && (n & (n - 1)) == 0)
       return direct_io_alignment{static_cast<std::size_t>(n), static_cast<std::size_t>(n), "logical block size in " + path};
   }
   return std::nullopt;

@@ -24,6 +24,11 @@ TIDE_INLINE spill_file::spill_file(storage_options opt, std::size_t bytes, std::
     throw storage_error("tide: storage_options::queue_depth (" + std::to_string(opt_.queue_depth) + ") must be between 1 and " +
                             std::to_string(max_queue_depth) + " (tide::spill_file::max_queue_depth; the default is 32)",
                         EINVAL);
+  if (opt_.direct_io_alignment && (*opt_.direct_io_alignment == 0 || (*opt_.direct_io_alignment & (*opt_.direct_io_alignment - 1)) != 0 ||
+                                   *opt_.direct_io_alignment > register_piece))
+    throw storage_error("tide: storage_options::direct_io_alignment (" + std::to_string(*opt_.direct_io_alignment) +
+                            ") must be a power of two of at most 1 GiB (a device's logical block size, e.g. 512 or 4096)",
+                        EINVAL);
   open_file();
   try {
     check_direct_io_alignment();
@@ -42,16 +47,23 @@ TIDE_INLINE void spill_file::reserve(std::size_t bytes) {
   std::size_t want = 0;
   if (!checked_align_up(bytes, alignment_, want) || want > static_cast<std::size_t>(std::numeric_limits<off_t>::max()))
     throw storage_error(where() + ": " + std::to_string(bytes) + " bytes do not fit in a file offset", EFBIG);
+  // The free space first: fallocate of more than is free can take all of it before it fails,
+  // and other writers on the disk then fail too (and the message read "0 bytes free").
+  std::string free_text;
+  if (struct statvfs v; ::fstatvfs(fd_, &v) == 0) {
+    auto const free = static_cast<unsigned long long>(v.f_bavail) * v.f_frsize;
+    free_text = " (" + std::to_string(free) + " bytes free)";
+    if (want - size_ > free)
+      throw storage_error(where() + ": cannot reserve " + std::to_string(want) + " bytes" + free_text + ": " + std::strerror(ENOSPC) +
+                              ": free space on that device or name another directory",
+                          ENOSPC);
+  }
   int err = ::fallocate(fd_, 0, 0, static_cast<off_t>(want)) == 0 ? 0 : errno;
   if (err == EOPNOTSUPP) err = ::posix_fallocate(fd_, 0, static_cast<off_t>(want));  // writes zeros where it must
-  if (err != 0) {
-    std::string free_text;
-    if (struct statvfs v; ::fstatvfs(fd_, &v) == 0)
-      free_text = " (" + std::to_string(static_cast<unsigned long long>(v.f_bavail) * v.f_frsize) + " bytes free)";
+  if (err != 0)
     throw storage_error(where() + ": cannot reserve " + std::to_string(want) + " bytes" + free_text + ": " +
                             std::strerror(err) + (err == ENOSPC ? ": free space on that device or name another directory" : ""),
                         err);
-  }
   size_ = want;
 }
 
