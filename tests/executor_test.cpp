@@ -1736,6 +1736,25 @@ TEST(RunTimeStack, RulesCountLayersFromTheEnd) {
   EXPECT_EQ(empty.code, schedule_issue_code::empty_rule_range);
   EXPECT_EQ(empty.value, 4u);
   EXPECT_EQ(empty.limit, 3u);
+  EXPECT_EQ(to_message(empty),
+            "tide: a policy rule's layer range, counted from the end, is [4, 3) in this stack, an empty range: it must select at "
+            "least one layer of the stacks it is used with");
+  // Unordered in every stack: the bounds as the rule spells them, and advice that fits them ("[1, 3)
+  // ... use first < last" was said of [from_end(1), from_end(3))).
+  auto const message = [&](layer_bound first, layer_bound last) {
+    return to_message(find_schedule_issue(st, {.policy = {rule_spec{.where = placement::remat, .first_layer = first, .last_layer = last}}}));
+  };
+  auto const ff = message(from_end(1), from_end(3));
+  EXPECT_NE(ff.find("selects layers [tide::from_end(1), tide::from_end(3)), an empty range: counts from the end descend"), std::string::npos) << ff;
+  EXPECT_NE(ff.find("[tide::from_end(3), tide::from_end(1)) if that is meant"), std::string::npos) << ff;
+  auto const fi = message(from_end(2), 3);
+  EXPECT_NE(fi.find("[tide::from_end(2), 3), an empty range: a count from the end cannot come before an index"), std::string::npos) << fi;
+  EXPECT_NE(message(3, 1).find("selects layers [3, 1), an empty range: use first < last"), std::string::npos);
+  // One spelling per bound: 0 back is the end, counts past max_from_end are max_from_end, however built.
+  EXPECT_EQ(layer_bound(0, true), layer_bound{all_layers});
+  EXPECT_EQ(layer_bound::counted_from_end(0), from_end(0));
+  EXPECT_EQ(layer_bound(2'000'000'000u, true), from_end(max_from_end));
+  EXPECT_EQ(from_end(5), layer_bound(5, true));
 }
 
 // The type-level spelling: the same policy at compile time.

@@ -102,6 +102,21 @@ TEST(PolicyFile, RulesCountingFromTheEndRoundTrip) {
   } catch (std::exception const& e) {
     EXPECT_TRUE(has(e.what(), "expected a layer index from -1073741824")) << e.what();
   }
+  // Bounds whose fields were set by hand are written in their one spelling, which reads back:
+  // 0 back is the end ("last_layer": 0 was written, an empty range), and a count past
+  // max_from_end is max_from_end (-2,000,000,000 was written, which the reader refuses).
+  strategy by_hand{.policy = {rule_spec{.where = placement::remat, .slots = {"x"}}}};
+  by_hand.policy.rules[0].first_layer.value = 2'000'000'000;
+  by_hand.policy.rules[0].first_layer.from_end = true;
+  by_hand.policy.rules[0].last_layer.value = 0;
+  by_hand.policy.rules[0].last_layer.from_end = true;
+  auto const hand = io::to_json(by_hand).dump();
+  EXPECT_TRUE(has(hand, "\"first_layer\":-1073741824")) << hand;
+  EXPECT_FALSE(has(hand, "last_layer")) << hand;
+  auto const read = io::strategy_from_json(io::parse_json(hand, "test"), one);
+  EXPECT_EQ(read.policy.rules.at(0).first_layer, from_end(max_from_end));
+  EXPECT_EQ(read.policy.rules.at(0).last_layer, layer_bound{all_layers});
+  EXPECT_EQ(build_schedule(one, read).ops, build_schedule(one, by_hand).ops);
 }
 
 TEST(PolicyFile, EveryStrategyTableRowRoundTrips) {

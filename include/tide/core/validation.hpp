@@ -57,7 +57,10 @@ struct schedule_issue {
   tide::name slot_name{};                                //!< the slot concerned, if any
   std::size_t value = 0;                                 //!< the offending number (a count, rule index, layer or alignment), if any
   std::size_t limit = 0;                                 //!< the bound `value` broke, if any
-  std::string_view quantity{};                           //!< size_overflow: what was being computed
+  //! size_overflow: what was being computed; empty_rule_range: how the bounds are spelled ("ii",
+  //! "ff", "fi", "if": i an index, f from the end) or "resolved" (both `value` and `limit` are
+  //! indices this stack resolved them to)
+  std::string_view quantity{};
   //! True when there is an issue (`code != none`).
   constexpr explicit operator bool() const noexcept { return code != schedule_issue_code::none; }
 };
@@ -141,12 +144,16 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
     // rule may name is refused as the policy-file reader refuses it, not read as a count.
     if (!valid_layer_bound(r.first_layer)) return detail::issue(c::rule_layer_out_of_range, {}, {}, i, r.first_layer.value);
     if (!valid_layer_bound(r.last_layer)) return detail::issue(c::rule_layer_out_of_range, {}, {}, i, r.last_layer.value);
+    // `quantity` says how the two bounds are spelled (i: an index, f: from the end), so that the
+    // message writes them as the rule does ("[1, 3)" was [from_end(1), from_end(3)) in counts).
     if (!ordered_layer_bounds(r.first_layer, r.last_layer))
-      return detail::issue(c::empty_rule_range, {}, {}, r.first_layer.value, r.last_layer.value);
+      return detail::issue(c::empty_rule_range, {}, {}, r.first_layer.value, r.last_layer.value,
+                           counts_from_end(r.first_layer) ? (counts_from_end(r.last_layer) ? "ff" : "fi")
+                                                          : (counts_from_end(r.last_layer) ? "if" : "ii"));
     // A bound counted from the end: the range must not be empty in this stack.
     if (counts_from_end(r.first_layer) || counts_from_end(r.last_layer)) {
       auto const first = resolve_layer(r.first_layer, s.layer_count()), last = resolve_layer(r.last_layer, s.layer_count());
-      if (first >= last) return detail::issue(c::empty_rule_range, {}, {}, first, last);
+      if (first >= last) return detail::issue(c::empty_rule_range, {}, {}, first, last, "resolved");
     }
   }
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
@@ -186,9 +193,22 @@ TIDE_INLINE std::string to_message(schedule_issue const& i) {
     case c::unknown_rule_slot:
       return "tide: policy rule " + std::to_string(i.value) + " names slot " + q(i.slot_name) +
              " which no layer of the stack has: check the names in the rule's slot selector";
-    case c::empty_rule_range:
-      return "tide: a policy rule selects layers [" + std::to_string(i.value) + ", " + std::to_string(i.limit) +
-             "), an empty range: use first < last";
+    case c::empty_rule_range: {
+      if (i.quantity == "resolved")
+        return "tide: a policy rule's layer range, counted from the end, is [" + std::to_string(i.value) + ", " +
+               std::to_string(i.limit) + ") in this stack, an empty range: it must select at least one layer of the stacks it is used with";
+      auto const spelled = [](std::size_t v, bool end) {
+        return end ? "tide::from_end(" + std::to_string(v) + ")" : v == all_layers ? std::string("tide::all_layers") : std::to_string(v);
+      };
+      bool const first_end = i.quantity.starts_with("f"), last_end = i.quantity.ends_with("f");
+      return "tide: a policy rule selects layers [" + spelled(i.value, first_end) + ", " + spelled(i.limit, last_end) +
+             "), an empty range: " +
+             (first_end && last_end ? "counts from the end descend (the first counts back further: [tide::from_end(" +
+                                          std::to_string(i.limit) + "), tide::from_end(" + std::to_string(i.value) + ")) if that is meant)"
+              : first_end ? "a count from the end cannot come before an index other than tide::all_layers (the order must "
+                            "hold in stacks of any depth): use tide::all_layers as the end"
+                          : "use first < last");
+    }
     case c::rule_layer_out_of_range:
       return "tide: policy rule " + std::to_string(i.value) + " names layer " + std::to_string(i.limit) +
              ", past the largest layer index a rule may name (" + std::to_string(max_from_end - 1) +

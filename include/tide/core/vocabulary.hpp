@@ -88,17 +88,16 @@ struct layer_bound {
   constexpr layer_bound() = default;
   //! The layer index `index` (`all_layers`: past every layer, the end).
   constexpr layer_bound(std::uint32_t index) noexcept : value(index) {}  // NOLINT(google-explicit-constructor): 3 reads as layer 3
-  //! Both fields: `layer_bound(k, true)` is `from_end(k)`. Also what nvcc's front end writes when
-  //! it passes a `layer_bound` template argument on to the host compiler (`{k, true}`), so that
+  //! Both fields: `layer_bound(k, true)` is `from_end(k)` (0 back is the end, `all_layers`; counts
+  //! above `max_from_end` are `max_from_end`: one spelling per bound, which a policy file can
+  //! write and read back). Also what nvcc's front end writes when it passes a `layer_bound`
+  //! template argument on to the host compiler (`{k, true}`), so that
   //! `tide::layer_range<tide::from_end(1)>` compiles in .cu files too.
-  constexpr layer_bound(std::uint32_t v, bool counted_from_end) noexcept : value(v), from_end(counted_from_end) {}
+  constexpr layer_bound(std::uint32_t v, bool counted_from_end) noexcept
+      : value(!counted_from_end ? v : v == 0 ? all_layers : v < max_from_end ? v : max_from_end),
+        from_end(counted_from_end && v != 0) {}
   //! `k` layers back from the end of the stack (`tide::from_end(k)` says it shorter).
-  [[nodiscard]] static constexpr layer_bound counted_from_end(std::uint32_t k) noexcept {
-    layer_bound b;
-    b.value = k;
-    b.from_end = true;
-    return b;
-  }
+  [[nodiscard]] static constexpr layer_bound counted_from_end(std::uint32_t k) noexcept { return {k, true}; }
   //! True when this bound counts from the end of the stack.
   [[nodiscard]] constexpr bool counts_from_end() const noexcept { return from_end; }
   //! The layer index it names in a stack of `layer_count` layers: an index as it is, a count from
@@ -115,9 +114,7 @@ struct layer_bound {
 //! `from_end(1)` is the last layer, `from_end(0)` the end (the index `all_layers`); a rule of layers
 //! `[from_end(2), all_layers)` selects the last two. Counts past the first layer select from 0;
 //! counts above `max_from_end` are taken as `max_from_end`.
-constexpr layer_bound from_end(std::uint32_t k) noexcept {
-  return k == 0 ? layer_bound{all_layers} : layer_bound::counted_from_end(k < max_from_end ? k : max_from_end);
-}
+constexpr layer_bound from_end(std::uint32_t k) noexcept { return layer_bound::counted_from_end(k); }
 //! True when bound `l` counts from the end (`from_end(k)` with k > 0).
 constexpr bool counts_from_end(layer_bound l) noexcept { return l.counts_from_end(); }
 //! How many layers from the end `l` counts (`counts_from_end(l)` must hold).

@@ -28,12 +28,15 @@ inline json to_json(strategy const& st) {
       rule["slots"] = json::array();
       for (auto n : r.slots) rule["slots"].push_back(std::string(n));
     }
-    // A bound counted from the end is negative (-1: the last layer); the end is the default.
+    // A bound counted from the end is negative (-1: the last layer); the end is the default. Each
+    // in its one spelling (fields set by hand: 0 back is the end, a count past max_from_end is
+    // max_from_end), which the reader takes back ("last_layer": 0 and -2,000,000,000 were written).
+    auto const spelled = [](layer_bound l) { return layer_bound(l.value, l.from_end); };
     auto bound = [](layer_bound l) {
       return counts_from_end(l) ? json(-static_cast<std::int64_t>(from_end_count(l))) : json(l.value);
     };
-    if (r.first_layer != 0) rule["first_layer"] = bound(r.first_layer);
-    if (r.last_layer != all_layers) rule["last_layer"] = bound(r.last_layer);
+    if (spelled(r.first_layer) != 0) rule["first_layer"] = bound(spelled(r.first_layer));
+    if (spelled(r.last_layer) != all_layers) rule["last_layer"] = bound(spelled(r.last_layer));
     if (r.min_bytes != 0) rule["min_bytes"] = r.min_bytes;
     j["rules"].push_back(std::move(rule));
   }
