@@ -293,6 +293,12 @@ cases = [
     (["--model", "deepseek-v3", "--micro-batch", "1-2-3"], "'2-3' is not a micro-batch"),
     (["--model", "deepseek-v3", "--micro-batch", "-3"], "'-3' is negative"),
     (["--model", "deepseek-v3", "--micro-batch", ""], "'' is not a micro-batch"),
+    # Issue 54, item 5: what is wrong, not a neighbouring guess.
+    (["--model", "deepseek-v3", "--micro-batch", "99999999999999999999"], "micro-batch 99999999999999999999 is above 65536"),
+    (["--model", "deepseek-v3", "--micro-batch", "2,4,-"], "'-' is not a micro-batch or a range"),
+    (["--model", "deepseek-v3", "--device-memory", "1e-320"], "--device-memory 1e-320: less than one byte"),
+    (["--model", "deepseek-v3", "--host-budget", "1e-12"], "--host-budget 1e-12: less than one byte"),
+    (["--model", "deepseek-v3", "--device-memory", "1e999"], "cannot use '1e999'"),
     (["--model", "deepseek-v3", "--seq", "4194304", "--micro-batch", "1,65"], "their product at most 2^28 tokens"),
     (["--model-file", model, "--micro-batch", "1-4"], "describe a preset"),
     (["--model", "llama-3.1-405b", "--hardware", "h100", "--micro-batch", "1-2", "--quiet"], "no micro-batch of 1 to 2 fits"),

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -179,7 +180,9 @@ class command_line {
     char* end = nullptr;
     errno = 0;
     double const x = std::strtod(s.c_str(), &end);
-    if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE || !std::isfinite(x)) return false;
+    // Underflow (1e-320: ERANGE with a finite, tiny result) is a number, which check_args then
+    // names as below a byte; overflow (1e999) is not.
+    if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(x) || (errno == ERANGE && std::abs(x) >= 1)) return false;
     out = x;
     return true;
   }
@@ -239,6 +242,8 @@ inline void parse_micro_batches(args& a) {
   auto const number = [&](std::string_view s) {
     std::uint64_t x = 0;
     auto const [end, ec] = std::from_chars(s.data(), s.data() + s.size(), x);
+    // All digits but too large for 64 bits is a number above the limit, not "not a micro-batch".
+    if (ec == std::errc::result_out_of_range && end == s.data() + s.size()) throw say("micro-batch " + echo(s) + " is above 65536");
     if (s.empty() || ec != std::errc{} || end != s.data() + s.size()) throw say("'" + echo(s) + "' is not a micro-batch");
     if (x == 0) throw say("micro-batches must be at least 1");
     if (x > (1u << 16)) throw say("micro-batch " + std::string(s) + " is above 65536");
@@ -254,7 +259,9 @@ inline void parse_micro_batches(args& a) {
     auto const end = std::min(text.find(',', pos), text.size());
     auto const item = text.substr(pos, end - pos);
     if (item.empty()) throw say("an empty entry");
-    if (item.front() == '-') throw say("'" + echo(item) + "' is negative: micro-batches must be at least 1");
+    if (item.front() == '-')  // "-3" is negative; "-" or "-x" is no number at all
+      throw say(item.size() > 1 && std::isdigit(static_cast<unsigned char>(item[1])) ? "'" + echo(item) + "' is negative: micro-batches must be at least 1"
+                                                                                      : "'" + echo(item) + "' is not a micro-batch or a range");
     auto const dash = item.find('-');
     if (dash == std::string_view::npos) {
       list.push_back(number(item));
@@ -299,6 +306,8 @@ inline void check_args(args const& a) {
     if (!std::isfinite(g) || g < 0 || g > double(1u << 24))
       throw usage_error(std::string(flag) + " " + number_text(g) + ": give GiB from 0 to 16777216" +
                         (g < 0 ? " (a budget is not negative; leave the flag out for the preset's)" : ""));
+    if (g > 0 && g * double(1ull << 30) < 1)
+      throw usage_error(std::string(flag) + " " + number_text(g) + ": less than one byte (GiB are 2^30 bytes): give 0 or at least 1e-9");
   };
   if (a.device_memory_gib) gib("--device-memory", *a.device_memory_gib);
   if (a.host_budget_gib) gib("--host-budget", *a.host_budget_gib);
