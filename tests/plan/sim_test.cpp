@@ -221,6 +221,10 @@ TEST(CostTable, OneCheckRefusesHostileValuesInEveryEntryPoint) {
            {"layer 2 backward_us is 1.6999999999999999e+308", [](cost_table& t) { t.layers[2].backward_us = 1.7e308; }},
            {"layer 0 recompute_us is -inf", [](cost_table& t) { t.layers[0].recompute_us = -std::numeric_limits<double>::infinity(); }},
            {"layer 1 gather_us is -2", [](cost_table& t) { t.layers[1].gather_us = -2; }},
+           // Below a byte per second, as the calibration file's reader refuses it (rows showed "step inf").
+           {"link d2h bytes_per_second is 1e-300: give a finite bandwidth of at least 1 byte per second",
+            [](cost_table& t) { t.link.d2h.bytes_per_second = 1e-300; }},
+           {"hbm_bytes_per_second is 0.5", [](cost_table& t) { t.hbm_bytes_per_second = 0.5; }},
        }) {
     auto t = good;
     edit(t);

@@ -129,10 +129,12 @@ struct cost_table {
       if (!(v >= 0 && v <= max_time_us))
         throw cost_model_error("tide: the cost table's " + what + " is " + num(v) + ": give a time from 0 to 1e12 microseconds");
     };
+    // 0 (unpaced) or at least a byte per second, as the calibration file's reader takes it: a
+    // 1e-300 B/s link made every row's step infinite.
     auto rate = [&](double v, std::string const& what) {
-      if (!(v >= 0 && v < std::numeric_limits<double>::infinity()))
+      if (!(v == 0 || (v >= 1 && v < std::numeric_limits<double>::infinity())))
         throw cost_model_error("tide: the cost table's " + what + " is " + num(v) +
-                               ": give a finite bandwidth in bytes per second, or 0 for unpaced");
+                               ": give a finite bandwidth of at least 1 byte per second, or 0 for unpaced");
     };
     for (std::size_t l = 0; l < layers.size(); ++l) {
       auto const& c = layers[l];
