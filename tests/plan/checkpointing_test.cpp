@@ -745,6 +745,22 @@ TEST(checkpointing, EvaluatorRejectsInvalidDiskActions) {
   EXPECT_THROW((void)three_tier_plan(8, chain_tiers{.device = 2, .host = 0, .disk = 2}, c), schedule_error);
   EXPECT_THROW((void)three_tier_plan(8, chain_tiers{.device = 0, .host = 1, .disk = 2}, c), schedule_error);
   EXPECT_THROW((void)three_tier_plan(8, t, chain_costs{{1, 2}, {1, 2}, 1, 1, false}), cost_model_error);
+  // A NaN or negative cost is named by field (and layer) (issue 54: "must be finite" named none).
+  auto named = [&](chain_costs const& k) {
+    try {
+      (void)three_tier_plan(8, t, k);
+    } catch (cost_model_error const& e) {
+      return std::string(e.what());
+    }
+    return std::string("(nothing thrown)");
+  };
+  auto nan_disk = c;
+  nan_disk.disk_write_us = std::nan("");
+  EXPECT_NE(named(nan_disk).find("chain_costs::disk_write_us is nan: give a finite time"), std::string::npos) << named(nan_disk);
+  auto per_layer = c;
+  per_layer.backward_us.assign(8, 2.0);
+  per_layer.backward_us[5] = -0.5;
+  EXPECT_NE(named(per_layer).find("chain_costs::backward_us[5] is -0.5"), std::string::npos) << named(per_layer);
   EXPECT_EQ(to_string(A::spill(1, 2)), "spill(h1 -> s2)");
   EXPECT_EQ(to_string(A::load(2, 1)), "load(s2 -> h1)");
 }

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <memory>
 #include <span>
 #include <string>
@@ -24,10 +26,21 @@ TIDE_INLINE void chain_costs::check(char const* who, std::int64_t n) const {
   if (!fits(forward_us) || !fits(backward_us))
     throw cost_model_error(std::string(who) + ": costs need 1 or n = " + std::to_string(n) + " forward and backward values, got " +
                          std::to_string(forward_us.size()) + " and " + std::to_string(backward_us.size()));
-  auto bad = [](double x) { return !(x >= 0) || x == std::numeric_limits<double>::infinity(); };
-  if (std::any_of(forward_us.begin(), forward_us.end(), bad) || std::any_of(backward_us.begin(), backward_us.end(), bad) ||
-      bad(d2h_us) || bad(h2d_us) || bad(disk_write_us) || bad(disk_read_us))
-    throw cost_model_error(std::string(who) + ": costs must be finite and non-negative");
+  // The first bad value, by field (and layer): "costs must be finite" named none.
+  auto check = [who](double x, std::string const& field) {
+    if (!(x >= 0) || x == std::numeric_limits<double>::infinity()) {
+      char v[32];
+      std::snprintf(v, sizeof v, "%.17g", x);
+      throw cost_model_error(std::string(who) + ": chain_costs::" + field + " is " + v + ": give a finite time of at least 0 microseconds");
+    }
+  };
+  for (auto const& [values, field] : {std::pair{&forward_us, "forward_us"}, {&backward_us, "backward_us"}})
+    for (std::size_t l = 0; l < values->size(); ++l)
+      check((*values)[l], std::string(field) + (values->size() > 1 ? "[" + std::to_string(l) + "]" : ""));
+  check(d2h_us, "d2h_us");
+  check(h2d_us, "h2d_us");
+  check(disk_write_us, "disk_write_us");
+  check(disk_read_us, "disk_read_us");
 }
 #endif  // TIDE_DEFINITIONS
 
