@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
 
 #include <unistd.h>
 
@@ -689,4 +690,113 @@ TEST(ModelFile, IndependentLayersKey) {
   auto const plain = io::model_from_json(io::parse_json(text(""), "m"));
   EXPECT_FALSE(plain.stack.independent_layers);
   EXPECT_THROW((void)build_schedule(plain.stack, strategy{}), schedule_error);
+}
+
+// Every file tide writes, its own reader accepts (issue 54): random strategies (rules with slot
+// subsets, bounds by index and from the end, sizes; every buffer, pipeline and collective knob;
+// Revolve checkpoints) and random calibrations (every field, measured and "as forward" recompute
+// times, per-slot costs and producers, unpaced and paced links) are written and read back. A
+// strategy the builder accepts reads back to one that builds the same schedule, and is written
+// again unchanged; a calibration reads back bit for bit. (tide writes no model files.)
+TEST(RoundTrip, RandomPoliciesAndCalibrationsReadBackAsWritten) {
+  std::mt19937_64 rng(0x5eed'0054);
+  auto pick = [&](std::uint64_t n) { return static_cast<std::uint64_t>(rng() % n); };
+  auto coin = [&] { return pick(2) == 1; };
+  stack_spec st;
+  st.append({"dense", {{"x", 4096, true}, {"qkv", 12288}, {"mlp_up", 16384}, {"norm", 512}}}, 3);
+  st.append({"moe", {{"x", 4096, true}, {"qkv", 12288}, {"router", 256}, {"experts", 65536}}}, 5);
+  st.carry = {"residual", 4096};
+  std::vector<tide::name> const names = {"qkv", "mlp_up", "norm", "router", "experts"};
+  placement const wheres[] = {placement::keep, placement::offload, placement::remat, placement::spill};
+  auto bound = [&](bool end) -> layer_bound {
+    switch (pick(4)) {
+      case 0: return end ? layer_bound{all_layers} : layer_bound{0};
+      case 1: return layer_bound{static_cast<std::uint32_t>(pick(8))};
+      case 2: return from_end(static_cast<std::uint32_t>(1 + pick(8)));
+      default: {  // fields set by hand: 0 back, or a count past max_from_end
+        layer_bound b;
+        b.value = coin() ? 0 : max_from_end + static_cast<std::uint32_t>(pick(1000));
+        b.from_end = true;
+        return b;
+      }
+    }
+  };
+  int built = 0;
+  for (int i = 0; i < 400; ++i) {
+    strategy s;
+    for (auto r = pick(4); r-- > 0;) {
+      rule_spec rule{.where = wheres[pick(4)], .first_layer = bound(false), .last_layer = bound(true)};
+      for (auto const& n : names)
+        if (pick(3) == 0) rule.slots.push_back(n);
+      if (coin()) rule.min_bytes = pick(20000);
+      s.policy.rules.push_back(rule);
+    }
+    s.policy.allow_unused_rules = coin();
+    s.buffers = {.staging_buffers = static_cast<std::uint32_t>(1 + pick(4)),
+                 .device_alignment = std::size_t{1} << (4 + pick(9)),
+                 .host_alignment = std::size_t{1} << (4 + pick(9)),
+                 .guard_bytes = coin() ? 0 : pick(128),
+                 .share_phase_regions = coin(),
+                 .spill_buffers = static_cast<std::uint32_t>(1 + pick(3)),
+                 .storage_alignment = std::size_t{1} << (9 + pick(4)),
+                 .lend_recompute_scratch = coin()};
+    s.pipeline = {.latency_hiding = coin(),
+                  .prefetch_distance = static_cast<std::uint32_t>(pick(4)),
+                  .chunk_bytes = coin() ? 0 : 1 + pick(20000),
+                  .max_offloads_in_flight = static_cast<std::uint32_t>(1 + pick(3))};
+    s.collectives = {.before_forward = coin(), .before_backward = coin(), .after_backward = coin()};
+    if (pick(4) == 0) s.checkpoints.device_snapshots = static_cast<std::uint32_t>(2 + pick(4));
+    auto const text = io::to_json(s).dump(2);
+    schedule want;
+    bool const builds = !try_build_schedule_into(want, st, s);
+    strategy back;
+    try {
+      back = io::strategy_from_json(io::parse_json(text, "policy file"), st);
+    } catch (io::json_error const& e) {
+      // The reader may refuse only what the builder refuses too.
+      EXPECT_FALSE(builds) << "case " << i << ": the reader refused a strategy the builder accepts: " << e.what() << "\n" << text;
+      continue;
+    }
+    EXPECT_EQ(io::to_json(back).dump(2), text) << "case " << i << ": written again differently";
+    if (!builds) continue;
+    ++built;
+    schedule got;
+    ASSERT_FALSE(try_build_schedule_into(got, st, back)) << "case " << i << "\n" << text;
+    expect_same_schedule(got, want);
+  }
+  EXPECT_GT(built, 100);  // the property speaks of schedules, not only of refusals
+
+  for (int i = 0; i < 300; ++i) {
+    cost_table c;
+    auto time = [&] { return coin() ? static_cast<double>(pick(1000)) : std::ldexp(static_cast<double>(rng() >> 11), -static_cast<int>(14 + pick(60))); };  // below 1e12
+    for (std::uint32_t l = 0; l < st.layer_count(); ++l) {
+      layer_cost lc{.forward_us = time(), .backward_us = time(), .recompute_us = coin() ? -1 : time()};
+      if (coin()) {
+        for (std::size_t k = 0; k < st.layer(l).slots.size(); ++k) lc.slot_recompute_us.push_back(time());
+        if (coin())
+          for (std::size_t k = 0; k < st.layer(l).slots.size(); ++k) lc.slot_producer.push_back(static_cast<std::uint16_t>(pick(3)));
+      }
+      lc.gather_us = time(), lc.reduce_us = time(), lc.regather_us = time();
+      lc.memory_bound_share = coin() ? 0 : static_cast<double>(pick(1001)) / 1000;
+      c.layers.push_back(lc);
+    }
+    auto rate = [&] { return coin() ? 0.0 : 1 + std::ldexp(static_cast<double>(rng() >> 11), -static_cast<int>(pick(20))); };
+    c.link = {.d2h = {.bytes_per_second = rate(), .latency_us = time()}, .h2d = {.bytes_per_second = rate(), .latency_us = time()},
+              .full_duplex = coin()};
+    c.sync_latency_us = time(), c.op_overhead_us = time(), c.hbm_bytes_per_second = rate();
+    ASSERT_NO_THROW(c.check()) << "case " << i << ": the generator made a table check() refuses";
+    auto const text = io::to_json(c).dump();
+    cost_table back;
+    try {
+      back = io::cost_table_from_json(io::parse_json(text, "calibration file"));
+    } catch (std::exception const& e) {
+      ADD_FAILURE() << "case " << i << ": a valid table written was refused: " << e.what() << "\n" << text;
+      continue;
+    }
+    EXPECT_EQ(io::to_json(back).dump(), text) << "case " << i;
+    for (std::uint32_t l = 0; l < st.layer_count(); ++l) {
+      EXPECT_EQ(std::memcmp(&back.layers[l].forward_us, &c.layers[l].forward_us, sizeof(double)), 0) << "case " << i;
+      EXPECT_EQ(back.layers[l].slot_producer, c.layers[l].slot_producer) << "case " << i;
+    }
+  }
 }

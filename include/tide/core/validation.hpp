@@ -146,10 +146,11 @@ constexpr schedule_issue find_structure_issue(stack_spec const& s, policy_spec c
     if (!valid_layer_bound(r.last_layer)) return detail::issue(c::rule_layer_out_of_range, {}, {}, i, r.last_layer.value);
     // `quantity` says how the two bounds are spelled (i: an index, f: from the end), so that the
     // message writes them as the rule does ("[1, 3)" was [from_end(1), from_end(3)) in counts).
-    if (!ordered_layer_bounds(r.first_layer, r.last_layer))
-      return detail::issue(c::empty_rule_range, {}, {}, r.first_layer.value, r.last_layer.value,
-                           counts_from_end(r.first_layer) ? (counts_from_end(r.last_layer) ? "ff" : "fi")
-                                                          : (counts_from_end(r.last_layer) ? "if" : "ii"));
+    if (!ordered_layer_bounds(r.first_layer, r.last_layer)) {
+      layer_bound const first(r.first_layer.value, r.first_layer.from_end), last(r.last_layer.value, r.last_layer.from_end);
+      return detail::issue(c::empty_rule_range, {}, {}, first.value, last.value,
+                           counts_from_end(first) ? (counts_from_end(last) ? "ff" : "fi") : (counts_from_end(last) ? "if" : "ii"));
+    }
     // A bound counted from the end: the range must not be empty in this stack.
     if (counts_from_end(r.first_layer) || counts_from_end(r.last_layer)) {
       auto const first = resolve_layer(r.first_layer, s.layer_count()), last = resolve_layer(r.last_layer, s.layer_count());

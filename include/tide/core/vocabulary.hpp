@@ -126,6 +126,8 @@ constexpr std::uint32_t resolve_layer(layer_bound l, std::uint32_t layer_count) 
 //! rule may not name: the order must hold in stacks of any depth). Which layers a range selects in
 //! a given stack is `resolve_layer`'s.
 constexpr bool ordered_layer_bounds(layer_bound first, layer_bound last) noexcept {
+  // In their one spelling (fields set by hand: 0 back is the end), as a policy file writes them.
+  first = layer_bound(first.value, first.from_end), last = layer_bound(last.value, last.from_end);
   if (first.from_end == last.from_end) return first.from_end ? first.value > last.value : first.value < last.value;
   return !first.from_end || last.value == all_layers;
 }
