@@ -6,8 +6,11 @@
 #include <tide/tide.hpp>
 
 #include <cstddef>
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -559,6 +562,48 @@ TEST(Turn, AThrowingTurnFailsTheStepAndTheNextStepRuns) {
 }
 
 // The sim calls no user code, the turn included; a step with one runs as a step without.
+// The turn is its own interval in a host timeline, in the summary and in the Chrome trace; the
+// last forward's interval no longer holds its time (issue 54: the turn was recorded as the last
+// layer's forward).
+TEST(Turn, IsItsOwnIntervalInTheTimelineSummaryAndTrace) {
+  auto const st = carry_stack();
+  auto const s = build_schedule(st, strategy{});
+  host_backend b;
+  timeline tl;
+  executor exec(b, s, {.timeline = &tl});
+  workload::carry_chain w(s);
+  w.seed_in_backward = false;
+  tide::turn const loss{[&](auto const& c) {
+    w.seed(c.output());
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a head the last forward must not absorb
+  }};
+  w.write_input(exec.carry_input());
+  exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); }, loss);
+  ASSERT_TRUE(tl.turn.has_value());
+  EXPECT_GE(tl.turn->end_us - tl.turn->begin_us, 3000);
+  bool found = false;
+  for (auto const& sp : tl.ops)
+    if (s.ops[sp.op].kind == op_kind::forward && s.ops[sp.op].layer + 1 == s.layer_count()) {
+      found = true;
+      EXPECT_LE(sp.end_us, tl.turn->begin_us);
+      EXPECT_LT(sp.end_us - sp.begin_us, 3000) << "the last forward's interval holds the turn";
+    }
+  EXPECT_TRUE(found);
+  for (auto const& sp : tl.ops)
+    if (s.ops[sp.op].kind == op_kind::backward) EXPECT_GE(sp.begin_us, tl.turn->end_us);
+  auto const sum = summarize(tl, s);
+  EXPECT_DOUBLE_EQ(sum.turn_us, tl.turn->end_us - tl.turn->begin_us);
+  EXPECT_GE(sum.compute_us, sum.forward_us + sum.backward_us + sum.turn_us - 1e-9);
+  std::ostringstream trace;
+  write_chrome_trace(trace, tl, s);
+  EXPECT_NE(trace.str().find("{\"name\":\"turn\",\"cat\":\"turn\""), std::string::npos);
+  // A step without a turn records none.
+  w.write_input(exec.carry_input());
+  w.seed_in_backward = true;
+  exec.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); });
+  EXPECT_FALSE(tl.turn.has_value());
+}
+
 TEST(Turn, TheSimRunsAStepWithATurnAsOneWithout) {
   auto const st = carry_stack(4);
   auto const s = build_schedule(st, {.policy = {rule_spec{.where = placement::offload, .slots = {"h"}}}});

@@ -19,6 +19,7 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -410,6 +411,7 @@ class executor {
   erased<forward_context_type> forward_;
   erased<backward_context_type> backward_;
   erased<turn_context_type> turn_;  // call == nullptr: no turn
+  std::optional<turn_span> turn_timed_;  // this step's turn, where the backend's step clock times it
   erased<collective_context_type> gather_;
   erased<collective_context_type> regather_;
   erased<collective_context_type> reduce_;

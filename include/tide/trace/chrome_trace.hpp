@@ -37,6 +37,9 @@ TIDE_INLINE void write_chrome_trace(std::ostream& out, timeline const& t, schedu
         << static_cast<int>(sp.stream) << ",\"ts\":" << sp.begin_us << ",\"dur\":" << (sp.end_us - sp.begin_us)
         << ",\"args\":{\"op\":" << sp.op << ",\"bytes\":" << o.bytes << "}}";
   }
+  if (t.turn)  // the head, loss and seed, between the last forward and the first backward
+    out << ",\n{\"name\":\"turn\",\"cat\":\"turn\",\"ph\":\"X\",\"pid\":1,\"tid\":" << static_cast<int>(stream_role::compute)
+        << ",\"ts\":" << t.turn->begin_us << ",\"dur\":" << (t.turn->end_us - t.turn->begin_us) << "}";
   for (auto const& w : t.waits)
     out << ",\n{\"name\":\"wait\",\"cat\":\"wait\",\"ph\":\"X\",\"pid\":1,\"tid\":" << static_cast<int>(w.stream)
         << ",\"ts\":" << w.begin_us << ",\"dur\":" << (w.end_us - w.begin_us) << ",\"args\":{\"event\":" << w.event << "}}";

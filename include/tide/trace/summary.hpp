@@ -24,10 +24,11 @@ namespace tide {
 //! schedule's prediction.
 struct step_summary {
   double step_us = 0;                //!< from the step's start to the end of its last op
-  double compute_us = 0;             //!< forward, recompute and backward time on the compute stream
+  double compute_us = 0;             //!< forward, recompute, backward and turn time on the compute stream
   double forward_us = 0;             //!< of which forward
   double recompute_us = 0;           //!< of which recompute (segment recomputations included)
   double backward_us = 0;            //!< of which backward
+  double turn_us = 0;                //!< of which the turn, where the timeline has it (`timeline::turn`)
   double copy_us = 0;                //!< time any copy was running (union of intervals)
   double exposed_transfer_us = 0;    //!< compute-stream time spent on copies or waiting for them
   double exposed_collective_us = 0;  //!< compute-stream time spent on collectives or waiting for them
@@ -219,6 +220,11 @@ TIDE_INLINE step_summary summarize(timeline const& t, schedule_view const& s) {
       if (o.kind == op_kind::recompute || o.kind == op_kind::advance) r.recompute_us += dur;
       if (o.kind == op_kind::backward) r.backward_us += dur;
     }
+  }
+  if (t.turn) {  // compute on the compute stream, recorded apart from the last forward
+    r.turn_us = t.turn->end_us - t.turn->begin_us;
+    r.compute_us += r.turn_us;
+    r.step_us = std::max(r.step_us, t.turn->end_us);
   }
   std::vector<std::int64_t> recorder(s.event_count, -1);  // event -> the op that records it
   for (std::uint32_t i = 0; i < s.ops.size(); ++i)

@@ -163,6 +163,9 @@ class host_backend {
   void end_step() noexcept {}
   //! Waits until every stream has drained, then hands the recorded intervals to the timeline.
   void wait_step();
+  //! Microseconds since the step began, on the clock of the timeline's intervals (the executor
+  //! times the turn with it).
+  [[nodiscard]] double step_clock_us() const noexcept;
 
  private:
   // 32-bit counters: libstdc++ waits on those with a futex directly; its proxy wait for 64-bit

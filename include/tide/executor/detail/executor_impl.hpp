@@ -79,6 +79,7 @@ void executor<Backend>::issue() {
   debug_failure_ = {};
   failed_.store(false, std::memory_order_relaxed);
   checks_.begin_step();
+  turn_timed_.reset();
   backend_.begin_step(s_);
   std::exception_ptr issue_error;
   bool earlier_failure = false;  // a lambda or debug check had failed when issuing failed
@@ -143,6 +144,12 @@ void executor<Backend>::complete() {
   }
   // The user writes the next step's input: what is not written then shows (check_unwritten).
   if constexpr (Backend::device_memory_is_host_accessible) checks_.poison_input();
+  if (opt_.timeline && turn_timed_) {  // the turn as its own interval, out of the last forward's
+    opt_.timeline->turn = turn_timed_;
+    for (auto& sp : opt_.timeline->ops)
+      if (auto const& o = s_.ops[sp.op]; o.kind == op_kind::forward && o.layer + 1 == s_.layer_count())
+        sp.end_us = std::min(sp.end_us, turn_timed_->begin_us);
+  }
   ++steps_;
   // The step's own first failure comes before what the backend reports about its aftermath.
   if (error_) {
@@ -218,6 +225,16 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
         // every recompute and backward), so that it needs no op of its own in the program.
         if (turn_.call && o.kind == op_kind::forward && o.layer + 1 == s_.layer_count()) {
           turn_context_type t{o.layer, c.stream, c.carry_out_data, s_.carry.bytes, opt_.calibrating};
+          // Timed on its own where the backend's step clock can be read (`complete` moves it into
+          // the timeline and ends the last forward's interval where the turn began).
+          if constexpr (requires { backend_.step_clock_us(); }) {
+            if (opt_.timeline) {
+              auto const begin = backend_.step_clock_us();
+              turn_.call(turn_.obj, t);
+              turn_timed_ = turn_span{begin, backend_.step_clock_us()};
+              break;
+            }
+          }
           turn_.call(turn_.obj, t);
         }
         break;

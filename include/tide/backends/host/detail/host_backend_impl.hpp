@@ -120,6 +120,8 @@ TIDE_INLINE void host_backend::begin_step(schedule_view s) {
   for (auto& t : wait_spans_) t.clear();
 }
 
+TIDE_INLINE double host_backend::step_clock_us() const noexcept { return w_->now_us(); }
+
 TIDE_INLINE void host_backend::wait_step() {
   for (auto& q : w_->queues) {
     std::unique_lock lock(q.mutex);
