@@ -304,6 +304,18 @@ TEST(CheckedContract, AnUnchangedForwardPassesEveryCheckUnderEveryPolicy) {
   }
 }
 
+TEST(CheckedContract, GuardAndPoisonPatternsTheChecksCannotTellApartAreRefused) {
+  auto const s = build_schedule(carry_stack(), guarded({}));
+  host_backend b;
+  auto const same = what_of([&] { executor exec(b, s, {.debug_checks = true, .guard_pattern = std::byte{0xDB}}); });
+  EXPECT_TRUE(has(same, "guard_pattern is the poison pattern: the debug checks could not tell a guard byte from poison")) << same;
+  auto o = all_checks;
+  o.guard_pattern = ~o.poison_pattern;
+  auto const complement = what_of([&] { executor exec(b, s, o); });
+  EXPECT_TRUE(has(complement, "the poison pattern's complement (check_unwritten's second pattern)")) << complement;
+  EXPECT_NO_THROW(executor(b, s, {.debug_checks = false, .guard_pattern = std::byte{0xDB}}));  // no checks, nothing to confuse
+}
+
 TEST(CheckedContract, AScheduleWithoutGuardBytesIsRefusedWhenTheyAreRequired) {
   auto const s = build_schedule(carry_stack(), strategy{});
   host_backend b;

@@ -247,6 +247,12 @@ TEST(Calibrate, MedianCostsIgnoresOneNoisyRoundFieldByField) {
   EXPECT_NE(m_mixed.find("same measure_recompute"), std::string::npos) << m_mixed;
   for (auto& c : mixed) c.layers[0].recompute_us = -1;  // "as forward" in every table: accepted
   EXPECT_LT(median_costs(mixed).layers[0].recompute_us, 0);
+  // Unpaced (0) beside a paced link: the midpoint was half a rate, or 0.5 B/s.
+  auto unpaced = rounds;
+  unpaced[1].link.h2d.bytes_per_second = 0;
+  auto const m_unpaced = what([&] { (void)median_costs(unpaced); });
+  EXPECT_NE(m_unpaced.find("table 1 has link h2d bytes_per_second 0.000000 and table 0 2000000000.000000: one unpaced (0), one paced"),
+            std::string::npos) << m_unpaced;
 }
 
 TEST(Strategy, TableShowsTheTrade) {
@@ -349,6 +355,16 @@ TEST(Calibrate, TheCalibratingFlagLetsABackwardSkipTheOptimizer) {
   };
   auto const costs = calibrate(st, backend, forward, backward, o);
   EXPECT_EQ(costs.layer_count(), L);
+  int const calls_before = backwards;
+  calibration_options many = o;
+  many.repeats = calibration_options::max_repeats + 1;  // each repeat a timeline held at once
+  try {
+    (void)calibrate(st, backend, forward, backward, many);
+    ADD_FAILURE() << "no error";
+  } catch (cost_model_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("calibration_options::repeats is 100001: give 1 to 100000"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(backwards, calls_before);
   // Five schedules (keep-all, remat-all, offload-all whole and in thirds, latency-hidden offload),
   // each repeats + 1 steps (a warm-up, then the measured ones), L backwards a step.
   EXPECT_EQ(backwards, 5 * 3 * static_cast<int>(L));

@@ -285,6 +285,13 @@ TEST(MicroBatch, RefusesBadMicroBatchesByName) {
   says([&] { (void)plan_micro_batches(zero, f); }, "micro-batch 0");
   says([&] { (void)plan_micro_batches(twice, f); }, "micro-batch 2 is given twice");
   says([&] { (void)plan_micro_batches(one, f); }, "tokens");
+  // Infinite tokens: an infinite rate would win every comparison.
+  auto const vast = [](std::uint64_t) {
+    micro_batch_problem p;
+    p.tokens = std::numeric_limits<double>::infinity();
+    return p;
+  };
+  says([&] { (void)plan_micro_batches(one, vast); }, "has tokens inf and outside_step_us 0.000000: give finite tokens");
   std::vector<measured_costs> single{{.micro_batch = 1, .costs = uniform_costs(2, {.forward_us = 1, .backward_us = 2})}};
   says([&] { (void)fit_micro_batch_costs(single); }, "two or more micro-batches");
   single.push_back(single.front());

@@ -40,7 +40,8 @@ inline std::string echo(std::string_view s) {
 
 struct args {
   std::string model, model_file, hardware = "h200", calibration;
-  std::uint64_t seq = 0, micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
+  std::optional<std::uint64_t> seq;  // none: the preset's (0 is a value, refused; it had meant "not given")
+  std::uint64_t micro_batch = 1, tp = 1, gpus = 1, fsdp = 1, ep = 1, pp = 1;
   bool fp8 = false;
   // Not given: the hardware preset's. An optional, not a value a number could equal: any number
   // given, -1.79e308 included, is checked as a number.
@@ -292,12 +293,15 @@ inline void parse_micro_batches(args& a) {
 //! Throws `usage_error`.
 inline void check_args(args const& a) {
   if (a.model.empty() == a.model_file.empty()) throw usage_error("give one of --model NAME and --model-file FILE");
-  if (!a.model_file.empty() && (a.seq || a.micro_batch != 1 || a.sweep() || a.tp != 1 || a.gpus != 1 || a.fsdp != 1 || a.ep != 1 || a.pp != 1 || a.fp8))
+  if (!a.model_file.empty() && (a.seq.has_value() || a.micro_batch != 1 || a.sweep() || a.tp != 1 || a.gpus != 1 || a.fsdp != 1 || a.ep != 1 || a.pp != 1 || a.fp8))
     throw usage_error("--seq, --micro-batch, --tp, --gpus, --fsdp, --ep, --pp and --fp8 describe a preset: a model file gives its sizes itself");
   if (a.micro_batch == 0 || a.tp == 0 || a.gpus == 0 || a.fsdp == 0 || a.ep == 0 || a.pp == 0)
     throw usage_error("--micro-batch, --tp, --gpus, --fsdp, --ep and --pp must be at least 1");
   // Bounds that keep every derived size far from overflow: tokens, slot bytes, FLOPs.
-  if (a.seq > (1u << 22) || largest_micro_batch(a) > (1u << 16) || a.seq * largest_micro_batch(a) > (std::uint64_t{1} << 28))
+  if (a.seq == 0u) throw usage_error("--seq 0: give a sequence length of at least 1 (leave the flag out for the preset's)");
+  // The bound on tokens holds for the preset's default length too (it was checked as 0).
+  auto const seq = a.seq.value_or(a.model == "llama-3.1-405b" ? 8192 : 4096);
+  if (seq > (1u << 22) || largest_micro_batch(a) > (1u << 16) || seq * largest_micro_batch(a) > (std::uint64_t{1} << 28))
     throw usage_error("--seq is at most 4194304, --micro-batch at most 65536, and their product at most 2^28 tokens");
   if (a.gpus > (1u << 20)) throw usage_error("--gpus is at most 1048576");
   if (a.tp > 1024) throw usage_error("--tp is at most 1024");
@@ -377,10 +381,10 @@ inline std::pair<tide::transformer_spec, tide::training_spec> preset_model(args 
   using namespace tide;
   transformer_spec m;
   if (a.model == "deepseek-v3") {
-    m = models::deepseek_v3(a.seq ? a.seq : 4096, a.micro_batch, static_cast<std::uint32_t>(a.tp));
+    m = models::deepseek_v3(a.seq.value_or(4096), a.micro_batch, static_cast<std::uint32_t>(a.tp));
     if (offload) *offload = {"q_latent", "kv_latent", "mlp_up"};  // attention projections, MoE up-projections
   } else if (a.model == "llama-3.1-405b") {
-    m = models::llama3_405b(a.seq ? a.seq : 8192, a.micro_batch, static_cast<std::uint32_t>(a.tp));
+    m = models::llama3_405b(a.seq.value_or(8192), a.micro_batch, static_cast<std::uint32_t>(a.tp));
     if (offload) *offload = {"qkv"};
   } else {
     throw tide::error("tide: unknown model preset '" + echo(a.model) +

@@ -38,7 +38,9 @@ namespace tide {
 
 //! What `calibrate` measures and how often.
 struct calibration_options {
-  std::uint32_t repeats = 3;  //!< steps per measured schedule; each time is the median
+  std::uint32_t repeats = 3;  //!< steps per measured schedule (1 to `max_repeats`); each time is the median
+  //! The most `repeats` may be: each is a timeline held at once and a step per schedule.
+  static constexpr std::uint32_t max_repeats = 100'000;
   bool full_duplex = true;    //!< the link's duplex (not measured: the calibration copies one way at a time)
   bool measure_recompute = true;  //!< run remat-all steps for `layer_cost::recompute_us` (off: forward time stands in)
   bool measure_link = true;       //!< run offload-all steps to fit `cost_table::link` (off: unpaced)
@@ -109,7 +111,9 @@ void measured_steps(Backend& backend, schedule const& s, std::uint32_t repeats, 
 template <class Backend, class Forward, class Backward>
 cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forward, Backward&& backward,
                      calibration_options const& opt = {}) {
-  if (opt.repeats == 0) throw cost_model_error("tide: calibration needs at least one repeat");
+  if (opt.repeats == 0 || opt.repeats > calibration_options::max_repeats)
+    throw cost_model_error("tide: calibration_options::repeats is " + std::to_string(opt.repeats) + ": give 1 to " +
+                           std::to_string(calibration_options::max_repeats) + " measured steps per schedule");
   auto const L = stack.layer_count();
   cost_table c;
   c.layers.resize(L);
@@ -229,6 +233,16 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
         throw cost_model_error(which + "layer " + std::to_string(l) + " has recompute_us " + std::to_string(c.layers[l].recompute_us) +
                                " and table 0 " + std::to_string(first.layers[l].recompute_us) +
                                ": one measured, one \"as forward_us\" (negative): calibrate every table with the same measure_recompute");
+    // A bandwidth of 0 means "unpaced": a median over 0 and a rate mixes the marker with a value
+    // (and can give 0.5 B/s, which check() refuses).
+    for (auto const& [get, what] : {std::pair<double (*)(cost_table const&), char const*>{[](cost_table const& x) { return x.link.d2h.bytes_per_second; }, "link d2h"},
+                                    {[](cost_table const& x) { return x.link.h2d.bytes_per_second; }, "link h2d"},
+                                    {[](cost_table const& x) { return x.storage.write.bytes_per_second; }, "storage write"},
+                                    {[](cost_table const& x) { return x.storage.read.bytes_per_second; }, "storage read"},
+                                    {[](cost_table const& x) { return x.hbm_bytes_per_second; }, "hbm"}})
+      if ((get(c) == 0) != (get(first) == 0))
+        throw cost_model_error(which + "has " + what + " bytes_per_second " + std::to_string(get(c)) + " and table 0 " +
+                               std::to_string(get(first)) + ": one unpaced (0), one paced: calibrate every table with the same measure_link");
   }
   auto med = [&](auto const& field) {
     std::vector<double> v;

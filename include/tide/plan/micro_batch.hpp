@@ -183,6 +183,11 @@ struct micro_batch_costs {
                                std::to_string(fixed.layers[l].slot_recompute_us.size()) + " per-slot recompute costs in `fixed` and " +
                                std::to_string(per_sample.layers[l].slot_recompute_us.size()) +
                                " in `per_sample`: give both tables for the same stack");
+    for (std::size_t l = 0; l < fixed.layers.size(); ++l)
+      if (fixed.layers[l].recompute_us >= 0 && per_sample.layers[l].recompute_us < 0)
+        throw cost_model_error("tide: micro_batch_costs: layer " + std::to_string(l) + " has a measured recompute_us in `fixed` and " +
+                               std::to_string(per_sample.layers[l].recompute_us) + " (\"as forward_us\") in `per_sample`: give its "
+                               "recompute slope, 0 or more microseconds per sample");
     auto c = fixed;
     auto const x = static_cast<double>(b);
     for (std::size_t l = 0; l < c.layers.size(); ++l) {
@@ -223,10 +228,10 @@ TIDE_INLINE micro_batch_plan plan_micro_batches(std::span<std::uint64_t const> m
   micro_batch_plan r;
   for (auto const b : micro_batches) {
     auto const p = problem(b);
-    if (!(p.tokens > 0) || !(p.outside_step_us >= 0 && p.outside_step_us <= cost_table::max_time_us))
+    if (!(p.tokens > 0 && p.tokens < std::numeric_limits<double>::infinity()) || !(p.outside_step_us >= 0 && p.outside_step_us <= cost_table::max_time_us))
       throw cost_model_error("tide: the problem at micro-batch " + std::to_string(b) +
                              " has tokens " + std::to_string(p.tokens) + " and outside_step_us " + std::to_string(p.outside_step_us) +
-                             ": give tokens above 0 and a time from 0 to 1e12 microseconds");
+                             ": give finite tokens above 0 and a time from 0 to 1e12 microseconds");
     micro_batch_result x{.micro_batch = b, .chosen = make_plan(p.stack, p.costs, p.options), .tokens = p.tokens,
                          .outside_step_us = p.outside_step_us};
     if (x.chosen.fits) {

@@ -105,10 +105,14 @@ class cuda_backend {
   static constexpr bool device_memory_is_host_accessible = false;
 
   //! tide creates every stream, on the current device.
-  explicit cuda_backend(cuda_backend_options opt = {}) : opt_(std::move(opt)) { create_streams(std::nullopt); }
+  explicit cuda_backend(cuda_backend_options opt = {}) : opt_(std::move(opt)) {
+    check_options();
+    create_streams(std::nullopt);
+  }
   //! Runs compute on the user's stream (a `cudaStream_t` converts), so tide slots into existing
   //! code; tide creates the other three on the current device, which must be the stream's.
   explicit cuda_backend(::cuda::stream_ref compute, cuda_backend_options opt = {}) : opt_(std::move(opt)) {
+    check_options();
     create_streams(compute.get());
   }
   cuda_backend(cuda_backend const&) = delete;
@@ -278,6 +282,16 @@ class cuda_backend {
   void wait_step();
 
  private:
+  //! The options no CUDA call checks: a timeout of 0 or less timed out at once (a synchronization
+  //! failed every step; cuFile was marked timed out for the process).
+  void check_options() const {
+    if (opt_.sync_timeout <= std::chrono::milliseconds::zero())
+      throw error("tide::cuda_backend: cuda_backend_options::sync_timeout is " + std::to_string(opt_.sync_timeout.count()) +
+                  " ms: give a positive time (std::chrono::milliseconds::max() for none)");
+    if (opt_.gpu_direct_open_timeout <= std::chrono::milliseconds::zero())
+      throw error("tide::cuda_backend: cuda_backend_options::gpu_direct_open_timeout is " +
+                  std::to_string(opt_.gpu_direct_open_timeout.count()) + " ms: give a positive time");
+  }
   // Why GPUDirect Storage cannot be used for this backend's spill file ("": it can be tried).
   std::string gpu_direct_blocker() const {
     if (opt_.gpu_direct == gpu_direct_mode::off) return "gpu_direct_mode::off";

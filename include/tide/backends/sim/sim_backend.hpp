@@ -63,9 +63,10 @@ class sim_backend {
   //! The pinned host arena of the last setup, in bytes.
   std::size_t host_peak_bytes() const noexcept { return host_bytes_; }
 
-  //! Checks that the cost table has one layer per layer of the schedule (throws `cost_model_error`
-  //! naming both counts) and the budgets.
+  //! Checks the cost table (`cost_table::check`: a NaN time ran as one), that it has one layer per
+  //! layer of the schedule (throws `cost_model_error` naming both counts), and the budgets.
   arenas setup(backend_setup const& s) {
+    costs_->check();
     check_layers(s.schedule);
     if (s.device_bytes > opt_.device_budget)
       throw out_of_memory("tide: sim backend device arena", s.device_bytes, opt_.device_budget);

@@ -12,6 +12,11 @@ executor<Backend>::executor(Backend& backend, schedule_view s, executor_options 
     : backend_(backend), s_(s), opt_(opt), checks_(s, opt.guard_pattern, opt.poison_pattern, opt.check_reproduction) {
   if (opt_.check_schedule) check_schedule(s_);
   if constexpr (Backend::device_memory_is_host_accessible)
+    if (opt_.debug_checks && (opt_.guard_pattern == opt_.poison_pattern || (opt_.check_unwritten && opt_.guard_pattern == ~opt_.poison_pattern)))
+      throw debug_check_error("tide::executor: executor_options::guard_pattern is the poison pattern" +
+                              std::string(opt_.guard_pattern == opt_.poison_pattern ? "" : "'s complement (check_unwritten's second pattern)") +
+                              ": the debug checks could not tell a guard byte from poison; give them different bytes (the defaults are 0xFD and 0xDB)");
+  if constexpr (Backend::device_memory_is_host_accessible)
     if (opt_.debug_checks && opt_.require_guard_bytes && s_.buffers.guard_bytes == 0)
       throw debug_check_error(
           "tide::executor: executor_options::require_guard_bytes is on, but the schedule has no guard bytes, so no check "
