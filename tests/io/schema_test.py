@@ -71,7 +71,8 @@ cases = [
     ("policy", "fractional distance", {"pipeline": {"prefetch_distance": 1.5}}, False, False),
     ("policy", "distance past u32", {"pipeline": {"prefetch_distance": 4294967296}}, False, False),
     ("policy", "whole float distance", {"pipeline": {"prefetch_distance": 2.0}}, True, True),
-    ("policy", "no offloads in flight", {"pipeline": {"max_offloads_in_flight": 0}}, False, False),
+    # 0 is read as written: the builder refuses it where an offload runs with latency hiding.
+    ("policy", "no offloads in flight", {"pipeline": {"max_offloads_in_flight": 0}}, True, True),
     ("policy", "string boolean", {"pipeline": {"latency_hiding": "yes"}}, False, False),
     ("policy", "zero snapshots", {"checkpoints": {"device_snapshots": 0}}, False, False),
     ("policy", "every snapshot", {"checkpoints": {"device_snapshots": "every"}}, True, True),
