@@ -262,4 +262,21 @@ TEST(GroupedPlan, HostileInputs) {
     EXPECT_LT(p.smallest_activation_bytes, std::numeric_limits<std::size_t>::max());  // a peak reached, not "none"
     EXPECT_GT(p.grouped_layers, 0u);
   }
+  // A candidate's prefetch distance and a block count near 2^32 (issue 54's inventory): the run's
+  // edge and its stand-ins were computed in 32 bits, wrapped, and compressed into layers past the
+  // stack's end. Now a distance past the stack counts as the stack, and the sum is 64-bit.
+  {
+    stack_spec st;
+    st.append(block(3), 120);
+    auto const costs = uniform_costs(120, block_cost(3), host_link::symmetric(50e9, 5));
+    EXPECT_EQ(detail::group_edge(st, {.candidates = {strategy{.pipeline = {.prefetch_distance = 0xFFFF'FFFE}}}}), 122u);
+    auto const g = detail::compress_runs(st, costs, 0x7FFF'FFFF, 0xFFFF'FFF0);
+    EXPECT_EQ(g.stack.layer_count(), 120u);  // nothing to compress: every layer as it is
+    for (auto const b : g.begin) EXPECT_LT(b, 120u);
+    auto o = opt;
+    o.device_budget = build_schedule(st, strategy{}).peak_device_bytes() / 2;
+    o.seeds = {strategy{.policy = {rule_spec{.where = placement::offload}}, .pipeline = {.prefetch_distance = 0xFFFF'FFFE}}};
+    auto const p = make_plan(st, costs, o);
+    expect_valid(st, costs, p, o);
+  }
 }

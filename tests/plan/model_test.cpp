@@ -67,6 +67,22 @@ TEST(Model, ResidentMemoryFollowsTheLayout) {
   };
   EXPECT_EQ(ds(8).logits, 8 * ds(1).logits);
   EXPECT_GT(ds(8).layer_workspace, 7 * ds(1).layer_workspace);
+  // Hostile layouts and counts, refused by name before any arithmetic (an FSDP degree of 0
+  // divided by zero; negative bytes and shares reached llround and a size_t).
+  auto says = [&](training_spec const& bad, hardware_spec const& h, char const* what) {
+    try {
+      (void)transformer_resident_memory(m, h, bad);
+      ADD_FAILURE() << "no error; wanted " << what;
+    } catch (cost_model_error const& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  says({.layout = {.gpus = 128, .fsdp = 0}}, hw, "fsdp 0");
+  says({.layout = {.gpus = 128, .fsdp = 128}, .master_weight_bytes = -4}, hw, "training_spec::master_weight_bytes is -4.000000");
+  says({.layout = {.gpus = 128, .fsdp = 128}, .fragmentation_reserve = 1.5}, hw, "fragmentation_reserve is 1.500000");
+  auto odd = hw;
+  odd.pinnable_fraction = -0.5;
+  says({.layout = {.gpus = 128, .fsdp = 128}}, odd, "hardware_spec::pinnable_fraction is -0.500000");
 }
 
 // The GB200 superchip's NVLink-C2C and Grace memory are shared by its two GPUs.
@@ -339,4 +355,24 @@ TEST(Model, PublishedRowsModelWhatTheStudyRan) {
   // The what-if: the remat run's collectives not overlapped expose them, but not the 1.57x's gap.
   EXPECT_GT(ceiling.remat_without_overlap_ms, get("full-remat").step_ms);
   EXPECT_GT(ceiling.exposed_needed_ms, ceiling.remat_without_overlap_ms - get("full-remat").step_ms);
+}
+
+// A step's tokens (seq_len x micro_batch) past 2^40, or wrapping past 2^64 to a small count that
+// passed the "above zero" check: refused by name wherever the layers are described.
+TEST(Model, TokensPastTheBoundAreRefusedByName) {
+  auto m = models::llama3_405b(8192, 1, 1);
+  m.seq_len = std::uint64_t{1} << 33;
+  m.micro_batch = std::uint64_t{1} << 31;  // the product wraps to 0 mod 2^64
+  try {
+    (void)transformer_stack(m);
+    ADD_FAILURE() << "no error";
+  } catch (cost_model_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("has seq_len 8589934592 x micro_batch 2147483648: give at most 2^40 tokens"), std::string::npos)
+        << e.what();
+  }
+  m.seq_len = 8192;
+  m.micro_batch = (std::uint64_t{1} << 62) + 1;  // alone past the bound
+  EXPECT_THROW((void)transformer_stack(m), cost_model_error);
+  m.micro_batch = 2;
+  EXPECT_NO_THROW((void)transformer_stack(m));
 }

@@ -148,6 +148,20 @@ TIDE_INLINE double transformer_step_flops(transformer_spec const& m) {
 
 TIDE_INLINE resident_memory transformer_resident_memory(transformer_spec const& m, hardware_spec const& hw, training_spec const& t) {
   auto const& lay = t.layout;
+  // Its divisions and the byte counts below (an FSDP degree of 0 divided by zero; a negative byte
+  // count reached llround and a size_t), checked by name first.
+  check_parallel_layout(m, lay);
+  for (auto const& [v, what] : {std::pair{t.master_weight_bytes, "master_weight_bytes"}, {t.gradient_bytes, "gradient_bytes"},
+                                {t.optimizer_bytes, "optimizer_bytes"}, {t.compute_weight_bytes, "compute_weight_bytes"},
+                                {t.logit_bytes, "logit_bytes"}})
+    if (!(v >= 0 && v <= 1024))
+      throw cost_model_error("tide: training_spec::" + std::string(what) + " is " + std::to_string(v) +
+                             ": give bytes per parameter (or logit) from 0 to 1024");
+  if (!(t.fragmentation_reserve >= 0 && t.fragmentation_reserve < 1))
+    throw cost_model_error("tide: training_spec::fragmentation_reserve is " + std::to_string(t.fragmentation_reserve) +
+                           ": give a share of device memory in [0, 1)");
+  if (!(hw.pinnable_fraction >= 0 && hw.pinnable_fraction <= 1))
+    throw cost_model_error("tide: hardware_spec::pinnable_fraction is " + std::to_string(hw.pinnable_fraction) + ": give a share in [0, 1]");
   auto const p = transformer_parameters(m);
   // ZeRO-3: every parameter's state lives on one GPU of the fsdp x TP group. `m` is the stage
   // (with pipeline parallelism its layers are the stage's; its embedding and output head are

@@ -81,7 +81,9 @@ inline grouped_stack compress_runs(stack_spec const& stack, cost_table const& co
     std::uint32_t e = l + 1;
     while (e < L && same_layer(stack, costs, l, e)) ++e;
     auto const n = e - l;
-    if (representatives == 0 || n <= 2 * edge + representatives) {
+    // In 64 bits: an edge or a representative count near 2^31 wrapped, and the run was then
+    // "compressed" into layers past the stack's end.
+    if (representatives == 0 || std::uint64_t{n} <= 2 * std::uint64_t{edge} + representatives) {
       for (auto k = l; k < e; ++k) add(k, 1);
     } else {
       for (std::uint32_t k = 0; k < edge; ++k) add(l + k, 1);
@@ -320,7 +322,8 @@ inline std::uint32_t group_edge(stack_spec const& stack, plan_options const& opt
   std::uint32_t d = 0;
   for (auto const& c : cands) d = std::max(d, c.pipeline.prefetch_distance);
   for (auto const& c : opt.seeds) d = std::max(d, c.pipeline.prefetch_distance);
-  return d + 2;
+  // A distance past the stack reaches no further than its last layer (and d + 2 must not wrap).
+  return std::min(d, stack.layer_count()) + 2;
 }
 
 }  // namespace tide::detail

@@ -38,9 +38,15 @@ struct transformer_layer {
 };
 
 inline transformer_layer describe_layer(transformer_spec const& m, bool moe) {
+  // tokens() is their product: past 2^40 it is no step a GPU runs, and past 2^64 it wrapped to a
+  // small count (or 0) that the check below took as given. Divided, so nothing overflows.
+  if (m.seq_len != 0 && m.micro_batch != 0 && m.seq_len > (std::uint64_t{1} << 40) / m.micro_batch)
+    throw cost_model_error("tide: transformer '" + std::string(m.name) + "' has seq_len " + std::to_string(m.seq_len) + " x micro_batch " +
+                           std::to_string(m.micro_batch) + ": give at most 2^40 tokens a step");
   if (m.hidden == 0 || m.heads == 0 || m.layer_count == 0 || m.tensor_parallel == 0 || m.tokens() == 0)
     throw cost_model_error("tide: transformer '" + std::string(m.name) +
                          "' needs layers, hidden, heads, tensor_parallel, seq_len and micro_batch above zero");
+
   double const T = static_cast<double>(m.tokens());
   double const tp = m.tensor_parallel;
   double const e = m.bytes_per_element;
