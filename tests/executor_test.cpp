@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <tide/tide.hpp>
+#include <tide/trace/detail/sweep.hpp>  // the occupancy sweep, against a reference
 
 #include "../examples/mlp/mlp.hpp"
 #include "workload.hpp"
@@ -13,8 +14,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <new>
 #include <optional>
@@ -593,6 +596,48 @@ TEST(Trace, SummaryAndChromeJson) {
   EXPECT_TRUE(contains(js.str(), "\"name\":\"offload L0 x\""));
   EXPECT_TRUE(contains(js.str(), "\"name\":\"run \\\"a\\\"\\u000a\"")) << js.str().substr(0, 200);
   EXPECT_TRUE(contains(js.str(), "\"name\":\"device bytes\",\"ph\":\"C\""));
+}
+
+// The occupancy sweep (issue 54: allocations and frees apart, equal times merged before it, the
+// two sorted and merged): against a map from time to summed delta, on random deltas with many
+// equal times, both signs of zero and negative times.
+TEST(Trace, OccupancySweepMatchesAReference) {
+  std::mt19937_64 rng(54);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{100}, std::size_t{5000}, std::size_t{50000}}) {
+    std::vector<std::pair<double, std::ptrdiff_t>> d, freed;
+    std::map<double, std::ptrdiff_t> ref;  // -0.0 and 0.0 are one key, as the sweep merges them
+    for (std::size_t i = 0; i < n; ++i) {
+      double t = 0;
+      switch (rng() % 5) {
+        case 0: t = static_cast<double>(rng() % 64); break;  // many ties
+        case 1: t = std::ldexp(static_cast<double>(rng() >> 11), -static_cast<int>(rng() % 80)); break;
+        case 2: t = rng() % 2 ? -0.0 : 0.0; break;
+        case 3: t = -static_cast<double>(rng() % 1000) / 7; break;
+        default: t = 1e6 + static_cast<double>(rng() % 100000) / 3; break;
+      }
+      // Allocations first, then frees of what is live: the curve stays at or above zero.
+      std::ptrdiff_t const b = static_cast<std::ptrdiff_t>(rng() % 4096) + 1;
+      d.push_back({t, b});
+      ref[t] += b;
+    }
+    for (auto const& [t, b] : d) {
+      // Half freed late, half at a time some allocation has (ties across the two vectors).
+      auto const at = rng() % 2 ? t + 1e7 : std::max(t, 0.0) + static_cast<double>(rng() % 64);
+      freed.push_back({at, -b});
+      ref[at] -= b;
+    }
+    auto const curve = detail::sweep(d, freed);
+    ASSERT_EQ(curve.size(), ref.size()) << n;
+    std::ptrdiff_t sum = 0;
+    std::size_t i = 0;
+    for (auto const& [t, b] : ref) {
+      sum += b;
+      ASSERT_EQ(curve[i].t_us, t) << n << " at " << i;
+      ASSERT_EQ(curve[i].bytes, static_cast<std::size_t>(sum)) << n << " at " << i;
+      ++i;
+    }
+    if (n > 0) EXPECT_EQ(curve.back().bytes, 0u);
+  }
 }
 
 TEST(Failures, StepIsNeitherReentrantNorSharedAcrossExecutors) {

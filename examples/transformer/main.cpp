@@ -292,7 +292,7 @@ tide::cost_table scaled_compute(tide::cost_table c, double f) {
   for (auto& l : c.layers) {
     l.forward_us *= f;
     l.backward_us *= f;
-    if (l.recompute_us >= 0) l.recompute_us *= f;
+    if (l.recompute_us) *l.recompute_us *= f;
     for (auto& x : l.slot_recompute_us) x *= f;
     l.gather_us *= f;
     l.regather_us *= f;

@@ -74,6 +74,7 @@ void calibration(std::string_view text) {
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
     auto const &a = t.layers[l], &b = back.layers[l];
     if (!same_bits(a.forward_us, b.forward_us) || !same_bits(a.backward_us, b.backward_us) ||
+        a.recompute_us.has_value() != b.recompute_us.has_value() ||  // "as forward_us" reads back as such
         !same_bits(a.full_recompute_us(), b.full_recompute_us()) || !same_bits(a.gather_us, b.gather_us) ||
         !same_bits(a.reduce_us, b.reduce_us) || !same_bits(a.regather_us, b.regather_us) ||
         a.slot_recompute_us.size() != b.slot_recompute_us.size())

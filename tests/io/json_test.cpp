@@ -619,7 +619,7 @@ TEST(Hardening, NegativeZeroRoundTripsBitForBit) {
   t.link.d2h.latency_us = -0.0;
   auto const back = io::cost_table_from_json(io::parse_json(io::to_json(t).dump(), "c"));
   auto const& l = back.layers.at(0);
-  for (double v : {l.forward_us, l.recompute_us, l.slot_recompute_us.at(0), l.gather_us, l.reduce_us, l.regather_us,
+  for (double v : {l.forward_us, l.recompute_us.value_or(1), l.slot_recompute_us.at(0), l.gather_us, l.reduce_us, l.regather_us,
                    back.sync_latency_us, back.op_overhead_us, back.link.d2h.latency_us})
     EXPECT_TRUE(v == 0 && std::signbit(v));
   EXPECT_EQ(io::to_json(back), io::to_json(t));
@@ -776,7 +776,7 @@ TEST(RoundTrip, RandomPoliciesAndCalibrationsReadBackAsWritten) {
     cost_table c;
     auto time = [&] { return coin() ? static_cast<double>(pick(1000)) : std::ldexp(static_cast<double>(rng() >> 11), -static_cast<int>(14 + pick(60))); };  // below 1e12
     for (std::uint32_t l = 0; l < st.layer_count(); ++l) {
-      layer_cost lc{.forward_us = time(), .backward_us = time(), .recompute_us = coin() ? -1 : time()};
+      layer_cost lc{.forward_us = time(), .backward_us = time(), .recompute_us = coin() ? std::optional<double>{} : time()};
       if (coin()) {
         for (std::size_t k = 0; k < st.layer(l).slots.size(); ++k) lc.slot_recompute_us.push_back(time());
         if (coin())
@@ -803,6 +803,8 @@ TEST(RoundTrip, RandomPoliciesAndCalibrationsReadBackAsWritten) {
     for (std::uint32_t l = 0; l < st.layer_count(); ++l) {
       EXPECT_EQ(std::memcmp(&back.layers[l].forward_us, &c.layers[l].forward_us, sizeof(double)), 0) << "case " << i;
       EXPECT_EQ(back.layers[l].slot_producer, c.layers[l].slot_producer) << "case " << i;
+      // "As forward_us" reads back as such (the writer wrote the forward's time, issue 54).
+      EXPECT_EQ(back.layers[l].recompute_us, c.layers[l].recompute_us) << "case " << i;
     }
   }
 }

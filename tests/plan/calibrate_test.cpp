@@ -177,7 +177,7 @@ TEST(Calibrate, StackWithInputSlots) {
   synthetic w;
   auto const c = calibrate(st, backend, w, w, {.repeats = 1, .measure_link = false});
   ASSERT_EQ(c.layer_count(), 3u);
-  for (auto const& l : c.layers) EXPECT_GE(l.recompute_us, 0) << "a recompute was timed";
+  for (auto const& l : c.layers) EXPECT_GE(l.recompute_us.value_or(-1), 0) << "a recompute was timed";
 }
 
 TEST(Calibrate, FitLineRecoversLatencyAndBandwidth) {
@@ -208,7 +208,7 @@ TEST(Calibrate, MedianCostsIgnoresOneNoisyRoundFieldByField) {
   ASSERT_EQ(m.layers.size(), 2u);
   EXPECT_DOUBLE_EQ(m.layers[0].forward_us, 110);   // 100, 300, 110
   EXPECT_DOUBLE_EQ(m.layers[1].backward_us, 221.1);  // 201, 603, 221.1
-  EXPECT_DOUBLE_EQ(m.layers[1].recompute_us, 99);
+  EXPECT_DOUBLE_EQ(m.layers[1].recompute_us.value(), 99);
   EXPECT_DOUBLE_EQ(m.layers[0].slot_recompute_us[1], 55);
   EXPECT_DOUBLE_EQ(m.layers[0].gather_us, 3.3);
   EXPECT_DOUBLE_EQ(m.link.d2h.bytes_per_second, 4e9);  // 4, 1, 5: the slow round's link is out too
@@ -239,14 +239,14 @@ TEST(Calibrate, MedianCostsIgnoresOneNoisyRoundFieldByField) {
   nan[2].layers[1].backward_us = std::numeric_limits<double>::quiet_NaN();
   auto const m_nan = what([&] { (void)median_costs(nan); });
   EXPECT_NE(m_nan.find("median_costs: table 2: tide: the cost table's layer 1 backward_us is nan"), std::string::npos) << m_nan;
-  // "As forward_us" (negative) in one table, a measured time in another: the median mixed them.
+  // "As forward_us" (none) in one table, a measured time in another: the median mixed them.
   auto mixed = rounds;
-  mixed[0].layers[0].recompute_us = -1;
+  mixed[0].layers[0].recompute_us.reset();
   auto const m_mixed = what([&] { (void)median_costs(mixed); });
   EXPECT_NE(m_mixed.find("table 1 layer 0 has recompute_us 270"), std::string::npos) << m_mixed;
   EXPECT_NE(m_mixed.find("same measure_recompute"), std::string::npos) << m_mixed;
-  for (auto& c : mixed) c.layers[0].recompute_us = -1;  // "as forward" in every table: accepted
-  EXPECT_LT(median_costs(mixed).layers[0].recompute_us, 0);
+  for (auto& c : mixed) c.layers[0].recompute_us.reset();  // "as forward" in every table: accepted
+  EXPECT_FALSE(median_costs(mixed).layers[0].recompute_us.has_value());
   // Unpaced (0) beside a paced link: the midpoint was half a rate, or 0.5 B/s.
   auto unpaced = rounds;
   unpaced[1].link.h2d.bytes_per_second = 0;

@@ -568,7 +568,7 @@ random_case make_case(std::mt19937_64& rng) {
     layer_cost lc;
     lc.forward_us = us(1, 60);
     lc.backward_us = us(1, 120);
-    lc.recompute_us = uni(0, 1) ? -1 : us(1, 60);
+    lc.recompute_us = uni(0, 1) ? std::optional<double>{} : us(1, 60);
     if (uni(0, 1))
       for (std::size_t k = 0; k < c.stack.layer(l).slots.size(); ++k) lc.slot_recompute_us.push_back(us(0, 30));
     lc.gather_us = c.s.collectives.before_forward ? us(0, 20) : 0;
@@ -611,7 +611,7 @@ TEST(Sim, MoreWorkIsNeverFaster) {
         case 0: lc.forward_us += d, what += "forward"; break;
         case 1: lc.backward_us += d, what += "backward"; break;
         case 2:
-          if (lc.recompute_us >= 0) lc.recompute_us += d;
+          if (lc.recompute_us) *lc.recompute_us += d;
           else lc.forward_us += d;
           what += "recompute";
           break;

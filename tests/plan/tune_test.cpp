@@ -177,9 +177,9 @@ TEST(Tune, MicroBatchCostsOfTwoStacksAreRefused) {
   // A measured recompute whose slope is the "as forward" marker (a hand-built per_sample keeps
   // the default -1: it became -1 us per sample).
   m.fixed.layers[2].recompute_us = 10;
-  EXPECT_TRUE(has(what_of([&] { (void)m.at(2); }), "layer 2 has a measured recompute_us in `fixed` and -1.000000"));
+  EXPECT_TRUE(has(what_of([&] { (void)m.at(2); }), "layer 2 has a measured recompute_us in `fixed` and none (\"as forward_us\") in `per_sample`"));
   m.per_sample.layers[2].recompute_us = 3;
-  EXPECT_DOUBLE_EQ(m.at(2).layers[2].recompute_us, 16);
+  EXPECT_DOUBLE_EQ(m.at(2).layers[2].recompute_us.value(), 16);
 }
 
 // A step that throws: the error names the candidate and the round and nests the original; the

@@ -106,8 +106,8 @@ void check_decisions(args const& a, problem& p) {
   if (auto const n = tide::decision_count(p.stack); n > p.options.max_decisions)
     bad_input("the model has " + std::to_string(n) + " (layer, slot) decisions (" + std::to_string(p.stack.layer_count()) +
               " layers) and the planner takes at most " + std::to_string(p.options.max_decisions) +
-              ": raise --max-decisions (runs of identical layers are planned as groups: a deep stack of few layer types "
-              "plans in seconds), or plan a representative part of it");
+              ": raise --max-decisions (runs of identical layers, or of a repeating block of up to 8 layers, are planned "
+              "as groups: a deep stack of few layer types plans in seconds), or plan a representative part of it");
 }
 
 problem make_problem(args const& a, tide::hardware_spec const& hw, std::optional<tide::cost_table> const& calibration) {

@@ -31,7 +31,8 @@ inline json to_json(cost_table const& t) {
   for (std::size_t l = 0; l < t.layers.size(); ++l) {
     auto const& c = t.layers[l];
     auto const at = "layer " + std::to_string(l) + " ";
-    finite(c.forward_us, at + "forward_us"), finite(c.backward_us, at + "backward_us"), finite(c.recompute_us, at + "recompute_us");
+    finite(c.forward_us, at + "forward_us"), finite(c.backward_us, at + "backward_us");
+    if (c.recompute_us) finite(*c.recompute_us, at + "recompute_us");
     finite(c.gather_us, at + "gather_us"), finite(c.reduce_us, at + "reduce_us"), finite(c.regather_us, at + "regather_us");
     for (auto v : c.slot_recompute_us) finite(v, at + "slot_recompute_us");
     finite(c.memory_bound_share, at + "memory_bound_share");
@@ -46,7 +47,9 @@ inline json to_json(cost_table const& t) {
   json j;
   j["layers"] = json::array();
   for (auto const& l : t.layers) {
-    json x = {{"forward_us", l.forward_us}, {"backward_us", l.backward_us}, {"recompute_us", l.full_recompute_us()}};
+    // recompute_us left out where the table has none ("as forward_us"): it reads back so.
+    json x = {{"forward_us", l.forward_us}, {"backward_us", l.backward_us}};
+    if (l.recompute_us) x["recompute_us"] = *l.recompute_us;
     if (!l.slot_recompute_us.empty()) x["slot_recompute_us"] = l.slot_recompute_us;
     if (!l.slot_producer.empty()) x["slot_producer"] = l.slot_producer;
     // Left out when +0 (the default); -0.0 is written, so the table reads back bit for bit.

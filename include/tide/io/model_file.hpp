@@ -9,6 +9,7 @@
 #include <deque>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -36,7 +37,7 @@ struct type_cost {
   double forward_bytes = 0;                    //!< HBM bytes of the forward (work only)
   double backward = 0;                         //!< us, or FLOPs
   double backward_bytes = 0;                   //!< HBM bytes of the backward (work only)
-  double recompute = -1;                       //!< us or FLOPs of a full recompute; below zero: the forward's
+  std::optional<double> recompute;             //!< us or FLOPs of a full recompute; empty: the forward's
   std::vector<double> slot_recompute{};        //!< per slot: us or FLOPs to produce it again (empty: none)
   std::vector<double> slot_recompute_bytes{};  //!< per slot: HBM bytes of that (work only)
   double gather_us = 0;                        //!< the collective before the layer's forward
@@ -94,7 +95,7 @@ struct model_description {
       layer_cost lc;
       lc.forward_us = time(c.forward, c.forward_bytes, "forward");
       lc.backward_us = time(c.backward, c.backward_bytes, "backward");
-      lc.recompute_us = c.recompute < 0 ? -1 : time(c.recompute, c.forward_bytes, "recompute");
+      if (c.recompute) lc.recompute_us = time(*c.recompute, c.forward_bytes, "recompute");
       for (std::size_t k = 0; k < c.slot_recompute.size(); ++k)
         lc.slot_recompute_us.push_back(time(c.slot_recompute[k], c.as_work ? c.slot_recompute_bytes[k] : 0, "slot recompute"));
       lc.gather_us = c.gather_us;

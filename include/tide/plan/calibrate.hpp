@@ -226,13 +226,13 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
         throw cost_model_error(which + "layer " + std::to_string(l) +
                                " has other per-slot entries (slot_recompute_us, slot_producer) than table 0's: give tables of one stack, "
                                "calibrated with the same options");
-    // A negative recompute_us means "as forward_us": a median over both kinds would mix a time
-    // with that marker (-1 between 5 and 6 gives 5, two of three gives "as forward").
+    // An empty recompute_us means "as forward_us": no median of a time and none.
+    auto shown = [](std::optional<double> const& v) { return v ? std::to_string(*v) : std::string("none (as forward_us)"); };
     for (std::size_t l = 0; l < c.layers.size(); ++l)
-      if ((c.layers[l].recompute_us < 0) != (first.layers[l].recompute_us < 0))
-        throw cost_model_error(which + "layer " + std::to_string(l) + " has recompute_us " + std::to_string(c.layers[l].recompute_us) +
-                               " and table 0 " + std::to_string(first.layers[l].recompute_us) +
-                               ": one measured, one \"as forward_us\" (negative): calibrate every table with the same measure_recompute");
+      if (c.layers[l].recompute_us.has_value() != first.layers[l].recompute_us.has_value())
+        throw cost_model_error(which + "layer " + std::to_string(l) + " has recompute_us " + shown(c.layers[l].recompute_us) +
+                               " and table 0 " + shown(first.layers[l].recompute_us) +
+                               ": one measured, one \"as forward_us\": calibrate every table with the same measure_recompute");
     // A bandwidth of 0 means "unpaced": a median over 0 and a rate mixes the marker with a value
     // (and can give 0.5 B/s, which check() refuses).
     for (auto const& [get, what] : {std::pair<double (*)(cost_table const&), char const*>{[](cost_table const& x) { return x.link.d2h.bytes_per_second; }, "link d2h"},
@@ -255,7 +255,7 @@ cost_table calibrate(stack_spec const& stack, Backend& backend, Forward&& forwar
     auto& x = r.layers[l];
     x.forward_us = med([&](cost_table const& c) { return c.layers[l].forward_us; });
     x.backward_us = med([&](cost_table const& c) { return c.layers[l].backward_us; });
-    x.recompute_us = med([&](cost_table const& c) { return c.layers[l].recompute_us; });
+    if (x.recompute_us) x.recompute_us = med([&](cost_table const& c) { return *c.layers[l].recompute_us; });
     for (std::size_t k = 0; k < x.slot_recompute_us.size(); ++k)
       x.slot_recompute_us[k] = med([&](cost_table const& c) { return c.layers[l].slot_recompute_us[k]; });
     x.gather_us = med([&](cost_table const& c) { return c.layers[l].gather_us; });

@@ -184,10 +184,11 @@ struct micro_batch_costs {
                                std::to_string(per_sample.layers[l].slot_recompute_us.size()) +
                                " in `per_sample`: give both tables for the same stack");
     for (std::size_t l = 0; l < fixed.layers.size(); ++l)
-      if (fixed.layers[l].recompute_us >= 0 && per_sample.layers[l].recompute_us < 0)
-        throw cost_model_error("tide: micro_batch_costs: layer " + std::to_string(l) + " has a measured recompute_us in `fixed` and " +
-                               std::to_string(per_sample.layers[l].recompute_us) + " (\"as forward_us\") in `per_sample`: give its "
-                               "recompute slope, 0 or more microseconds per sample");
+      if (fixed.layers[l].recompute_us.has_value() != per_sample.layers[l].recompute_us.has_value())
+        throw cost_model_error("tide: micro_batch_costs: layer " + std::to_string(l) + " has " +
+                               (fixed.layers[l].recompute_us ? "a measured recompute_us in `fixed` and none (\"as forward_us\") in `per_sample`: give its "
+                                                               "recompute slope, 0 or more microseconds per sample"
+                                                             : "no recompute_us (\"as forward_us\") in `fixed` and one in `per_sample`: give both, or neither"));
     auto c = fixed;
     auto const x = static_cast<double>(b);
     for (std::size_t l = 0; l < c.layers.size(); ++l) {
@@ -195,7 +196,7 @@ struct micro_batch_costs {
       auto const& s = per_sample.layers[l];
       o.forward_us += s.forward_us * x;
       o.backward_us += s.backward_us * x;
-      if (o.recompute_us >= 0) o.recompute_us += s.recompute_us * x;
+      if (o.recompute_us) *o.recompute_us += *s.recompute_us * x;
       for (std::size_t k = 0; k < o.slot_recompute_us.size(); ++k) o.slot_recompute_us[k] += s.slot_recompute_us[k] * x;
       o.gather_us += s.gather_us * x;
       o.regather_us += s.regather_us * x;
@@ -268,7 +269,7 @@ TIDE_INLINE micro_batch_costs fit_micro_batch_costs(std::span<measured_costs con
                              ": calibrate the same stack at each micro-batch");
     for (std::size_t l = 0; l < first.layers.size(); ++l)
       if (p.costs.layers[l].slot_recompute_us.size() != first.layers[l].slot_recompute_us.size() ||
-          (p.costs.layers[l].recompute_us < 0) != (first.layers[l].recompute_us < 0))
+          p.costs.layers[l].recompute_us.has_value() != first.layers[l].recompute_us.has_value())
         throw cost_model_error("tide: fit_micro_batch_costs: layer " + std::to_string(l) + " of the table at micro-batch " +
                                std::to_string(p.micro_batch) + " has other slots or recompute entries than the first table's");
   }
@@ -285,7 +286,7 @@ TIDE_INLINE micro_batch_costs fit_micro_batch_costs(std::span<measured_costs con
     auto& s = r.per_sample.layers[l];
     fit([&](cost_table const& c) { return c.layers[l].forward_us; }, f.forward_us, s.forward_us);
     fit([&](cost_table const& c) { return c.layers[l].backward_us; }, f.backward_us, s.backward_us);
-    if (f.recompute_us >= 0) fit([&](cost_table const& c) { return c.layers[l].recompute_us; }, f.recompute_us, s.recompute_us);
+    if (f.recompute_us) fit([&](cost_table const& c) { return *c.layers[l].recompute_us; }, *f.recompute_us, *s.recompute_us);
     for (std::size_t k = 0; k < f.slot_recompute_us.size(); ++k)
       fit([&](cost_table const& c) { return c.layers[l].slot_recompute_us[k]; }, f.slot_recompute_us[k], s.slot_recompute_us[k]);
     fit([&](cost_table const& c) { return c.layers[l].gather_us; }, f.gather_us, s.gather_us);
@@ -312,7 +313,7 @@ TIDE_INLINE void add_fixed_work(cost_table& costs, transformer_spec const& m, ha
     auto& c = costs.layers[l];
     c.forward_us += w.forward_us;
     c.backward_us += w.backward_us;
-    if (c.recompute_us >= 0) c.recompute_us += w.forward_us;
+    if (c.recompute_us) *c.recompute_us += w.forward_us;
     for (std::size_t k = 0; k < c.slot_recompute_us.size() && k < w.slot_us.size(); ++k) c.slot_recompute_us[k] += w.slot_us[k];
   }
 }

@@ -82,10 +82,10 @@ struct plan_options {
   //! the planner moves the offloads of the earliest layers to the file (`placement::spill`);
   //! 0: no storage tier. The cost table's `storage` link prices the stores and loads.
   std::size_t storage_budget = 0;
-  //! Above this many (layer, slot) decisions, runs of identical layers (one type, equal costs) are
-  //! planned as groups (a run's ends layer by layer, its middle as a few blocks whose layers share
-  //! a placement; planner.hpp), so planning grows with the distinct layers, not the stack's
-  //! depth; the plan is built and simulated whole and its gap to the bound reported. SIZE_MAX:
+  //! Above this many (layer, slot) decisions, runs of identical layers (one type, equal costs), and
+  //! of a repeating block of layers (`group_max_period`), are planned as groups (a run's ends
+  //! layer by layer, its middle as a few blocks whose layers share a placement; planner.hpp), so
+  //! planning grows with the distinct layers, not the stack's depth; the plan is built and simulated whole and its gap to the bound reported. SIZE_MAX:
   //! never. Not with a carry or a storage budget.
   std::size_t group_above_decisions = 20000;
   //! ... each run's middle as this many blocks (more: finer trades, slower planning).
@@ -93,7 +93,15 @@ struct plan_options {
   //! ... then, into the room the blocks leave, rematerialized slots kept or offloaded layer by
   //! layer: at most this many tries, each a whole build and simulation.
   std::size_t group_fill_tries = 12;
+  //! ... runs of a repeating block of up to this many layers are grouped too (dense and MoE
+  //! layers alternating: 2; a hybrid of one attention to seven state-space layers: 8); the run's
+  //! stand-ins are whole blocks. 1: runs of one layer only. At most `max_group_period`.
+  std::uint32_t group_max_period = 8;
 };
+
+//! The largest `plan_options::group_max_period`: finding runs costs up to this many passes over a
+//! run's layers.
+inline constexpr std::uint32_t max_group_period = 64;
 
 //! A planner's answer.
 struct plan {

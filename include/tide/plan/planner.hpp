@@ -210,6 +210,10 @@ TIDE_INLINE plan make_plan(stack_spec const& stack, cost_table const& costs, pla
                          std::to_string(decisions) + " (" + std::to_string(stack.layer_count()) +
                          " layers): plan a representative part of the stack (its layer types in the same proportions) "
                          "and repeat the plan's rules, or raise the limit knowing planning takes minutes");
+  if (opt.group_max_period == 0 || opt.group_max_period > max_group_period)
+    throw schedule_error("tide: plan_options::group_max_period is " + std::to_string(opt.group_max_period) +
+                         ": it takes 1 (runs of one repeated layer) to " + std::to_string(max_group_period) +
+                         " (runs of a repeating block of that many layers)");
   auto const bound = [&] {
     // Spilled bytes cross the host link as offloaded ones do, and more besides: the bound takes
     // the storage budget as host memory.
@@ -219,12 +223,13 @@ TIDE_INLINE plan make_plan(stack_spec const& stack, cost_table const& costs, pla
     return step_lower_bound(stack, costs, b).step_us;
   };
   if (!stack.has_carry()) {
-    // Deep stacks: runs of identical layers planned as groups (detail/group_search.hpp), unless
-    // nothing compresses (then the compressed stack is the stack: planned as usual).
+    // Deep stacks: runs of identical layers, or of a repeating block of layers, planned as groups
+    // (detail/group_search.hpp), unless nothing compresses (then the compressed stack is the
+    // stack: planned as usual).
     bool const grouped = decisions > opt.group_above_decisions && opt.storage_budget == 0 && opt.method != plan_method::exact;
     if (grouped) costs.check_against(stack);
     auto const edge = grouped ? detail::group_edge(stack, opt) : 0;
-    auto p = grouped && detail::compress_runs(stack, costs, edge, opt.group_blocks).stand_ins > 0
+    auto p = grouped && detail::compress_runs(stack, costs, edge, opt.group_blocks, opt.group_max_period).stand_ins > 0
                  ? detail::plan_grouped(stack, costs, opt, edge, opt.group_blocks)
                  : detail::plan_tiers(stack, costs, opt);
     p.resident_bytes = opt.resident_bytes;

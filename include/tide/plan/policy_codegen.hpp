@@ -53,59 +53,59 @@ TIDE_INLINE policy_spec policy_from_decisions(stack_spec const& stack, std::vect
   if (decisions.size() != first[L])
     throw schedule_error("tide: " + std::to_string(decisions.size()) + " decisions given for a stack with " +
                          std::to_string(first[L]) + " (layer, slot) pairs");
-  // Slot names in order of first appearance (the rules' order), found by binary search; each
-  // type's slots by name. Linear scans here made deep or wide stacks quadratic.
+  // Slot names in order of first appearance (the rules' order), numbered in that order; each
+  // type's slots by number. Then each name's occurrences (layer, decision) in layer order, and a
+  // rule per run of one action among them: linear in the decisions (a lookup by name per (action,
+  // name, layer) made deep stacks slow, and linear scans made them quadratic).
+  std::vector<std::pair<std::string_view, std::size_t>> sorted_names;  // (name, position among the types' slots)
+  for (auto const& t : stack.types)
+    for (auto const& x : t.slots) sorted_names.push_back({x.name, sorted_names.size()});
+  std::stable_sort(sorted_names.begin(), sorted_names.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
   std::vector<std::string_view> names;
-  std::vector<std::pair<std::string_view, std::size_t>> sorted_names;
-  std::vector<std::vector<std::pair<std::string_view, std::size_t>>> by_type(stack.types.size());
-  for (std::size_t ti = 0; ti < stack.types.size(); ++ti) {
-    auto const& t = stack.types[ti];
-    for (std::size_t k = 0; k < t.slots.size(); ++k) {
-      by_type[ti].push_back({t.slots[k].name, k});
-      sorted_names.push_back({t.slots[k].name, sorted_names.size()});
-    }
-    std::sort(by_type[ti].begin(), by_type[ti].end());
-  }
-  std::stable_sort(sorted_names.begin(), sorted_names.end(),
-                   [](auto const& a, auto const& b) { return a.first < b.first; });
+  std::vector<std::uint32_t> id_at(sorted_names.size());  // each type slot's name number (by position)
   {
-    std::vector<std::pair<std::size_t, std::string_view>> firsts;  // (first position, name)
+    std::vector<std::pair<std::size_t, std::size_t>> firsts;  // (first position, index in sorted_names)
     for (std::size_t i = 0; i < sorted_names.size(); ++i)
-      if (i == 0 || sorted_names[i].first != sorted_names[i - 1].first) firsts.push_back({sorted_names[i].second, sorted_names[i].first});
+      if (i == 0 || sorted_names[i].first != sorted_names[i - 1].first) firsts.push_back({sorted_names[i].second, i});
     std::sort(firsts.begin(), firsts.end());
-    for (auto const& f : firsts) names.push_back(f.second);
+    std::vector<std::uint32_t> id_of_sorted(sorted_names.size());
+    for (std::size_t n = 0; n < firsts.size(); ++n) {
+      names.push_back(sorted_names[firsts[n].second].first);
+      for (auto i = firsts[n].second; i < sorted_names.size() && sorted_names[i].first == names.back(); ++i)
+        id_of_sorted[i] = static_cast<std::uint32_t>(n);
+    }
+    for (std::size_t i = 0; i < sorted_names.size(); ++i) id_at[sorted_names[i].second] = id_of_sorted[i];
   }
-  auto decision_of = [&](std::uint32_t l, std::string_view n, placement& out) {
-    auto const& slots = by_type[stack.layer_types[l]];
-    auto const it = std::lower_bound(slots.begin(), slots.end(), std::pair<std::string_view, std::size_t>{n, 0});
-    if (it == slots.end() || it->first != n) return false;
-    out = decisions[first[l] + it->second];
-    return true;
+  std::vector<std::size_t> type_first(stack.types.size() + 1, 0);
+  for (std::size_t ti = 0; ti < stack.types.size(); ++ti) type_first[ti + 1] = type_first[ti] + stack.types[ti].slots.size();
+  struct occurrence {
+    std::uint32_t layer;
+    placement where;
   };
+  std::vector<std::vector<occurrence>> occurrences(names.size());
+  for (std::uint32_t l = 0; l < L; ++l) {
+    auto const ti = stack.layer_types[l];
+    for (std::size_t k = 0; k < stack.types[ti].slots.size(); ++k)
+      occurrences[id_at[type_first[ti] + k]].push_back({l, decisions[first[l] + k]});
+  }
   policy_spec p;
   std::map<std::tuple<placement, std::uint32_t, std::uint32_t>, std::size_t> rule_of;  // (action, first, last) -> rule
   for (auto action : {placement::offload, placement::remat, placement::spill})
-    for (auto n : names) {
-      std::uint32_t l = 0;
-      while (l < L) {
-        placement d{};
-        if (!decision_of(l, n, d) || d != action) {
-          ++l;
+    for (std::size_t n = 0; n < names.size(); ++n) {
+      auto const& occ = occurrences[n];
+      // A run: consecutive occurrences of `action` (a layer without the slot does not break it).
+      for (std::size_t i = 0; i < occ.size();) {
+        if (occ[i].where != action) {
+          ++i;
           continue;
         }
-        auto const begin = l;
-        auto end = l + 1;  // one past the last matching layer
-        for (auto k = l + 1; k < L; ++k) {
-          placement dk{};
-          if (!decision_of(k, n, dk)) continue;  // a layer without the slot does not break the run
-          if (dk != action) break;
-          end = k + 1;
-        }
+        auto const begin = occ[i].layer;
+        while (i < occ.size() && occ[i].where == action) ++i;
+        auto const end = occ[i - 1].layer + 1;  // one past the last matching layer
         auto const last = end == L ? all_layers : end;
         auto const [it, added] = rule_of.try_emplace({action, begin, last}, p.rules.size());
-        if (added) p.rules.push_back({.where = action, .slots = {n}, .first_layer = begin, .last_layer = last});
-        else p.rules[it->second].slots.push_back(n);
-        l = end;
+        if (added) p.rules.push_back({.where = action, .slots = {names[n]}, .first_layer = begin, .last_layer = last});
+        else p.rules[it->second].slots.push_back(names[n]);
       }
     }
   return p;

@@ -14,6 +14,8 @@
 #include <tide/core/config.hpp>
 #include <tide/core/schedule.hpp>
 #include <tide/trace/timeline.hpp>
+#include <tide/trace/occupancy.hpp>
+#include <tide/trace/detail/sweep.hpp>
 #if TIDE_DEFINITIONS
 #include <map>
 #endif
@@ -58,18 +60,6 @@ struct step_summary {
 //! overlap as `overlap_text` gives it.
 [[nodiscard]] TIDE_INLINE std::string describe(step_summary const& s);
 
-//! One step of an occupancy curve: from `t_us` on, `bytes` are live.
-struct occupancy_point {
-  double t_us = 0;        //!< microseconds from the step's start
-  std::size_t bytes = 0;  //!< bytes live from `t_us` on
-};
-
-//! Device and host bytes live over a step, as step curves in time order.
-struct occupancy {
-  std::vector<occupancy_point> device{};  //!< bytes live in the device arena over the step
-  std::vector<occupancy_point> host{};    //!< the same in the host arena
-};
-
 //! Device and host bytes live over time. A region is live from the start of the op that first
 //! writes it to the end of the op that last reads it: kept slots from their forward to their
 //! backward, offload sources until their last chunk is copied out, staging buffers from the
@@ -95,21 +85,6 @@ struct op_times {
   bool has(std::size_t i) const { return begin[i] >= 0; }
 };
 
-inline std::vector<occupancy_point> sweep(std::vector<std::pair<double, std::ptrdiff_t>>& deltas) {
-  std::sort(deltas.begin(), deltas.end(), [](auto const& a, auto const& b) {
-    return a.first != b.first ? a.first < b.first : a.second < b.second;  // frees first at a tie
-  });
-  std::vector<occupancy_point> out;
-  std::ptrdiff_t live = 0;
-  for (auto const& [t, d] : deltas) {
-    live += d;
-    if (!out.empty() && out.back().t_us == t)
-      out.back().bytes = static_cast<std::size_t>(live);
-    else
-      out.push_back({t, static_cast<std::size_t>(live)});
-  }
-  return out;
-}
 }  // namespace detail
 
 TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& s) {
@@ -139,11 +114,25 @@ TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& 
       default: break;
     }
   }
-  std::vector<std::pair<double, std::ptrdiff_t>> dev, host;
-  auto live = [&](auto& v, std::int64_t from, bool from_begin, std::int64_t to, std::size_t bytes) {
+  // Allocations and frees apart, each summed with the one before it at the same time (a layer's
+  // slots start and end together): the sort below then takes a few deltas a layer, not two a
+  // slot. The sweep records each time's sum, so merging equal times changes nothing.
+  struct deltas {
+    std::vector<std::pair<double, std::ptrdiff_t>> plus, minus;
+    static void add(std::vector<std::pair<double, std::ptrdiff_t>>& v, double t, std::ptrdiff_t d) {
+      if (!v.empty() && v.back().first == t) v.back().second += d;
+      else v.push_back({t, d});
+    }
+    std::vector<occupancy_point> curve() {
+      auto r = detail::sweep(plus, minus);
+      plus = {}, minus = {};  // freed before the next curve's sweep
+      return r;
+    }
+  } dev, host;
+  auto live = [&](deltas& v, std::int64_t from, bool from_begin, std::int64_t to, std::size_t bytes) {
     if (from < 0 || to < 0 || !ot.has(static_cast<std::size_t>(from)) || !ot.has(static_cast<std::size_t>(to))) return;
-    v.push_back({from_begin ? ot.begin[from] : ot.end[from], static_cast<std::ptrdiff_t>(bytes)});
-    v.push_back({ot.end[to], -static_cast<std::ptrdiff_t>(bytes)});
+    deltas::add(v.plus, from_begin ? ot.begin[from] : ot.end[from], static_cast<std::ptrdiff_t>(bytes));
+    deltas::add(v.minus, ot.end[to], -static_cast<std::ptrdiff_t>(bytes));
   };
   for (std::uint32_t l = 0; l < L; ++l)
     for (std::uint32_t k = 0; k < s.layers[l].slot_count; ++k) {
@@ -191,7 +180,10 @@ TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& 
     }
     for (auto const& [where, ops] : span) live(where.first ? host : dev, ops.first, true, ops.second, s.carry.bytes);
   }
-  return {detail::sweep(dev), detail::sweep(host)};
+  occupancy r;
+  r.device = dev.curve();
+  r.host = host.curve();
+  return r;
 }
 
 TIDE_INLINE step_summary summarize(timeline const& t, schedule_view const& s) {

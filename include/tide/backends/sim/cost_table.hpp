@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <span>
 #include <string>
@@ -29,8 +30,9 @@ namespace tide {
 struct layer_cost {
   double forward_us = 0;   //!< the layer's forward
   double backward_us = 0;  //!< the layer's backward
-  //! A recompute that produces every slot of the layer; below zero: the same as `forward_us`.
-  double recompute_us = -1;
+  //! A recompute that produces every slot of the layer; empty: the same as `forward_us` (the
+  //! layer's unchanged forward, as most recomputes are).
+  std::optional<double> recompute_us = {};
   //! Optional, one per slot of the layer's type: the time to produce only that slot again (its
   //! producing op). A recompute then costs the sum over the rematted slots, capped at
   //! `full_recompute_us()`, because a partial recompute runs only the ops it needs.
@@ -48,8 +50,8 @@ struct layer_cost {
   //! copy beside it slows it (`cost_table::hbm_bytes_per_second`). 0: compute-bound.
   double memory_bound_share = 0;
 
-  //! A recompute of the whole layer: `recompute_us`, or `forward_us` where that is below zero.
-  constexpr double full_recompute_us() const noexcept { return recompute_us < 0 ? forward_us : recompute_us; }
+  //! A recompute of the whole layer: `recompute_us`, or `forward_us` where that is empty.
+  constexpr double full_recompute_us() const noexcept { return recompute_us.value_or(forward_us); }
   //! Recompute time when the slots bound as `remat` in `slots` are rematted.
   constexpr double recompute_time_us(std::span<slot_binding const> slots) const noexcept {
     return recompute_time_us_if(slots.size(), [&](std::size_t k) { return slots[k].where == placement::remat; });
@@ -120,14 +122,17 @@ struct cost_table {
   //! cost nothing. The one check of a table: the planner, the lower bound, `compare_strategies`
   //! (through `check_against`) and the calibration file's reader and writer all run it.
   void check() const {
+    // The names are built only for the value refused: a deep table is checked on every
+    // simulation, and building them for every field took a sixth of tide-plan's time at 100,000
+    // layers.
     auto num = [](double v) {
       char b[32];
       std::snprintf(b, sizeof b, "%.17g", v);
       return std::string(b);
     };
-    auto time = [&](double v, std::string const& what) {
-      if (!(v >= 0 && v <= max_time_us))
-        throw cost_model_error("tide: the cost table's " + what + " is " + num(v) + ": give a time from 0 to 1e12 microseconds");
+    auto time_ok = [](double v) { return v >= 0 && v <= max_time_us; };
+    auto refuse_time = [&](double v, std::string const& what) {
+      throw cost_model_error("tide: the cost table's " + what + " is " + num(v) + ": give a time from 0 to 1e12 microseconds");
     };
     // 0 (unpaced) or at least a byte per second, as the calibration file's reader takes it: a
     // 1e-300 B/s link made every row's step infinite.
@@ -138,29 +143,29 @@ struct cost_table {
     };
     for (std::size_t l = 0; l < layers.size(); ++l) {
       auto const& c = layers[l];
-      auto const at = "layer " + std::to_string(l) + " ";
-      time(c.forward_us, at + "forward_us");
-      time(c.backward_us, at + "backward_us");
-      // Below zero means "as forward_us" (the default, -1); NaN or infinite means nothing.
-      if (!(std::isfinite(c.recompute_us) && c.recompute_us <= max_time_us))
-        throw cost_model_error("tide: the cost table's " + at + "recompute_us is " + num(c.recompute_us) +
-                               ": give a time from 0 to 1e12 microseconds, or a negative one for forward_us");
+      auto at = [l](char const* field) { return "layer " + std::to_string(l) + " " + field; };
+      if (!time_ok(c.forward_us)) refuse_time(c.forward_us, at("forward_us"));
+      if (!time_ok(c.backward_us)) refuse_time(c.backward_us, at("backward_us"));
+      if (c.recompute_us && !time_ok(*c.recompute_us))
+        throw cost_model_error("tide: the cost table's " + at("recompute_us") + " is " + num(*c.recompute_us) +
+                               ": give a time from 0 to 1e12 microseconds, or leave it empty for forward_us");
       for (std::size_t k = 0; k < c.slot_recompute_us.size(); ++k)
-        time(c.slot_recompute_us[k], at + "slot_recompute_us[" + std::to_string(k) + "]");
-      time(c.gather_us, at + "gather_us");
-      time(c.reduce_us, at + "reduce_us");
-      time(c.regather_us, at + "regather_us");
+        if (!time_ok(c.slot_recompute_us[k]))
+          refuse_time(c.slot_recompute_us[k], at("slot_recompute_us[") + std::to_string(k) + "]");
+      if (!time_ok(c.gather_us)) refuse_time(c.gather_us, at("gather_us"));
+      if (!time_ok(c.reduce_us)) refuse_time(c.reduce_us, at("reduce_us"));
+      if (!time_ok(c.regather_us)) refuse_time(c.regather_us, at("regather_us"));
       if (!(c.memory_bound_share >= 0 && c.memory_bound_share <= 1))
-        throw cost_model_error("tide: " + at + "of the cost table has memory_bound_share " + num(c.memory_bound_share) +
-                               ": give a share in [0, 1]");
+        throw cost_model_error("tide: layer " + std::to_string(l) + " of the cost table has memory_bound_share " +
+                               num(c.memory_bound_share) + ": give a share in [0, 1]");
     }
-    time(sync_latency_us, "sync_latency_us");
-    time(op_overhead_us, "op_overhead_us");
+    if (!time_ok(sync_latency_us)) refuse_time(sync_latency_us, "sync_latency_us");
+    if (!time_ok(op_overhead_us)) refuse_time(op_overhead_us, "op_overhead_us");
     rate(hbm_bytes_per_second, "hbm_bytes_per_second");
     for (auto const& [d, what] : {std::pair{&link.d2h, "link d2h"}, {&link.h2d, "link h2d"}, {&storage.write, "storage write"},
                                   {&storage.read, "storage read"}}) {
       rate(d->bytes_per_second, std::string(what) + " bytes_per_second");
-      time(d->latency_us, std::string(what) + " latency_us");
+      if (!time_ok(d->latency_us)) refuse_time(d->latency_us, std::string(what) + " latency_us");
     }
   }
 

@@ -1,11 +1,12 @@
 #pragma once
 //! \file
 //! The planner's grouped search for deep stacks (planner.hpp, `plan_options::group_above_decisions`):
-//! runs of identical layers (one layer type, equal costs) are planned as groups. Each run longer
-//! than `2 * edge + representatives` layers keeps its first and last `edge` layers (the prefetch
-//! window's ends: a deeper window than the candidates' never reaches past them) and stands its
-//! middle in for by `representatives` layers, each the stand-in for a contiguous block of the
-//! middle. The searches (plan_search.hpp) plan that compressed stack; its plan is expanded (each
+//! runs of identical layers (one layer type, equal costs), and runs of a repeating block of layers
+//! (dense and MoE alternating: a block of 2; `plan_options::group_max_period`), are planned as
+//! groups. Each run longer than `2 * edge + representatives` blocks keeps its first and last
+//! `edge` layers, in whole blocks (the prefetch window's ends: a deeper window than the
+//! candidates' never reaches past them), and stands its middle in for by `representatives`
+//! blocks, each the stand-in for a contiguous share of the middle's blocks. The searches (plan_search.hpp) plan that compressed stack; its plan is expanded (each
 //! stand-in's decisions copied onto its block) and built and simulated whole, so the step, peaks
 //! and fit reported are the full stack's, never an estimate.
 //!
@@ -50,69 +51,135 @@ inline bool same_layer(stack_spec const& stack, cost_table const& costs, std::ui
          x.memory_bound_share == y.memory_bound_share;
 }
 
-//! A stack with runs of identical layers compressed: compressed layer `c` stands for the full
-//! stack's layers `begin[c]` to `begin[c] + weight[c] - 1`.
+//! A stack with runs compressed: compressed layer `c` stands for `weight[c]` layers of the full
+//! stack, the first `begin[c]`, the others `period[c]` layers apart (a run of a repeating block of
+//! `period[c]` layers: its stand-in is the block's `period[c]` consecutive compressed layers, each
+//! of one weight). Layers outside a compressed run have weight 1 and period 1.
 struct grouped_stack {
   stack_spec stack;
   cost_table costs;
   std::vector<std::uint32_t> begin;
   std::vector<std::uint32_t> weight;
+  std::vector<std::uint32_t> period;
   std::uint32_t stand_ins = 0;  //!< compressed layers with a weight above one
 };
 
-//! `stack` with each run of identical layers longer than `2 * edge + representatives` compressed
-//! to its `edge` first layers, `representatives` stand-ins for equal blocks of its middle (the
-//! first blocks one layer longer where it does not divide), and its `edge` last layers.
+//! The longest periodic run at layer `l` of a block of at most `max_period` layers: where layer
+//! `i + k` equals layer `i` (one type, equal costs) for every `i` from `l`, the period `k` whose
+//! whole blocks cover the most layers (the shortest on a tie), and how many blocks. A run of one
+//! repeated layer has period 1; dense and MoE layers alternating have period 2.
+struct periodic_run {
+  std::uint32_t period = 1;
+  std::uint32_t blocks = 1;
+};
+inline periodic_run longest_periodic_run(stack_spec const& stack, cost_table const& costs, std::uint32_t l, std::uint32_t max_period) {
+  auto const L = stack.layer_count();
+  periodic_run best;
+  std::uint64_t covered = 1;
+  for (std::uint32_t k = 1; k <= max_period && std::uint64_t{l} + k <= L; ++k) {
+    auto e = l + k;  // [l, e) has period k
+    while (e < L && same_layer(stack, costs, e - k, e)) ++e;
+    auto const blocks = (e - l) / k;
+    if (std::uint64_t{blocks} * k > covered) {
+      covered = std::uint64_t{blocks} * k;
+      best = {.period = k, .blocks = blocks};
+    }
+  }
+  return best;
+}
+
+//! `stack` with each periodic run (`longest_periodic_run`, blocks of up to `max_period` layers)
+//! compressed where it is longer than `2 * edge + representatives` layers' worth of blocks: its
+//! first blocks covering `edge` layers, `representatives` stand-in blocks for equal shares of its
+//! middle blocks (the first shares one block longer where it does not divide), and its last blocks
+//! covering `edge` layers. Work: linear in the layers for a fixed `max_period` (a run too short to
+//! compress is at most `(2 * edge + representatives + 1) * max_period` layers long).
 inline grouped_stack compress_runs(stack_spec const& stack, cost_table const& costs, std::uint32_t edge,
-                                   std::uint32_t representatives) {
+                                   std::uint32_t representatives, std::uint32_t max_period = 1) {
   grouped_stack g;
   g.stack.types = stack.types;
   g.costs = costs;
   g.costs.layers.clear();
   auto const L = stack.layer_count();
-  auto add = [&](std::uint32_t layer, std::uint32_t weight) {
+  auto add = [&](std::uint32_t layer, std::uint32_t weight, std::uint32_t period) {
     g.stack.layer_types.push_back(stack.layer_types[layer]);
     g.costs.layers.push_back(costs.layers[layer]);
     g.begin.push_back(layer);
     g.weight.push_back(weight);
+    g.period.push_back(period);
     g.stand_ins += weight > 1;
   };
+  max_period = std::max<std::uint32_t>(max_period, 1);
   for (std::uint32_t l = 0; l < L;) {
-    std::uint32_t e = l + 1;
-    while (e < L && same_layer(stack, costs, l, e)) ++e;
-    auto const n = e - l;
-    // In 64 bits: an edge or a representative count near 2^31 wrapped, and the run was then
-    // "compressed" into layers past the stack's end.
-    if (representatives == 0 || std::uint64_t{n} <= 2 * std::uint64_t{edge} + representatives) {
-      for (auto k = l; k < e; ++k) add(k, 1);
-    } else {
-      for (std::uint32_t k = 0; k < edge; ++k) add(l + k, 1);
-      auto const middle = n - 2 * edge;
-      auto at = l + edge;
-      for (std::uint32_t r = 0; r < representatives; ++r) {
-        auto const w = middle / representatives + (r < middle % representatives ? 1 : 0);
-        add(at, w);
-        at += w;
-      }
-      for (std::uint32_t k = 0; k < edge; ++k) add(e - edge + k, 1);
+    auto const run = longest_periodic_run(stack, costs, l, max_period);
+    auto const k = run.period;
+    // The ends in whole blocks; in 64 bits: an edge or a representative count near 2^31 wrapped,
+    // and the run was then "compressed" into layers past the stack's end.
+    auto const edge_blocks = (std::uint64_t{edge} + k - 1) / k;
+    if (representatives == 0 || run.blocks <= 2 * edge_blocks + representatives) {
+      // Too short: its first layer as it is; the next layer starts the next search (a periodic
+      // run may begin there).
+      add(l, 1, 1);
+      ++l;
+      continue;
     }
-    l = e;
+    auto const eb = static_cast<std::uint32_t>(edge_blocks);
+    for (std::uint32_t i = 0; i < eb * k; ++i) add(l + i, 1, 1);
+    auto const middle = run.blocks - 2 * eb;
+    auto at = l + eb * k;
+    for (std::uint32_t r = 0; r < representatives; ++r) {
+      auto const w = middle / representatives + (r < middle % representatives ? 1 : 0);
+      for (std::uint32_t i = 0; i < k; ++i) add(at + i, w, k);
+      at += w * k;
+    }
+    for (std::uint32_t i = 0; i < eb * k; ++i) add(at + i, 1, 1);
+    l = at + eb * k;
   }
   return g;
 }
 
-//! The full stack's decisions for the compressed stack's `d`: each stand-in's copied onto its block.
+//! Where compressed layer `c`'s copies' decisions lie in the full stack's: the first copy's first
+//! decision, and the distance between copies (the decisions of its block).
+struct copy_layout {
+  std::vector<std::size_t> first;
+  std::vector<std::size_t> stride;
+};
+inline copy_layout copy_positions(grouped_stack const& g) {
+  copy_layout r;
+  auto const C = g.stack.layer_count();
+  r.first.resize(C);
+  r.stride.resize(C);
+  std::size_t d = 0;
+  for (std::uint32_t c = 0; c < C;) {
+    auto const k = g.period[c];  // c starts a block: its k compressed layers share one weight
+    std::size_t block = 0;
+    for (std::uint32_t i = 0; i < k; ++i) {
+      r.first[c + i] = d + block;
+      block += g.stack.layer(c + i).slots.size();
+    }
+    for (std::uint32_t i = 0; i < k; ++i) r.stride[c + i] = block;
+    d += block * g.weight[c];
+    c += k;
+  }
+  return r;
+}
+
+//! The full stack's decisions for the compressed stack's `d`: each stand-in block's copied onto
+//! its share of the run, block by block.
 inline std::vector<placement> expand_decisions(stack_spec const& full, grouped_stack const& g, std::vector<placement> const& d) {
   std::vector<placement> r;
   std::size_t decisions = 0;
   for (std::uint32_t l = 0; l < full.layer_count(); ++l) decisions += full.layer(l).slots.size();
   r.reserve(decisions);
   std::size_t at = 0;
-  for (std::uint32_t c = 0; c < g.stack.layer_count(); ++c) {
-    auto const S = g.stack.layer(c).slots.size();
-    for (std::uint32_t k = 0; k < g.weight[c]; ++k) r.insert(r.end(), d.begin() + static_cast<std::ptrdiff_t>(at),
-                                                             d.begin() + static_cast<std::ptrdiff_t>(at + S));
-    at += S;
+  for (std::uint32_t c = 0; c < g.stack.layer_count();) {
+    auto const k = g.period[c];
+    std::size_t block = 0;
+    for (std::uint32_t i = 0; i < k; ++i) block += g.stack.layer(c + i).slots.size();
+    auto const from = d.begin() + static_cast<std::ptrdiff_t>(at);
+    for (std::uint32_t w = 0; w < g.weight[c]; ++w) r.insert(r.end(), from, from + static_cast<std::ptrdiff_t>(block));
+    at += block;
+    c += k;
   }
   return r;
 }
@@ -122,7 +189,7 @@ inline std::vector<placement> expand_decisions(stack_spec const& full, grouped_s
 //! then plan ungrouped). `grouped_layers` in the result: the layers planned as copies.
 inline plan plan_grouped(stack_spec const& stack, cost_table const& costs, plan_options const& opt, std::uint32_t edge,
                          std::uint32_t representatives) {
-  auto const g = compress_runs(stack, costs, edge, representatives);
+  auto const g = compress_runs(stack, costs, edge, representatives, opt.group_max_period);
   plan best;
   best.smallest_activation_bytes = std::numeric_limits<std::size_t>::max();
   best.step_us = std::numeric_limits<double>::infinity();
@@ -220,7 +287,7 @@ inline plan plan_grouped(stack_spec const& stack, cost_table const& costs, plan_
       double value;     // recompute time per byte
     };
     std::vector<slot_class> classes;
-    std::vector<std::size_t> full_first(g.stack.layer_count());  // each stand-in's first decision in the full stack
+    auto const copies = copy_positions(g);  // each stand-in's copies in the full stack's decisions
     for (std::uint32_t c = 0; c < g.stack.layer_count(); ++c) {
       auto const& slots = g.stack.layer(c).slots;
       if (g.weight[c] > 1)
@@ -230,25 +297,17 @@ inline plan plan_grouped(stack_spec const& stack, cost_table const& costs, plan_
           classes.push_back({c, k, r / static_cast<double>(std::max<std::size_t>(slots[k].bytes, 1))});
         }
     }
-    {
-      std::size_t d = 0;
-      for (std::uint32_t c = 0; c < g.stack.layer_count(); ++c) {
-        full_first[c] = d;
-        d += g.stack.layer(c).slots.size() * g.weight[c];
-      }
-    }
     std::stable_sort(classes.begin(), classes.end(), [](auto const& a, auto const& b) { return a.value > b.value; });
     std::size_t tries = 0;
     bool offload_pays = true;  // false once an offload that fit was no faster (the link is busy)
     for (auto const& cl : classes) {
       if (tries >= opt.group_fill_tries) break;
-      auto const S = g.stack.layer(cl.c).slots.size();
       auto const bytes = std::max<std::size_t>(g.stack.layer(cl.c).slots[cl.k].bytes, 1);
       for (auto to : {placement::offload, placement::keep}) {
         if (to == placement::offload && !offload_pays) break;
         std::vector<std::size_t> members;  // this class's rematerialized decisions in the full plan
         for (std::uint32_t w = 0; w < g.weight[cl.c]; ++w)
-          if (auto const i = full_first[cl.c] + w * S + cl.k; best.decisions[i] == placement::remat) members.push_back(i);
+          if (auto const i = copies.first[cl.c] + w * copies.stride[cl.c] + cl.k; best.decisions[i] == placement::remat) members.push_back(i);
         if (members.empty()) break;
         auto const room = to == placement::keep ? opt.device_budget - std::min(opt.device_budget, best.activation_bytes)
                                                 : opt.host_budget - std::min(opt.host_budget, best.host_bytes);
