@@ -251,11 +251,11 @@ enum class three_tier_method : std::uint8_t {
   disk_segments,  //!< segment starts on disk, each segment reversed by `two_tier_plan`
 };
 
-//! Longest chain `three_tier_plan` takes: 65,536 layers, where its worst tiers still plan in
-//! under 10 s on a 2-core VM (docs/checkpointing.md, "Three tiers", has the measurement). Longer
-//! chains: a coarser chain (several layers a step), or `two_tier_plan` / `revolve_schedule`, which
-//! take up to `max_chain_steps`.
-inline constexpr std::int64_t max_three_tier_layers = std::int64_t{1} << 16;
+//! Longest chain `three_tier_plan` takes: 2^20 (1,048,576) layers, where the tier sets measured
+//! plan in under 10 s of CPU on a 2-core VM (docs/performance.md). Longer chains: a coarser chain
+//! (several layers a step), or `two_tier_plan` / `revolve_schedule`, which take up to
+//! `max_chain_steps`.
+inline constexpr std::int64_t max_three_tier_layers = std::int64_t{1} << 20;
 
 //! Limits of `three_tier_plan`.
 struct three_tier_options {
@@ -268,6 +268,11 @@ struct three_tier_options {
   //! DP states all the two-tier searches of one call create together (each segment of each
   //! candidate runs one); once spent, segments get the segment family instead of the DP.
   std::size_t max_dp_states = 100000;
+  //! Candidates are built in the order of a lower bound on their time (`three_tier_candidate_bound`)
+  //! and those whose bound is above the best time found are skipped: the same plan as building
+  //! every candidate (ties go to the earlier candidate, as there), in far fewer builds. false:
+  //! every candidate, in order (the reference the tests compare with).
+  bool skip_by_bound = true;
 };
 
 //! A three-tier schedule, its predicted time (`evaluate_chain` of its actions) and its counts.
@@ -281,6 +286,14 @@ struct three_tier_result {
   bool staging_reserved = false;        //!< a host snapshot kept for disk reads, each issued a segment ahead
   three_tier_method method = three_tier_method::two_tier;  //!< which family `actions` come from
 };
+
+//! A lower bound on the time of any schedule of an n-layer chain in the three-tier model: every
+//! layer's forward and backward once, and the least extra forwards of any reversal that holds at
+//! most `device + host + disk` carries at once (`revolve_extra_forwards`), each at the cheapest
+//! forward. Copies are taken as hidden. Loose where the tiers are many but slow, or where the disk
+//! holds carries a reversal must read more than once; `three_tier_plan`'s gap to it is in
+//! docs/performance.md.
+[[nodiscard]] TIDE_INLINE double three_tier_lower_bound(std::int64_t n, chain_tiers tiers, chain_costs const& costs);
 
 //! A schedule for an n-layer chain with device, host and disk snapshots, in the model of
 //! `chain_machine` (disk snapshots staged through a host snapshot, on their own read and write

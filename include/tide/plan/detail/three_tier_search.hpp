@@ -59,7 +59,12 @@ class disk_segments {
   //! snapshot stages the disk reads (the segments' plans use the others) and each read is issued
   //! a segment ahead; without, the segments use every host snapshot and each read waits for the
   //! segment before to end.
-  timed_schedule build(std::vector<std::int32_t> const& starts, bool reserve) && {
+  //! `buffer`: storage for the actions (cleared; its capacity kept: a candidate's schedule at a
+  //! million layers is tens of megabytes, and fresh pages for each candidate cost more than
+  //! writing the actions).
+  timed_schedule build(std::vector<std::int32_t> const& starts, bool reserve, std::vector<chain_action> buffer = {}) && {
+    out_ = std::move(buffer);
+    out_.clear();
     auto const k = static_cast<std::int32_t>(starts.size()) - 1;
     auto const dev = static_cast<std::int32_t>(m_.device().size()), hst = static_cast<std::int32_t>(m_.host().size());
     std::int32_t const stage = hst - 1;
@@ -274,6 +279,40 @@ class disk_segments {
   std::vector<chain_action> out_;
 };
 
+//! Forwards and backwards every schedule of the chain runs: sum of forwards, sum of backwards,
+//! and the cheapest forward (what an extra forward costs at least).
+struct chain_work {
+  double forwards = 0, backwards = 0, cheapest_forward = 0;
+};
+inline chain_work work_of(std::int64_t n, chain_costs const& c) {
+  chain_work w;
+  if (c.uniform()) return {c.forward(0) * static_cast<double>(n), c.backward(0) * static_cast<double>(n), c.forward(0)};
+  w.cheapest_forward = std::numeric_limits<double>::infinity();
+  for (std::int64_t i = 0; i < n; ++i) {
+    w.forwards += c.forward(i), w.backwards += c.backward(i);
+    w.cheapest_forward = std::min(w.cheapest_forward, c.forward(i));
+  }
+  return w;
+}
+
+//! The least extra forwards of the disk-segment schedule with segment starts `starts`, whose
+//! segments are reversed with at most `snapshots` carries held: each middle segment (all but
+//! the last) runs its l - 1 forwards again from its start, read back from disk, and every
+//! segment's reversal at least Revolve's extra forwards for its length (a schedule holding at
+//! most s carries at once recomputes at least `revolve_extra_forwards(l, s)`). Lengths repeat
+//! (equal segments have two): each length's count is computed once.
+inline std::int64_t segments_extra_forwards_bound(std::int64_t n, std::vector<std::int32_t> const& starts, std::int64_t snapshots) {
+  std::int64_t extra = 0;
+  std::int64_t memo_len = -1, memo_val = 0;
+  for (std::size_t j = 0; j < starts.size(); ++j) {
+    std::int64_t const l = (j + 1 < starts.size() ? starts[j + 1] : n) - starts[j];
+    if (j + 1 < starts.size()) extra += l - 1;
+    if (l != memo_len) memo_len = l, memo_val = revolve_extra_forwards(l, std::max<std::int64_t>(snapshots, 1));
+    extra += memo_val;
+  }
+  return extra;
+}
+
 //! Equal segments: k disk starts and the last segment's start, k + 1 segments of n / (k + 1).
 inline std::vector<std::int32_t> equal_starts(std::int64_t n, std::int64_t k) {
   std::vector<std::int32_t> q;
@@ -304,6 +343,15 @@ inline chain_tiers segment_tiers(chain_tiers tiers, std::int64_t longest_segment
 }  // namespace detail::ckpt
 
 #if TIDE_DEFINITIONS
+TIDE_INLINE double three_tier_lower_bound(std::int64_t n, chain_tiers tiers, chain_costs const& costs) {
+  detail::ckpt::check_tiers("three_tier_lower_bound", n, tiers);
+  costs.check("three_tier_lower_bound", n);
+  auto const w = detail::ckpt::work_of(n, costs);
+  auto const cap = [n](std::int64_t x) { return std::min(x, n); };  // the tiers are not bounded above: no sum past n
+  auto const held = std::min(n, cap(tiers.device) + cap(tiers.host) + cap(tiers.disk));
+  return w.forwards + w.backwards + w.cheapest_forward * static_cast<double>(revolve_extra_forwards(n, std::max<std::int64_t>(held, 1)));
+}
+
 TIDE_INLINE three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers, chain_costs const& costs, three_tier_options const& options) {
   detail::ckpt::check_tiers("three_tier_plan", n, tiers);
   if (n > max_three_tier_layers)
@@ -382,16 +430,66 @@ TIDE_INLINE three_tier_result three_tier_plan(std::int64_t n, chain_tiers tiers,
       dp_starts[j] = std::move(q);
     }
   }
-  // One disk start on a short chain: every split.
+  // The candidates, in the order building every one would take them (so that ties go where
+  // they went): one disk start at every carry on a short chain, then each count's equal and DP
+  // segments, with and without a reserved staging snapshot.
+  struct candidate {
+    std::vector<std::int32_t> starts;
+    bool reserve;
+  };
+  std::vector<candidate> cands;
   if (n <= options.every_split_max_layers)
     for (std::int32_t q = 1; q < n; ++q)
-      for (bool const reserve : {true, false}) consider({0, q}, reserve);
+      for (bool const reserve : {true, false}) cands.push_back({{0, q}, reserve});
   for (std::int64_t const k : detail::ckpt::segment_counts(kmax, options.every_count_max_disk)) {
-    auto const equal = detail::ckpt::equal_starts(n, k);
+    auto equal = detail::ckpt::equal_starts(n, k);
     auto const& dp = dp_starts[static_cast<std::size_t>(k)];
     for (bool const reserve : {true, false}) {
-      consider(equal, reserve);
-      if (!dp.empty() && dp != equal) consider(dp, reserve);
+      cands.push_back({equal, reserve});
+      if (!dp.empty() && dp != equal) cands.push_back({dp, reserve});
+    }
+  }
+  if (!options.skip_by_bound) {
+    for (auto const& c : cands) consider(c.starts, c.reserve);
+    return best;
+  }
+  // Best first: each candidate's time is at least its work plus its least extra forwards
+  // (segments_extra_forwards_bound, at the cheapest forward); candidates are built in the order of
+  // that bound and the search stops at the first whose bound is above the best time found. A
+  // tie with an earlier candidate goes to the earlier one, as building every one in order gives.
+  auto const w = detail::ckpt::work_of(n, costs);
+  auto const held = std::min(tiers.device, n) + std::min(tiers.host, n);  // a segment holds at most these
+  std::vector<std::pair<double, std::size_t>> order;
+  order.reserve(cands.size());
+  for (std::size_t i = 0; i < cands.size(); ++i)
+    order.push_back({w.forwards + w.backwards +
+                         w.cheapest_forward * static_cast<double>(detail::ckpt::segments_extra_forwards_bound(n, cands[i].starts, held)),
+                     i});
+  std::stable_sort(order.begin(), order.end(), [](auto const& x, auto const& y) { return x.first < y.first; });
+  std::size_t best_index = 0;  // 0: the two-tier plan, before every candidate
+  std::vector<chain_action> spare;  // the last loser's actions: the next candidate builds into them
+  for (auto const& entry : order) {
+    auto const bound = entry.first;
+    auto const i = entry.second;  // not a structured binding: the lambda below captures it (clang before 16)
+    // A relative margin: the bound and the machine's time add the same terms in other orders. At
+    // the best time, a candidate can only tie, and a tie goes to the earlier candidate.
+    if (bound > best.predicted_us * (1 + 1e-9)) break;
+    if (bound >= best.predicted_us * (1 - 1e-9) && i + 1 > best_index) continue;
+    auto const before = best.predicted_us;
+    auto r = [&] {
+      auto const& c = cands[i];
+      std::int64_t longest = n - c.starts.back();
+      for (std::size_t j = 0; j + 1 < c.starts.size(); ++j) longest = std::max<std::int64_t>(longest, c.starts[j + 1] - c.starts[j]);
+      return result(detail::ckpt::disk_segments(n, detail::ckpt::segment_tiers(tiers, longest), costs, options.inner, &dp_states_left)
+                        .build(c.starts, c.reserve, std::move(spare)),
+                    three_tier_method::disk_segments, static_cast<std::int32_t>(c.starts.size()), c.reserve);
+    }();
+    if (r.predicted_us < before || (r.predicted_us == before && best_index > 0 && i + 1 < best_index)) {
+      spare = std::move(best.actions);
+      best = std::move(r);
+      best_index = i + 1;
+    } else {
+      spare = std::move(r.actions);
     }
   }
   return best;
