@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -128,6 +129,14 @@ class cli {
     T x{};
     auto const [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
     if (ec != std::errc{} || end != v.data() + v.size()) return false;
+    out = x;
+    return true;
+  }
+  //! An optional value: set when given (no in-band "not given").
+  template <class T>
+  static bool parse_value(std::string_view v, std::optional<T>& out) {
+    T x{};
+    if (!parse_value(v, x)) return false;
     out = x;
     return true;
   }

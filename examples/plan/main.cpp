@@ -28,13 +28,14 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace {
 
 struct args {
-  std::uint64_t seq = 0;  // 0: the model's default
+  std::optional<std::uint64_t> seq;  // none: the model's default (0 is refused; it had meant "not given")
   std::uint64_t micro_batch = 1;
   double budget_fraction = 0.35;
   bool small = false;
@@ -55,6 +56,7 @@ args parse(int argc, char** argv) {
       .option("--trace", a.trace, "FILE", "the sim's trace of the last planned schedule, and FILE.host.json");
   cli.parse(argc, argv);
   if (a.micro_batch == 0 || !(a.budget_fraction > 0)) cli.fail("need a positive --micro-batch and --budget-fraction");
+  if (a.seq && *a.seq == 0) cli.fail("--seq 0: give a sequence length of at least 1, or leave --seq out for the model's");
   return a;
 }
 
@@ -152,12 +154,12 @@ int main(int argc, char** argv) {
   auto const a = parse(argc, argv);
   if (a.published) return published_experiment(a.json);
   std::vector<transformer_spec> model_list = {
-      models::deepseek_v3(a.seq ? a.seq : 4096, a.micro_batch, 1),
-      models::llama3_405b(a.seq ? a.seq : 8192, a.micro_batch, 8),
+      models::deepseek_v3(a.seq.value_or(4096), a.micro_batch, 1),
+      models::llama3_405b(a.seq.value_or(8192), a.micro_batch, 8),
   };
   if (a.small)
     for (auto& m : model_list) {
-      m.seq_len = a.seq ? a.seq : 512;
+      m.seq_len = a.seq.value_or(512);
       m.layer_count = 12;
     }
   std::vector<hardware_spec> machines = {hardware::h100_sxm(), hardware::h200_sxm(), hardware::gh200(), hardware::gb200(),
