@@ -601,8 +601,11 @@ TEST(Turn, IsItsOwnIntervalInTheTimelineSummaryAndTrace) {
       EXPECT_LT(sp.end_us - sp.begin_us, 3000) << "the last forward's interval holds the turn";
     }
   EXPECT_TRUE(found);
-  for (auto const& sp : tl.ops)
-    if (s.ops[sp.op].kind == op_kind::backward) EXPECT_GE(sp.begin_us, tl.turn->end_us);
+  for (auto const& sp : tl.ops) {
+    if (s.ops[sp.op].kind == op_kind::backward) {
+      EXPECT_GE(sp.begin_us, tl.turn->end_us);
+    }
+  }
   auto const sum = summarize(tl, s);
   EXPECT_DOUBLE_EQ(sum.turn_us, tl.turn->end_us - tl.turn->begin_us);
   EXPECT_GE(sum.compute_us, sum.forward_us + sum.backward_us + sum.turn_us - 1e-9);

@@ -636,7 +636,9 @@ TEST(Trace, OccupancySweepMatchesAReference) {
       ASSERT_EQ(curve[i].bytes, static_cast<std::size_t>(sum)) << n << " at " << i;
       ++i;
     }
-    if (n > 0) EXPECT_EQ(curve.back().bytes, 0u);
+    if (n > 0) {
+      EXPECT_EQ(curve.back().bytes, 0u);
+    }
   }
 }
 

@@ -685,7 +685,9 @@ TEST(SpillFile, TheDevicesLogicalBlockSizeIsReadFromSysfs) {
   // The real probe on this machine's temp directory: statx's answer, or the device's, or nothing
   // (tmpfs), never below 1 or off a power of two.
   int const d = ::open(dir.path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (auto const r = detail::probe_direct_io_alignment(d)) EXPECT_EQ(r->offset & (r->offset - 1), 0u) << r->source;
+  if (auto const r = detail::probe_direct_io_alignment(d)) {
+    EXPECT_EQ(r->offset & (r->offset - 1), 0u) << r->source;
+  }
   ::close(d);
 }
 

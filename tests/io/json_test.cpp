@@ -790,6 +790,9 @@ TEST(RoundTrip, RandomPoliciesAndCalibrationsReadBackAsWritten) {
     c.link = {.d2h = {.bytes_per_second = rate(), .latency_us = time()}, .h2d = {.bytes_per_second = rate(), .latency_us = time()},
               .full_duplex = coin()};
     c.sync_latency_us = time(), c.op_overhead_us = time(), c.hbm_bytes_per_second = rate();
+    if (coin())  // the storage link (issue 54: the file had none, and drives read back as unpaced)
+      c.storage = {.write = {.bytes_per_second = rate(), .latency_us = time()}, .read = {.bytes_per_second = rate(), .latency_us = time()},
+                   .full_duplex = coin()};
     ASSERT_NO_THROW(c.check()) << "case " << i << ": the generator made a table check() refuses";
     auto const text = io::to_json(c).dump();
     cost_table back;
@@ -803,6 +806,9 @@ TEST(RoundTrip, RandomPoliciesAndCalibrationsReadBackAsWritten) {
     for (std::uint32_t l = 0; l < st.layer_count(); ++l) {
       EXPECT_EQ(std::memcmp(&back.layers[l].forward_us, &c.layers[l].forward_us, sizeof(double)), 0) << "case " << i;
       EXPECT_EQ(back.layers[l].slot_producer, c.layers[l].slot_producer) << "case " << i;
+      EXPECT_EQ(std::memcmp(&back.storage.write.bytes_per_second, &c.storage.write.bytes_per_second, sizeof(double)), 0) << "case " << i;
+      EXPECT_EQ(std::memcmp(&back.storage.read.latency_us, &c.storage.read.latency_us, sizeof(double)), 0) << "case " << i;
+      EXPECT_EQ(back.storage.full_duplex, c.storage.full_duplex) << "case " << i;
       // "As forward_us" reads back as such (the writer wrote the forward's time, issue 54).
       EXPECT_EQ(back.layers[l].recompute_us, c.layers[l].recompute_us) << "case " << i;
     }

@@ -220,6 +220,17 @@ check(doc.get("layers") == 24 and doc.get("resident_bytes") == 20 << 30, f"model
 plan_rows = [row for row in doc.get("rows", []) if row["key"] == "planner"]
 check(len(plan_rows) == 1 and plan_rows[0]["activation_bytes"] <= doc["device_budget_bytes"], "model file: the plan does not fit")
 
+# A model name with a NUL, an escape sequence and a newline (issue 54): the text output shows it
+# whole, control bytes as \xNN (printf cut it at the NUL and let the escape reach the terminal);
+# --json keeps it exactly.
+named = json.loads(model.read_text())
+named["name"] = "before\u0000after \u001b[31mred\nnext line \u00e9"
+(work / "named.json").write_text(json.dumps(named))
+r = run("--model-file", work / "named.json", "--hardware", "h100", "--device-memory", "22")
+check("before\\x00after \\x1b[31mred\\x0anext line \u00e9 on " in r.stdout, f"the model name printed: {r.stdout[:300]!r}")
+r = run("--model-file", work / "named.json", "--hardware", "h100", "--device-memory", "22", "--json", "--quiet")
+check(json.loads(r.stdout or "{}").get("model") == named["name"], "--json changed the model name")
+
 # The policy files the docs show are valid, and read as DeepSeek-V3's policies (evaluated in the
 # main build only: under a sanitizer, the read-back above runs the same code).
 import re

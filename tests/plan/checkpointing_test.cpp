@@ -758,7 +758,12 @@ TEST(checkpointing, EvaluatorRejectsInvalidDiskActions) {
   };
   auto nan_disk = c;
   nan_disk.disk_write_us = std::nan("");
-  EXPECT_NE(named(nan_disk).find("chain_costs::disk_write_us is nan: give a finite time"), std::string::npos) << named(nan_disk);
+  EXPECT_NE(named(nan_disk).find("chain_costs::disk_write_us is nan: give a time from 0 to 1e12 microseconds"), std::string::npos)
+      << named(nan_disk);
+  // Past 1e12 us (a cost table's bound): 1e300 was taken, and the chain's time was infinite.
+  auto huge = c;
+  huge.forward_us = {1e300};
+  EXPECT_NE(named(huge).find("chain_costs::forward_us is 1.0000000000000001e+300"), std::string::npos) << named(huge);
   auto per_layer = c;
   per_layer.backward_us.assign(8, 2.0);
   per_layer.backward_us[5] = -0.5;

@@ -81,6 +81,22 @@ std::string plot_script() {
   return std::filesystem::exists(p) ? p.string() : std::string();
 }
 
+// A name as a terminal shows it: control bytes (a NUL, which cut the printed name short, an
+// escape sequence, a newline) as \xNN; other bytes, UTF-8 included, as they are.
+std::string shown(std::string_view s) {
+  std::string r;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7f) {
+      char b[5];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      r += b;
+    } else {
+      r += static_cast<char>(c);
+    }
+  }
+  return r;
+}
+
 std::string shell_quote(std::string const& s) {
   std::string r = "'";
   for (char c : s) r += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -434,7 +450,7 @@ int run(int argc, char** argv) {
     std::printf("tokens per second by micro-batch on %s (%zu planned):\n%s\nmicro-batch %llu, the most tokens per second:\n",
                 std::string(hw.name).c_str(), sweep->plan.results.size(), tide_plan::format_sweep(*sweep).c_str(),
                 static_cast<unsigned long long>(a.micro_batch));
-  std::printf("%s on %s (%u layers)\n", p.name.c_str(), std::string(hw.name).c_str(), p.stack.layer_count());
+  std::printf("%s on %s (%u layers)\n", shown(p.name).c_str(), std::string(hw.name).c_str(), p.stack.layer_count());
   if (p.options.storage_budget)
     std::printf("  storage budget %s (spill file; write %.1f GB/s, read %.1f GB/s)\n",
                 format_bytes(static_cast<double>(p.options.storage_budget)).c_str(), p.costs.storage.write.bytes_per_second / 1e9,

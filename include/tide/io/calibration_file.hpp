@@ -43,6 +43,7 @@ inline json to_json(cost_table const& t) {
   finite(t.hbm_bytes_per_second, "hbm_bytes_per_second");
   finite(t.link.d2h.bytes_per_second, "d2h bandwidth"), finite(t.link.h2d.bytes_per_second, "h2d bandwidth");
   finite(t.link.d2h.latency_us, "d2h latency_us"), finite(t.link.h2d.latency_us, "h2d latency_us");
+  finite(t.storage.write.bytes_per_second, "storage write bandwidth"), finite(t.storage.read.bytes_per_second, "storage read bandwidth");
   finite(t.sync_latency_us, "sync_latency_us"), finite(t.op_overhead_us, "op_overhead_us");
   json j;
   j["layers"] = json::array();
@@ -62,6 +63,11 @@ inline json to_json(cost_table const& t) {
   }
   auto dir = [](link_direction const& m) { return json{{"bytes_per_second", m.bytes_per_second}, {"latency_us", m.latency_us}}; };
   j["link"] = {{"d2h", dir(t.link.d2h)}, {"h2d", dir(t.link.h2d)}, {"full_duplex", t.link.full_duplex}};
+  // The storage link where it is not the default (unpaced, latency 0): a table with drives read
+  // back without them, its spills then priced as free (issue 54).
+  if (!(t.storage.unpaced() && t.storage.write.latency_us == 0 && t.storage.read.latency_us == 0 && !t.storage.full_duplex &&
+        !std::signbit(t.storage.write.latency_us) && !std::signbit(t.storage.read.latency_us)))
+    j["storage"] = {{"write", dir(t.storage.write)}, {"read", dir(t.storage.read)}, {"full_duplex", t.storage.full_duplex}};
   j["sync_latency_us"] = t.sync_latency_us;
   j["op_overhead_us"] = t.op_overhead_us;
   if (t.hbm_bytes_per_second != 0 || std::signbit(t.hbm_bytes_per_second)) j["hbm_bytes_per_second"] = t.hbm_bytes_per_second;
@@ -114,7 +120,7 @@ inline link_direction link_direction_from(node const& n) {
 //! The cost table a calibration file describes. Throws `json_error`.
 inline cost_table cost_table_from_json(json const& j, std::string_view document = "calibration file") {
   detail::node const root(j, document);
-  root.object({"layers", "link", "sync_latency_us", "op_overhead_us", "hbm_bytes_per_second"});
+  root.object({"layers", "link", "storage", "sync_latency_us", "op_overhead_us", "hbm_bytes_per_second"});
   cost_table t;
   auto const layers = root.at("layers");
   if (layers.size() == 0) layers.fail("expected at least one layer");
@@ -124,6 +130,13 @@ inline cost_table cost_table_from_json(json const& j, std::string_view document 
   t.link.d2h = detail::link_direction_from(link.at("d2h"));
   t.link.h2d = detail::link_direction_from(link.at("h2d"));
   if (link.has("full_duplex")) t.link.full_duplex = link.at("full_duplex").boolean();
+  if (root.has("storage")) {  // absent: unpaced (tide-plan then takes its hardware preset's drives)
+    auto const storage = root.at("storage");
+    storage.object({"write", "read", "full_duplex"});
+    t.storage.write = detail::link_direction_from(storage.at("write"));
+    t.storage.read = detail::link_direction_from(storage.at("read"));
+    if (storage.has("full_duplex")) t.storage.full_duplex = storage.at("full_duplex").boolean();
+  }
   if (root.has("sync_latency_us")) t.sync_latency_us = root.at("sync_latency_us").time_us();
   if (root.has("op_overhead_us")) t.op_overhead_us = root.at("op_overhead_us").time_us();
   if (root.has("hbm_bytes_per_second")) {

@@ -26,21 +26,26 @@ TIDE_INLINE void chain_costs::check(char const* who, std::int64_t n) const {
   if (!fits(forward_us) || !fits(backward_us))
     throw cost_model_error(std::string(who) + ": costs need 1 or n = " + std::to_string(n) + " forward and backward values, got " +
                          std::to_string(forward_us.size()) + " and " + std::to_string(backward_us.size()));
-  // The first bad value, by field (and layer): "costs must be finite" named none.
-  auto check = [who](double x, std::string const& field) {
-    if (!(x >= 0) || x == std::numeric_limits<double>::infinity()) {
+  // The first bad value, by field (and layer): "costs must be finite" named none. At most 1e12 us
+  // (a cost table's `max_time_us`), so that no chain of up to 2^23 steps sums past 2^53 us with
+  // room left: 1e300 was taken and the chain's time was infinite. The name is built only for the
+  // value refused (a million per-layer costs were a million strings).
+  auto check = [who](double x, auto const& field) {
+    if (!(x >= 0 && x <= 1e12)) {
       char v[32];
       std::snprintf(v, sizeof v, "%.17g", x);
-      throw cost_model_error(std::string(who) + ": chain_costs::" + field + " is " + v + ": give a finite time of at least 0 microseconds");
+      throw cost_model_error(std::string(who) + ": chain_costs::" + field() + " is " + v + ": give a time from 0 to 1e12 microseconds");
     }
   };
-  for (auto const& [values, field] : {std::pair{&forward_us, "forward_us"}, {&backward_us, "backward_us"}})
+  for (auto const& entry : {std::pair{&forward_us, "forward_us"}, {&backward_us, "backward_us"}}) {
+    auto const& [values, field] = entry;  // not captured below: clang before 16 takes no bindings in lambdas
     for (std::size_t l = 0; l < values->size(); ++l)
-      check((*values)[l], std::string(field) + (values->size() > 1 ? "[" + std::to_string(l) + "]" : ""));
-  check(d2h_us, "d2h_us");
-  check(h2d_us, "h2d_us");
-  check(disk_write_us, "disk_write_us");
-  check(disk_read_us, "disk_read_us");
+      check((*values)[l], [&entry, l] {
+        return std::string(entry.second) + (entry.first->size() > 1 ? "[" + std::to_string(l) + "]" : "");
+      });
+  }
+  for (auto const& [x, field] : {std::pair{d2h_us, "d2h_us"}, {h2d_us, "h2d_us"}, {disk_write_us, "disk_write_us"}, {disk_read_us, "disk_read_us"}})
+    check(x, [f = field] { return std::string(f); });
 }
 #endif  // TIDE_DEFINITIONS
 
