@@ -14,6 +14,7 @@
 #include <tide/plan/plan.hpp>
 #include <tide/plan/planner.hpp>
 #include <tide/plan/simulate.hpp>
+#include <tide/plan/stage_timeline.hpp>
 #include <tide/plan/compare.hpp>
 #include <tide/plan/micro_batch.hpp>
 #include <tide/plan/tune.hpp>
