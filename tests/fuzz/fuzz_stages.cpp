@@ -1,0 +1,109 @@
+// The stage-order fuzzer (libFuzzer, clang only): bytes become a pipeline (order, stages, stage,
+// micro-batches, per-stage forward, backward and transfer times, hostile values included), and
+// stage_steps, peak_in_flight and time_stages must either refuse it with a tide::error or give
+// orders and timelines that keep their invariants: each micro-batch once forward and once
+// backward, forward first, backwards in micro-batch order, the peak in flight in closed form, and
+// every pass after what it waits on. A finding prints what broke and aborts (libFuzzer keeps the
+// input). Input format (read front to back; missing bytes read as 0):
+//   byte 0: order (low bit: 0 gpipe, 1 1f1b; 0xFF: an invalid enumerator); bytes 1-2: stages;
+//   bytes 3-4: stage; bytes 5-7: micro-batches; then per stage (at most 8 read) three times, each
+//   one byte: 0xFF NaN, 0xFE -1, 0xFD 1e13, 0xFC infinity, else the byte / 4 microseconds.
+#include <tide/core/stage_order.hpp>
+#include <tide/plan/stage_timeline.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <limits>
+#include <vector>
+
+namespace {
+
+struct reader {
+  std::uint8_t const* data;
+  std::size_t size, at = 0;
+  std::uint32_t byte() { return at < size ? data[at++] : 0; }
+};
+
+[[noreturn]] void finding(char const* what, tide::stage_spec const& s) {
+  std::fprintf(stderr, "fuzz_stages: %s (stage %u of %u, %u micro-batches, %s)\n", what, s.stage, s.stages, s.micro_batches,
+               s.order == tide::stage_order::gpipe ? "gpipe" : "1f1b or invalid");
+  std::abort();
+}
+
+double time_of(std::uint32_t b) {
+  switch (b) {
+    case 0xFF: return std::numeric_limits<double>::quiet_NaN();
+    case 0xFE: return -1;
+    case 0xFD: return 1e13;
+    case 0xFC: return std::numeric_limits<double>::infinity();
+    default: return b / 4.0;
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size) {
+  reader r{data, size};
+  auto const o = r.byte();
+  tide::stage_spec s;
+  s.order = o == 0xFF ? static_cast<tide::stage_order>(7) : (o & 1) ? tide::stage_order::one_f_one_b : tide::stage_order::gpipe;
+  s.stages = r.byte() | r.byte() << 8;
+  s.stage = r.byte() | r.byte() << 8;
+  s.micro_batches = r.byte() | r.byte() << 8 | r.byte() << 16;
+  // Keep one input's work small: the order is 2 x micro_batches entries, the timeline stages x
+  // micro_batches passes (the limits themselves are the unit test's).
+  if (std::uint64_t{s.micro_batches} * std::max<std::uint32_t>(s.stages, 1) > (1u << 16)) return 0;
+  std::vector<tide::stage_costs> costs;
+  for (std::uint32_t k = 0; k < std::min<std::uint32_t>(s.stages, 8); ++k)
+    costs.push_back({.forward_us = time_of(r.byte()), .backward_us = time_of(r.byte()), .transfer_us = time_of(r.byte())});
+  try {
+    auto const v = tide::stage_steps(s);
+    if (v.size() != 2 * std::size_t{s.micro_batches}) finding("an order of the wrong length", s);
+    std::vector<char> fwd(s.micro_batches, 0), bwd(s.micro_batches, 0);
+    std::uint32_t next_f = 0, next_b = 0, live = 0, peak = 0;
+    for (auto const& x : v) {
+      if (x.micro_batch >= s.micro_batches) finding("a micro-batch out of range", s);
+      if (x.pass == tide::stage_pass::forward) {
+        if (x.micro_batch != next_f++) finding("forwards out of order", s);
+        fwd[x.micro_batch] = 1;
+        peak = std::max(peak, ++live);
+      } else {
+        if (x.micro_batch != next_b++) finding("backwards out of micro-batch order", s);
+        if (!fwd[x.micro_batch]) finding("a backward before its forward", s);
+        bwd[x.micro_batch] = 1;
+        --live;
+      }
+    }
+    if (live != 0) finding("micro-batches left in flight", s);
+    auto const expect = s.order == tide::stage_order::gpipe ? s.micro_batches : s.stages - s.stage;
+    if (peak != expect || tide::peak_in_flight(s) != peak) finding("the peak in flight is not the closed form", s);
+  } catch (tide::error const&) {
+    // a refused stage: fine
+  }
+  if (costs.size() == std::min<std::uint32_t>(s.stages, 8) && !costs.empty() && s.stages > 8) costs.resize(1);  // one for every stage
+  try {
+    auto const t = tide::time_stages(s.order, s.stages, s.micro_batches, costs);
+    for (std::uint32_t st = 0; st < t.stages; ++st)
+      for (std::uint32_t m = 0; m < t.micro_batches; ++m) {
+        auto const i = t.index(st, m);
+        if (!(t.forward_end_us[i] >= t.forward_begin_us[i]) || !(t.backward_begin_us[i] >= t.forward_end_us[i]) ||
+            !(t.backward_end_us[i] >= t.backward_begin_us[i]) || !(t.backward_end_us[i] <= t.step_us))
+          finding("a pass out of order in the timeline", s);
+        if (st > 0 && t.forward_begin_us[i] < t.forward_end_us[t.index(st - 1, m)]) finding("a forward before the previous stage's", s);
+        if (st + 1 < t.stages && t.backward_begin_us[i] < t.backward_end_us[t.index(st + 1, m)])
+          finding("a backward before the next stage's", s);
+      }
+    for (std::uint32_t st = 0; st < t.stages; ++st)
+      if (!(t.bubble_us(st) >= -1e-6 * t.step_us)) finding("a negative bubble", s);
+  } catch (tide::error const&) {
+    // refused: fine
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "fuzz_stages: an undocumented exception: %s\n", e.what());
+    std::abort();
+  }
+  return 0;
+}
