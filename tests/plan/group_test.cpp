@@ -145,6 +145,24 @@ TEST(GroupedPlan, CompressesPeriodicRunsAndExpandsExactly) {
   for (std::uint32_t l = 0; l < L; ++l)
     for (std::size_t k = 0; k < st.layer(l).slots.size(); ++k)
       ASSERT_EQ(full[at++], d[first[static_cast<std::size_t>(covered_by[l])] + k]) << "layer " << l << " slot " << k;
+  // Runs too short to compress, but long: every layer as it is (the search skips ahead within a
+  // run of identical layers; from each layer it was quadratic), and the same with no blocks.
+  {
+    stack_spec longer;
+    cost_table lc{.link = host_link::symmetric(50e9, 5)};
+    for (int i = 0; i < 3000; ++i) {
+      longer.append(i < 2400 ? block(3) : block(2, "other"));
+      lc.layers.push_back(i < 2400 ? block_cost(3) : block_cost(2, 1 + i));  // distinct costs after the run
+    }
+    for (auto [e, reps] : {std::pair{1300u, 4u}, {1600u, 4u}, {3u, 0u}}) {  // skipped ahead; none can fit; no blocks
+      auto const u = detail::compress_runs(longer, lc, e, reps, 8);
+      EXPECT_EQ(u.stack.layer_count(), 3000u) << "edge " << e << ", blocks " << reps;
+      EXPECT_EQ(u.stand_ins, 0u);
+      for (std::uint32_t c = 0; c < 3000; ++c) ASSERT_EQ(u.begin[c], c);
+    }
+    // A run that just compresses (2400 > 2 x 1195 + 4) still does.
+    EXPECT_GT(detail::compress_runs(longer, lc, 1195, 4, 8).stand_ins, 0u);
+  }
   // copy_positions (the fill's index) agrees with the expansion.
   auto const pos = detail::copy_positions(g);
   for (std::uint32_t c = 0; c < g.stack.layer_count(); ++c)

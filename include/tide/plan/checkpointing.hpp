@@ -268,8 +268,9 @@ struct three_tier_options {
   //! DP states all the two-tier searches of one call create together (each segment of each
   //! candidate runs one); once spent, segments get the segment family instead of the DP.
   std::size_t max_dp_states = 100000;
-  //! Candidates are built in the order of a lower bound on their time (`three_tier_candidate_bound`)
-  //! and those whose bound is above the best time found are skipped: the same plan as building
+  //! Candidates are built in the order of a lower bound on their time (every step's work and the
+  //! least extra forwards of their segments) and those whose bound is above the best time found
+  //! are skipped: the same plan as building
   //! every candidate (ties go to the earlier candidate, as there), in far fewer builds. false:
   //! every candidate, in order (the reference the tests compare with).
   bool skip_by_bound = true;

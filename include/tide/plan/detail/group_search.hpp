@@ -6,7 +6,8 @@
 //! groups. Each run longer than `2 * edge + representatives` blocks keeps its first and last
 //! `edge` layers, in whole blocks (the prefetch window's ends: a deeper window than the
 //! candidates' never reaches past them), and stands its middle in for by `representatives`
-//! blocks, each the stand-in for a contiguous share of the middle's blocks. The searches (plan_search.hpp) plan that compressed stack; its plan is expanded (each
+//! blocks, each the stand-in for a contiguous share of the middle's blocks. The searches
+//! (plan_search.hpp) plan that compressed stack; its plan is expanded (each
 //! stand-in's decisions copied onto its block) and built and simulated whole, so the step, peaks
 //! and fit reported are the full stack's, never an estimate.
 //!
@@ -71,6 +72,7 @@ struct grouped_stack {
 struct periodic_run {
   std::uint32_t period = 1;
   std::uint32_t blocks = 1;
+  std::uint32_t identical_end = 0;  //!< one past the run of layers identical to layer `l` (period 1)
 };
 inline periodic_run longest_periodic_run(stack_spec const& stack, cost_table const& costs, std::uint32_t l, std::uint32_t max_period) {
   auto const L = stack.layer_count();
@@ -80,9 +82,10 @@ inline periodic_run longest_periodic_run(stack_spec const& stack, cost_table con
     auto e = l + k;  // [l, e) has period k
     while (e < L && same_layer(stack, costs, e - k, e)) ++e;
     auto const blocks = (e - l) / k;
+    if (k == 1) best.identical_end = e;
     if (std::uint64_t{blocks} * k > covered) {
       covered = std::uint64_t{blocks} * k;
-      best = {.period = k, .blocks = blocks};
+      best.period = k, best.blocks = blocks;
     }
   }
   return best;
@@ -110,17 +113,26 @@ inline grouped_stack compress_runs(stack_spec const& stack, cost_table const& co
     g.stand_ins += weight > 1;
   };
   max_period = std::max<std::uint32_t>(max_period, 1);
+  // A compressed run has more than 2 * edge + representatives layers: none fits, none is searched
+  // (with group_blocks 0, or an edge of half the stack, every layer searched the rest of its run).
+  if (representatives == 0 || std::uint64_t{L} <= 2 * std::uint64_t{edge} + representatives) {
+    for (std::uint32_t l = 0; l < L; ++l) add(l, 1, 1);
+    return g;
+  }
   for (std::uint32_t l = 0; l < L;) {
     auto const run = longest_periodic_run(stack, costs, l, max_period);
     auto const k = run.period;
     // The ends in whole blocks; in 64 bits: an edge or a representative count near 2^31 wrapped,
     // and the run was then "compressed" into layers past the stack's end.
     auto const edge_blocks = (std::uint64_t{edge} + k - 1) / k;
-    if (representatives == 0 || run.blocks <= 2 * edge_blocks + representatives) {
-      // Too short: its first layer as it is; the next layer starts the next search (a periodic
-      // run may begin there).
-      add(l, 1, 1);
-      ++l;
+    if (run.blocks <= 2 * edge_blocks + representatives) {
+      // Too short: its first layers as they are, and the search goes on where a periodic run may
+      // begin. A start within the layers identical to layer l, at least max_period before their
+      // end, finds every period's run ending where l's does, with fewer blocks: too short too.
+      // (Searching from each of them made a long run of identical layers quadratic.)
+      auto next = l + 1;
+      if (std::uint64_t{run.identical_end} >= std::uint64_t{l} + max_period) next = run.identical_end - max_period + 1;
+      for (; l < next; ++l) add(l, 1, 1);
       continue;
     }
     auto const eb = static_cast<std::uint32_t>(edge_blocks);
@@ -171,11 +183,11 @@ inline std::vector<placement> expand_decisions(stack_spec const& full, grouped_s
   std::size_t decisions = 0;
   for (std::uint32_t l = 0; l < full.layer_count(); ++l) decisions += full.layer(l).slots.size();
   r.reserve(decisions);
+  auto const stride = copy_positions(g).stride;  // a block's decisions
   std::size_t at = 0;
   for (std::uint32_t c = 0; c < g.stack.layer_count();) {
     auto const k = g.period[c];
-    std::size_t block = 0;
-    for (std::uint32_t i = 0; i < k; ++i) block += g.stack.layer(c + i).slots.size();
+    auto const block = stride[c];
     auto const from = d.begin() + static_cast<std::ptrdiff_t>(at);
     for (std::uint32_t w = 0; w < g.weight[c]; ++w) r.insert(r.end(), from, from + static_cast<std::ptrdiff_t>(block));
     at += block;
