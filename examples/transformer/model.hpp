@@ -174,8 +174,12 @@ class basic_model {
   //! Final RMSNorm, logits = h E^T, mean cross-entropy over the targets that are >= 0 (a
   //! negative target masks its position). With a non-empty grad_carry, also backward: writes
   //! the gradient of the last layer's output and accumulates the embedding's and final norm's.
+  //! `loss_scale` scales the loss whose gradient is taken (1/M averages M micro-batches); a
+  //! non-empty `embedding_grad` (the embedding's size) takes the head's share of the tied
+  //! embedding's gradient instead of the model's gradients (a pipeline's last stage keeps it apart
+  //! until it is reduced with the first stage's).
   double head(std::span<Real const> carry, std::span<std::int32_t const> targets, shape s,
-              std::span<Real> grad_carry) {
+              std::span<Real> grad_carry, double loss_scale = 1.0, std::span<Real> embedding_grad = {}) {
     check_shape(s);
     std::size_t const n = s.tokens(), d = c_.width, V = c_.vocab;
     check_size(carry.size(), n * d, "carry");
@@ -212,12 +216,13 @@ class basic_model {
       loss += lse - static_cast<double>(z[y]);
       for (std::size_t v = 0; v < V; ++v)  // z becomes dloss/dz
         z[v] = static_cast<Real>((std::exp(static_cast<double>(z[v]) - lse) - (v == y ? 1.0 : 0.0)) /
-                                 static_cast<double>(count));
+                                 static_cast<double>(count) * loss_scale);
     }
     if (backward) {
       Real* dhf = work(w_dhn_, n * d);
       blas::gemm_nn(n, d, V, logits, emb, Real{0}, dhf);
-      blas::gemm_tn(V, d, n, logits, hf, Real{1}, g_.data() + embedding_);
+      if (!embedding_grad.empty()) check_size(embedding_grad.size(), V * d, "embedding_grad");
+      blas::gemm_tn(V, d, n, logits, hf, Real{1}, embedding_grad.empty() ? g_.data() + embedding_ : embedding_grad.data());
       Real* dx = work(w_dx_, n * d);  // grad_carry may alias carry
       std::fill(dx, dx + n * d, Real{0});
       kernels::rms_backward(carry.data(), inv, gain, dhf, n, d, dx, g_.data() + final_norm_);
@@ -302,6 +307,22 @@ class basic_model {
     embed_backward(tokens, s, grad);
     return loss;
   }
+
+  //! One micro-batch of a pipeline's step, whole, in one process: forward, the head (its loss
+  //! scaled by `loss_scale`, its share of the embedding's gradient into `embedding_grad`), backward
+  //! and the embedding's backward, accumulating into the gradients (not zeroed): the same
+  //! accumulation order as the pipeline's stages. Returns the micro-batch's mean loss.
+  double accumulate_micro_batch(std::span<std::int32_t const> tokens, std::span<std::int32_t const> targets, shape s,
+                                double loss_scale, std::span<Real> embedding_grad) {
+    forward_all(tokens, s);
+    std::span<Real> grad(w_grad_carry_);
+    double const loss = head(carry_, targets, s, grad, loss_scale, embedding_grad);
+    for (std::size_t l = c_.layers; l-- > 0;) layer_backward(l, s, store_[l], grad, grad);
+    embed_backward(tokens, s, grad);
+    return loss;
+  }
+  //! The embedding's range of the parameters (and gradients).
+  [[nodiscard]] parameter_tensor const& embedding_tensor() const { return params_.front(); }
 
   //! The mean loss, forward only (the store then holds this batch's saved tensors).
   double evaluate(std::span<std::int32_t const> tokens, std::span<std::int32_t const> targets, shape s) {

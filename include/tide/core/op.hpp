@@ -26,9 +26,15 @@ enum class op_kind : std::uint8_t {
   regather,    //!< the before-backward collective hook of a layer (communication stream)
   store,       //!< a spilled slot's bytes from the pinned spill ring to its storage file region
   load,        //!< a spilled slot's bytes from its storage file region back to the spill ring
+  //! A stage's boundary tensor or its gradient to the neighbouring stage (or, at the pipeline's
+  //! ends, to the user): through the step's transport, on the communication stream
+  send,
+  //! A stage's boundary tensor or its gradient from the neighbouring stage (or, at the pipeline's
+  //! ends, from the user): through the step's transport, on the communication stream
+  receive,
 };
 //! The number of op kinds (the last one's value plus one).
-inline constexpr std::size_t op_kind_count = static_cast<std::size_t>(op_kind::load) + 1;
+inline constexpr std::size_t op_kind_count = static_cast<std::size_t>(op_kind::receive) + 1;
 
 //! The kind's name, as `describe`, traces and checker messages print it.
 constexpr std::string_view to_string(op_kind k) noexcept {
@@ -44,6 +50,8 @@ constexpr std::string_view to_string(op_kind k) noexcept {
     case op_kind::regather: return "regather";
     case op_kind::store: return "store";
     case op_kind::load: return "load";
+    case op_kind::send: return "send";
+    case op_kind::receive: return "receive";
   }
   return "?";
 }
@@ -57,10 +65,16 @@ constexpr bool is_collective(op_kind k) noexcept {
   return k == op_kind::gather || k == op_kind::regather || k == op_kind::reduce;
 }
 
+//! A stage's boundary transfer: send or receive (stage schedules only, core/stage_schedule.hpp).
+constexpr bool is_boundary(op_kind k) noexcept { return k == op_kind::send || k == op_kind::receive; }
+
 //! `op::slot` of an op that copies no slot (compute and collective ops).
 inline constexpr std::uint16_t no_slot = 0xffff;
 //! `op::slot` of a copy of the carry (`op::layer` is then the carry's index: the input of that layer).
 inline constexpr std::uint16_t carry_slot = 0xfffe;
+//! `op::slot` of a send or receive of a boundary tensor's gradient (stage schedules: the gradient
+//! of the stage's input goes back, that of its output comes in).
+inline constexpr std::uint16_t gradient_slot = 0xfffd;
 //! `op::carry_in` / `op::carry_out` of an op that reads or writes no carry.
 inline constexpr std::size_t no_carry = static_cast<std::size_t>(-1);
 
@@ -72,8 +86,12 @@ struct op {
   stream_role stream = stream_role::compute;  //!< the stream it is issued on
   std::uint16_t slot = no_slot;  //!< layer-local slot index (copies only)
   std::uint32_t layer = 0;       //!< layer the op works for (a carry copy: the carry's index)
-  std::uint32_t chunk = 0;   //!< chunk index of a copy
-  std::uint32_t chunks = 1;  //!< chunks the slot's copy is split into
+  std::uint32_t chunk = 0;   //!< chunk index of a copy; send, receive: its place in a pair (below)
+  //! Chunks the slot's copy is split into. Send, receive: 2 for a send and the receive right
+  //! after it on the same stream, posted together (the send's `chunk` is 0, the receive's 1):
+  //! the transport posts the send and returns, and completes both in the receive, so that two
+  //! neighbouring stages that send to each other cannot deadlock; nothing waits on such a send.
+  std::uint32_t chunks = 1;
   std::size_t device_offset = 0;  //!< copies: device arena offset of this chunk
   std::size_t host_offset = 0;    //!< copies: host arena offset of this chunk
   std::size_t bytes = 0;          //!< copies: bytes in this chunk; store, load: the slot's bytes
@@ -105,6 +123,7 @@ inline void write_op_label(std::span<char> buf, op const& o, std::string_view sl
   int n = std::snprintf(buf.data(), buf.size(), "%.*s L%u", k, kind.data(), static_cast<unsigned>(o.layer));
   auto rest = [&] { return n < 0 || static_cast<std::size_t>(n) >= buf.size() ? std::span<char>{} : buf.subspan(static_cast<std::size_t>(n)); };
   if (o.slot == no_slot) return;
+  if (o.slot == gradient_slot) slot_name = "gradient";
   if (auto r = rest(); !r.empty()) {
     int const m = slot_name.empty()
                       ? std::snprintf(r.data(), r.size(), " slot %u", static_cast<unsigned>(o.slot))

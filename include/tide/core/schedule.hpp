@@ -15,6 +15,7 @@
 #include <tide/core/name.hpp>
 #include <tide/core/op.hpp>
 #include <tide/core/pipeline.hpp>
+#include <tide/core/stage_order.hpp>
 #include <tide/core/vocabulary.hpp>
 
 namespace tide {
@@ -133,6 +134,33 @@ struct arena_layout {
   friend constexpr bool operator==(arena_layout const&, arena_layout const&) = default;
 };
 
+//! What makes a schedule a pipeline stage's step (core/stage_schedule.hpp): its layers are the
+//! stage's `layers` for each micro-batch in turn (schedule layer `v` is layer `v % layers` of
+//! micro-batch `v / layers`), run in the order of `spec`, with boundary sends and receives. Each
+//! micro-batch in flight holds an instance region (its kept slots, carries and boundary gradient;
+//! pinned host and storage regions too); the copy rings and scratch are shared. `layers == 0`: not
+//! a stage schedule.
+struct stage_binding {
+  stage_spec spec{};                //!< the stage, its pipeline's stages and micro-batches, and the order
+  std::uint32_t layers = 0;         //!< the stage's layers (per micro-batch); 0: not a stage schedule
+  std::uint32_t instances = 0;      //!< instance regions: the most micro-batches in flight at once
+  //! Per micro-batch: the device offset of the carry scratch its recomputes are lent, or `no_carry`
+  //! (`arena_layout::recompute_carry_offset` of its policy's layout)
+  std::span<std::size_t const> recompute_carry{};
+  //! Per micro-batch: its instance region
+  std::span<std::uint32_t const> instance_of{};
+  //! Per micro-batch: the device offset of its boundary gradient (the carry's size)
+  std::span<std::size_t const> gradient{};
+  //! True for a stage schedule.
+  [[nodiscard]] constexpr bool present() const noexcept { return layers != 0; }
+  //! Which micro-batch schedule layer `v` belongs to (0 outside a stage schedule).
+  [[nodiscard]] constexpr std::uint32_t micro_batch_of(std::uint32_t v) const noexcept { return layers ? v / layers : 0; }
+  //! Which of the stage's layers schedule layer `v` is (`v` outside a stage schedule).
+  [[nodiscard]] constexpr std::uint32_t layer_of(std::uint32_t v) const noexcept { return layers ? v % layers : v; }
+  //! Device offset of micro-batch `m`'s boundary gradient (the carry's size).
+  [[nodiscard]] constexpr std::size_t gradient_at(std::uint32_t m) const noexcept { return gradient[m]; }
+};
+
 //! A non-owning view of any schedule (run-time or static); what executors and checkers take.
 struct schedule_view {
   std::span<layer_binding const> layers{};  //!< one per layer, in forward order
@@ -145,6 +173,7 @@ struct schedule_view {
   pipeline_spec pipeline{};                 //!< the pipeline the schedule was built with
   collective_spec collectives{};            //!< the collective hooks it makes room for
   carry_binding carry{};                    //!< where the carries live
+  stage_binding stage{};                    //!< a pipeline stage's step: micro-batches and boundaries
 
   //! Number of layers.
   [[nodiscard]] constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
@@ -162,6 +191,14 @@ struct schedule_view {
   [[nodiscard]] constexpr std::span<std::uint32_t const> waits_of(op const& o) const {
     return waits.subspan(o.wait_begin, o.wait_count);
   }
+  //! The carry scratch a recompute of layer `layer` is lent, or `no_carry`.
+  [[nodiscard]] constexpr std::size_t recompute_carry_offset(std::uint32_t layer) const {
+    return stage.present() ? stage.recompute_carry[stage.micro_batch_of(layer)] : arena.recompute_carry_offset;
+  }
+  //! True when layer `layer` is the last of its stack (of its micro-batch's, in a stage schedule).
+  [[nodiscard]] constexpr bool last_layer(std::uint32_t layer) const noexcept {
+    return stage.present() ? stage.layer_of(layer) + 1 == stage.layers : layer + 1 == layers.size();
+  }
 };
 
 //! A schedule built at run time (or transiently inside a constant expression).
@@ -176,6 +213,10 @@ struct schedule {
   pipeline_spec pipeline{};             //!< the pipeline the schedule was built with
   collective_spec collectives{};        //!< the collective hooks it makes room for
   carry_binding carry{};                //!< where the carries live
+  stage_binding stage{};                //!< a pipeline stage's step (core/stage_schedule.hpp)
+  std::vector<std::size_t> stage_recompute_carry{};  //!< storage of `stage.recompute_carry`
+  std::vector<std::uint32_t> stage_instance_of{};    //!< storage of `stage.instance_of`
+  std::vector<std::size_t> stage_gradient{};         //!< storage of `stage.gradient`
 
   //! Predicted device peak: the whole device arena.
   [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
@@ -187,7 +228,11 @@ struct schedule {
   [[nodiscard]] constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(layers.size()); }
   //! A view of this schedule, valid while it lives.
   [[nodiscard]] constexpr schedule_view view() const& noexcept {
-    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
+    auto st = stage;
+    st.recompute_carry = stage_recompute_carry;
+    st.instance_of = stage_instance_of;
+    st.gradient = stage_gradient;
+    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry, st};
   }
   //! Same as `view()`, so a schedule passes where a `schedule_view` is taken.
   constexpr operator schedule_view() const& noexcept { return view(); }

@@ -111,7 +111,10 @@ inline constexpr slot_handle<T> slot_handle_of{Layer::name, Name.view(), detail:
 //! Shared by all contexts: which layer, which stream, the layer's slot bindings.
 template <class Stream>
 struct layer_context {
-  std::uint32_t layer = 0;                   //!< the layer's index in the stack
+  std::uint32_t layer = 0;                   //!< the layer's index in the stack (a stage's: in the stage)
+  //! The micro-batch the op works for: in a stage schedule (core/stage_schedule.hpp), its index
+  //! among the step's micro-batches; 0 otherwise
+  std::uint32_t micro_batch = 0;
   Stream stream{};                           //!< the stream to enqueue the layer's work on
   std::span<slot_binding const> bindings{};  //!< the layer's slots: names, sizes, placements, offsets
   tide::name type_name{};                    //!< the name of the layer's type
@@ -358,6 +361,17 @@ struct forward_context : layer_context<Stream> {
 //! last layer, `output()` the stack's output (to seed the loss gradient).
 template <class Stream>
 struct backward_context : layer_context<Stream> {
+  //! In a stage schedule: the micro-batch's boundary gradient, which the backward updates in place
+  //! (it comes in as the gradient of the stage's output, received or seeded by the last stage's
+  //! turn, and leaves, after layer 0's backward, as the gradient of the stage's input); else null
+  std::byte* gradient_data = nullptr;
+  //! The micro-batch's boundary gradient (a stage schedule; the carry's size), else empty.
+  std::span<std::byte> gradient() const noexcept { return {gradient_data, gradient_data ? this->carry_bytes : 0}; }
+  //! The same as elements of `T`; throws `slot_error` if its size or alignment does not fit T.
+  template <class T>
+  std::span<T> gradient() const {
+    return detail::view_as<T>(gradient(), [] { return "the micro-batch's boundary gradient (gradient())"; });
+  }
   //! The stack's output (the last layer's carry out) in the last layer's backward; else empty.
   std::span<std::byte const> output() const noexcept {
     return {this->carry_out_data, this->carry_out_data ? this->carry_bytes : 0};
@@ -388,29 +402,6 @@ struct backward_context : layer_context<Stream> {
   template <class T>
   std::span<T const> slot_as(std::uint16_t k) const {
     return this->template typed<T const>(slot(k), k);
-  }
-};
-
-//! Given to the turn (`tide::turn{f}`, see `executor::step`): the work between the last layer's
-//! forward and the first backward (the head, the loss, the seed of the gradient), on the compute
-//! stream, ordered after the last forward and before every recompute and backward. In a stack with
-//! a carry, `output()` is the stack's output (the last layer's carry out), read-only: the seed
-//! gradient goes into the buffer the backward lambdas pass down (the user's, which tide does not
-//! own), e.g. captured by the turn.
-template <class Stream>
-struct turn_context {
-  std::uint32_t layer = 0;                    //!< the last layer: its forward has just run
-  Stream stream{};                            //!< the compute stream, to enqueue the turn's work on
-  std::byte const* output_data = nullptr;     //!< the stack's output (a stack with a carry), else null
-  std::size_t output_bytes = 0;               //!< its size (0 when the stack has no carry)
-  bool calibrating = false;                   //!< true while `tide::calibrate` runs the step
-
-  //! The stack's output (the last layer's carry out), read-only; empty when the stack has no carry.
-  [[nodiscard]] std::span<std::byte const> output() const noexcept { return {output_data, output_data ? output_bytes : 0}; }
-  //! The same as elements of `T`; throws `slot_error` if the output's size or alignment does not fit T.
-  template <class T>
-  [[nodiscard]] std::span<T const> output() const {
-    return detail::view_as<T const>(output(), [] { return "the stack's output (the turn's output())"; });
   }
 };
 

@@ -70,6 +70,9 @@ struct executor_options {
   //! Tells the lambdas that tide is measuring them (`tide::calibrate` sets it): `ctx.calibrating`,
   //! so that a backward can skip what must not run then, such as the optimizer's update.
   bool calibrating = false;
+  //! In a stage schedule: what the last stage's turn is told to scale each micro-batch's loss by
+  //! before it seeds the gradient (`turn_context::loss_scale`), e.g. 1/M to average M micro-batches
+  double loss_scale = 1.0;
   //! Every check on: what docs/porting.md's ports run under (with a schedule built with guard
   //! bytes, e.g. `strategy::buffers.guard_bytes = 64`: the peaks count them).
   [[nodiscard]] static constexpr executor_options checked() noexcept {
@@ -96,6 +99,7 @@ class executor {
   using collective_context_type = tide::collective_context<stream_type>;  //!< what collective hooks get
   using step_end_context_type = tide::step_end_context<stream_type>;      //!< what a hook's `agree` gets
   using turn_context_type = tide::turn_context<stream_type>;              //!< what the turn gets
+  using transport_context_type = tide::transport_context<stream_type>;    //!< what a transport's send and receive get
 
   //! Hands the backend the schedule and its sizes (it creates events and arenas) and attaches
   //! `opt.timeline`. `s` must outlive the executor.
@@ -192,9 +196,12 @@ class executor {
     using gather_t = std::remove_reference_t<decltype(unwrap(hooks.before_forward))>;
     using regather_t = std::remove_reference_t<decltype(unwrap(hooks.before_backward))>;
     using reduce_t = std::remove_reference_t<decltype(unwrap(hooks.after_backward))>;
+    using transport_t = std::remove_reference_t<decltype(unwrap(hooks.transport))>;
     static_assert(detail::check_step_callables<stream_type, Forward, Backward, Turn, gather_t, regather_t, reduce_t>());
+    static_assert(detail::check_transport<stream_type, transport_t>());
     refuse_reentry("enqueue");
     check_hooks<gather_t, regather_t, reduce_t>();
+    check_transport_given<transport_t>();
     if (pending_) wait();
     if constexpr (Backend::device_memory_is_host_accessible)
       if (opt_.debug_checks) checks_.check_input();
@@ -205,6 +212,7 @@ class executor {
     auto& gather = unwrap(hooks.before_forward);
     auto& regather = unwrap(hooks.before_backward);
     auto& reduce = unwrap(hooks.after_backward);
+    auto& transport = unwrap(hooks.transport);
     forward_ = erase<forward_context_type>(forward);
     backward_ = erase<backward_context_type>(backward);
     if constexpr (std::is_same_v<std::remove_cv_t<Turn>, detail::no_turn>) turn_ = {};
@@ -212,11 +220,18 @@ class executor {
     gather_ = erase<collective_context_type>(gather);
     regather_ = erase<collective_context_type>(regather);
     reduce_ = erase<collective_context_type>(reduce);
-    finish_ = {{finisher(gather), finisher(regather), finisher(reduce)}};
+    if constexpr (!std::is_same_v<std::remove_cv_t<transport_t>, no_hook>) {
+      send_ = {std::addressof(transport), [](void* p, transport_context_type const& c) { static_cast<transport_t*>(p)->send(c); }};
+      receive_ = {std::addressof(transport), [](void* p, transport_context_type const& c) { static_cast<transport_t*>(p)->receive(c); }};
+    } else {
+      send_ = receive_ = {};
+    }
+    finish_ = {{finisher(gather), finisher(regather), finisher(reduce), finisher(transport)}};
     agreers_ = 0;
     add_agreer(gather);
     add_agreer(regather);
     add_agreer(reduce);
+    add_agreer(transport);
     finishing_hooks_on_error([&] { issue(); });
     pending_ = true;
     guard.armed = false;
@@ -235,22 +250,10 @@ class executor {
   //! Each hook the schedule makes room for must be given, and each hook given must have room:
   //! otherwise gradients would go unreduced (or weights ungathered) without a word.
   template <class Gather, class Regather, class Reduce>
-  void check_hooks() const {
-    auto const& c = s_.collectives;
-    auto check = [](bool room, bool given, char const* name, char const* what) {
-      if (room && !given)
-        throw error(std::string("tide::executor: the schedule makes room for a ") + what + " hook (collective_spec::" +
-                    name + ") but the step was given none: pass it, tide::hooks{." + name +
-                    " = ...}, or build the schedule without it");
-      if (!room && given)
-        throw error(std::string("tide::executor: the step was given a ") + what + " hook (hooks::" + name +
-                    ") but the schedule makes no room for it, so it would never be called: build the schedule with "
-                    "collective_spec::" + name + " (tide::collectives<tide::" + name + ">), or drop the hook");
-    };
-    check(c.before_forward, !std::is_same_v<std::remove_cv_t<Gather>, no_hook>, "before_forward", "gather");
-    check(c.before_backward, !std::is_same_v<std::remove_cv_t<Regather>, no_hook>, "before_backward", "regather");
-    check(c.after_backward, !std::is_same_v<std::remove_cv_t<Reduce>, no_hook>, "after_backward", "reduce");
-  }
+  void check_hooks() const;
+  //! A stage schedule moves its boundaries through the transport: it must be given, and only there.
+  template <class Transport>
+  void check_transport_given() const;
 
   //! Marks this thread as running one of this executor's callbacks for the scope's duration.
   struct callback_scope {
@@ -306,7 +309,7 @@ class executor {
       return {};
   }
   struct finish_hooks {
-    std::array<finisher_of, 3> hooks{};
+    std::array<finisher_of, 4> hooks{};
     void operator()() const {
       for (std::size_t i = 0; i < hooks.size(); ++i) {
         if (!hooks[i].call) continue;
@@ -379,7 +382,8 @@ class executor {
   template <class Ctx>
   Ctx layer_ctx(std::uint32_t layer, stream_role role) {
     Ctx c;
-    c.layer = layer;
+    c.layer = s_.stage.layer_of(layer);
+    c.micro_batch = s_.stage.micro_batch_of(layer);
     c.stream = backend_.stream(role);
     c.bindings = s_.slots_of(layer);
     c.type_name = s_.layers[layer].type_name;
@@ -394,9 +398,11 @@ class executor {
     if (o.carry_in != no_carry) c.carry_in_data = arenas_.device + o.carry_in;
     if (o.carry_out != no_carry) c.carry_out_data = arenas_.device + o.carry_out;
     // A recompute's carry out is scratch tide lends (nobody reads it), so a forward runs unchanged.
-    if (o.kind == op_kind::recompute && s_.carry.present() && s_.arena.recompute_carry_offset != no_carry)
-      c.carry_out_data = arenas_.device + s_.arena.recompute_carry_offset;
+    if (o.kind == op_kind::recompute && s_.carry.present() && s_.recompute_carry_offset(o.layer) != no_carry)
+      c.carry_out_data = arenas_.device + s_.recompute_carry_offset(o.layer);
     c.carry_bytes = s_.carry.bytes;
+    if constexpr (requires { c.gradient_data; })
+      if (s_.stage.present()) c.gradient_data = arenas_.device + s_.stage.gradient_at(s_.stage.micro_batch_of(o.layer));
     return c;
   }
 
@@ -416,7 +422,9 @@ class executor {
   erased<collective_context_type> regather_;
   erased<collective_context_type> reduce_;
   finish_hooks finish_;
-  std::array<erased<step_end_context_type>, 3> agree_{};  // hook objects with agree(ctx), once each
+  std::array<erased<step_end_context_type>, 4> agree_{};  // hook objects with agree(ctx), once each
+  erased<transport_context_type> send_;     // the transport's send, or null
+  erased<transport_context_type> receive_;  // its receive
   std::uint32_t agreers_ = 0;
   bool pending_ = false;  // enqueued, not yet waited for
   std::mutex error_mutex_;

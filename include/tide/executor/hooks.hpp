@@ -8,6 +8,7 @@
 
 #include <tide/core/collectives.hpp>
 #include <tide/executor/context.hpp>
+#include <tide/executor/transport.hpp>
 
 namespace tide {
 
@@ -29,7 +30,13 @@ struct no_hook {
 //! passed as several hooks is called once for each.
 //! Fields are declared in the order the hooks run in a layer's life (0.3: `before_backward` moved
 //! before `after_backward`; designated initializers must follow this order).
-template <class BeforeForward = no_hook, class BeforeBackward = no_hook, class AfterBackward = no_hook>
+//!
+//! `transport` moves a pipeline stage's boundary tensor and its gradient (a stage schedule's
+//! `send` and `receive` ops, core/stage_schedule.hpp): called as `t.send(ctx)` and
+//! `t.receive(ctx)` with a `tide::transport_context<Stream> const&` on the communication stream,
+//! as a collective hook is (with `agree` and `finish_step` too); `tide::mpi_transport`
+//! (collectives/mpi_transport.hpp) is one.
+template <class BeforeForward = no_hook, class BeforeBackward = no_hook, class AfterBackward = no_hook, class Transport = no_hook>
 struct hooks {
   //! Called before a layer's forward (`op_kind::gather`).
   BeforeForward before_forward{};
@@ -37,6 +44,8 @@ struct hooks {
   BeforeBackward before_backward{};
   //! Called after a layer's backward (`op_kind::reduce`).
   AfterBackward after_backward{};
+  //! Moves a stage's boundary tensor and its gradient (`op_kind::send`, `op_kind::receive`).
+  Transport transport{};
 };
 namespace detail {
 //! The executor whose lambda or hook this thread is running (null outside of one): a step,
@@ -44,8 +53,8 @@ namespace detail {
 inline thread_local void const* running_callbacks_of = nullptr;
 template <class T>
 struct is_hooks : std::false_type {};
-template <class F, class B, class A>
-struct is_hooks<hooks<F, B, A>> : std::true_type {};
+template <class F, class B, class A, class T>
+struct is_hooks<hooks<F, B, A, T>> : std::true_type {};
 //! Calls `f(tide::hooks{...})` with `h` as each hook `c` makes room for and `no_hook` elsewhere:
 //! hooks that match a schedule known only at run time (the sim's, a test's).
 template <class Hook, class F>

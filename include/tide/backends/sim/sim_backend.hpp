@@ -151,6 +151,9 @@ class sim_backend {
   //! (executors may share a backend) it notes which slots each layer rematerializes (a recompute
   //! costs only the slots it produces) and sizes the events for it.
   void begin_step(schedule_view s) {
+    if (s.stage.present())
+      throw error("tide::sim_backend: the schedule is a pipeline stage's (build_stage_schedule); the simulator runs one "
+                  "stack's step, not a stage's micro-batches and boundary transfers yet: run the stage on host_backend");
     if (s.slots.data() != step_slots_.data() || s.slots.size() != step_slots_.size() || s.event_count != event_us_.size()) {
       check_layers(s);
       recompute_us_.resize(s.layer_count());

@@ -41,6 +41,10 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
     fits(o.host_offset, "host");
     return;
   }
+  if (is_boundary(o.kind)) {
+    if (o.carry_in != no_carry || o.carry_out != no_carry) check_fail(what() + " is a boundary transfer but names a carry");
+    return;
+  }
   bool const layer_op = o.kind == op_kind::forward || o.kind == op_kind::advance || o.kind == op_kind::recompute ||
                         o.kind == op_kind::backward;
   if (!layer_op) {
@@ -48,7 +52,7 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
     return;
   }
   bool const wants_out = o.kind == op_kind::forward || o.kind == op_kind::advance ||
-                         (o.kind == op_kind::backward && o.layer == L - 1);
+                         (o.kind == op_kind::backward && s.last_layer(o.layer));
   if (o.carry_in == no_carry) check_fail(what() + " reads no carry: the layer's input would be missing");
   if (wants_out != (o.carry_out != no_carry))
     check_fail(what() + (wants_out ? " has no carry out"
@@ -56,8 +60,9 @@ inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
                                      "layer's backward reads"));
   fits(o.carry_in, "carry in");
   if (wants_out) fits(o.carry_out, "carry out");
-  if (o.kind == op_kind::recompute && s.arena.recompute_carry_offset != no_carry)
-    fits(s.arena.recompute_carry_offset, "recompute carry scratch");
+  if (o.kind == op_kind::recompute && s.recompute_carry_offset(o.layer) != no_carry)
+    fits(s.recompute_carry_offset(o.layer), "recompute carry scratch");
+  if (s.stage.present()) return;  // a stage's inputs and outputs are per micro-batch: the data flow proves them
   if (o.kind == op_kind::forward && o.layer == 0 && o.carry_in != c.input_offset())
     check_fail(what() + " reads carry 0 at device offset " + std::to_string(o.carry_in) + ", not at the input buffer (" +
                std::to_string(c.input_offset()) + ") the user writes");
@@ -81,6 +86,10 @@ inline void check_disjoint_accesses(schedule_view const& s, checked_program cons
     for (auto j = p.first_access[i]; j < p.first_access[i + 1]; ++j) {
       auto const& a = p.accesses[j];
       if (a.host) continue;
+      if (s.stage.present()) {  // a stage's receives write its inputs, per micro-batch: the data flow proves them
+        mine.push_back(&a);
+        continue;
+      }
       if (a.write && a.begin < in_end && in_begin < a.end)
         check_fail("carry: " + op_name(s, i) + " writes device bytes " + bytes_text(std::max(a.begin, in_begin), std::min(a.end, in_end)) +
                    " of the input buffer, which holds the user's carry 0");

@@ -41,6 +41,9 @@ struct access {
   //! their own, never the slot's (no read has it). Also a spilled region's padding to the storage
   //! alignment, which a store or load moves with the slot's bytes.
   bool guard = false;
+  //! A write that also reads the data it overwrites (a backward's update of its micro-batch's
+  //! boundary gradient, in place): ordered as a write, and its data checked as a read's.
+  bool rmw = false;
   bool same_data(access const& o) const noexcept {
     return layer == o.layer && slot == o.slot && shift == o.shift && guard == o.guard;
   }
@@ -58,7 +61,22 @@ struct checked_program {
   }
 };
 
+//! The carry state op layer `v`'s carry out holds: the next layer's input, or, for the last layer
+//! of a micro-batch in a stage schedule, that micro-batch's output (its own state after every
+//! layer's, so that it is never taken for the next micro-batch's input).
+inline std::uint32_t carry_out_state(schedule_view const& s, std::uint32_t v) {
+  if (s.stage.present() && s.last_layer(v))
+    return static_cast<std::uint32_t>(s.layers.size()) + s.stage.micro_batch_of(v);
+  return v + 1;
+}
+
 inline std::string slot_label(schedule_view const& s, std::uint32_t layer, std::size_t k) {
+  if (k == gradient_slot) return "the boundary gradient of micro-batch " + std::to_string(layer);
+  if (k == carry_slot && s.stage.present() && layer >= s.layers.size())
+    return "the output of micro-batch " + std::to_string(layer - s.layers.size()) + " ('" + std::string(s.carry.name) + "')";
+  if (k == carry_slot && s.stage.present())
+    return "carry " + std::to_string(layer) + " ('" + std::string(s.carry.name) + "', the input of layer " +
+           std::to_string(s.stage.layer_of(layer)) + " of micro-batch " + std::to_string(s.stage.micro_batch_of(layer)) + ")";
   if (k == carry_slot) return "carry " + std::to_string(layer) + " ('" + std::string(s.carry.name) + "', the input of layer " + std::to_string(layer) + ")";
   return "slot '" + std::string(s.slots[s.layers[layer].first_slot + k].name) + "' of layer " + std::to_string(layer);
 }

@@ -52,7 +52,7 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
                                                  byte_state_tree(bounds[2].empty() ? 0 : bounds[2].size() - 1)};
   // The input (carry 0) is written by the user before the step: data no op wrote, ordered
   // before every op.
-  if (s.carry.present())
+  if (s.carry.present() && !s.stage.present())  // a stage's receives write its inputs
     for (std::uint32_t j = 0; j < acc.size(); ++j)
       if (acc[j].slot == carry_slot && acc[j].layer == 0 && !acc[j].host && acc[j].begin == s.carry.input_offset()) {
         trees[0].write(leaf(false, acc[j].begin), leaf(false, acc[j].end), -1, 0, data[j]);
@@ -97,7 +97,7 @@ inline void check_races_and_data_flow(schedule_view const& s, checked_program co
                      space_name(a.host) + " bytes " + overlap_of(static_cast<std::uint32_t>(latest), a) +
                      " (one of them writing) and nothing orders them");
       }
-      if (a.write || (q.data_lo == data[j] && q.data_hi == data[j])) continue;
+      if ((a.write && !a.rmw) || (q.data_lo == data[j] && q.data_hi == data[j])) continue;
       // Data flow: the last write to some byte of the read left other data (or none). Find it.
       for (auto k = lo; k < hi; ++k) {
         auto const at = tree.query(k, k + 1);

@@ -17,6 +17,7 @@
 #include <tide/core/detail/check_bindings.hpp>
 #include <tide/core/detail/check_carry.hpp>
 #include <tide/core/detail/check_common.hpp>
+#include <tide/core/detail/check_stage.hpp>
 #include <tide/core/schedule.hpp>
 
 namespace tide::detail {
@@ -24,6 +25,7 @@ namespace tide::detail {
 //! Structure, vector clocks and completeness; collects every op's byte accesses.
 inline checked_program check_program(schedule_view const& s) {
   check_bindings(s);
+  if (s.stage.present()) check_stage_tables(s);
   checked_program p;
   p.ops = s.ops;
   auto const L = static_cast<std::uint32_t>(s.layers.size());
@@ -48,8 +50,9 @@ inline checked_program check_program(schedule_view const& s) {
     if (static_cast<std::size_t>(o.kind) >= op_kind_count)
       check_fail("structure: op #" + str(i) + " has no valid kind");
     bool const carry_copy = is_copy(o.kind) && o.slot == carry_slot;
+    if (is_boundary(o.kind)) check_boundary_op(s, i);
     bool const carry_transfer = is_storage(o.kind) && o.slot == carry_slot;  // a disk snapshot's store or load
-    if (o.slot != no_slot && !carry_copy && !carry_transfer && o.slot >= s.layers[o.layer].slot_count)
+    if (o.slot != no_slot && !carry_copy && !carry_transfer && !is_boundary(o.kind) && o.slot >= s.layers[o.layer].slot_count)
       check_fail("structure: op #" + str(i) + " names slot " + str(o.slot) + " which layer " + str(o.layer) + " does not have");
     if (is_copy(o.kind) && o.slot == no_slot) check_fail("structure: op #" + str(i) + " is a copy of no slot");
     if (st >= stream_count) check_fail("structure: " + op_name(s, i) + " names no valid stream");
@@ -129,7 +132,7 @@ inline checked_program check_program(schedule_view const& s) {
   for (std::uint32_t i = 0; i < n; ++i) {
     auto const& o = s.ops[i];
     // Advances: as many as the reversal needs; copies and storage transfers: per slot, below.
-    if (is_copy(o.kind) || is_storage(o.kind) || o.kind == op_kind::advance) continue;
+    if (is_copy(o.kind) || is_storage(o.kind) || is_boundary(o.kind) || o.kind == op_kind::advance) continue;
     auto& at = by_kind[static_cast<std::size_t>(o.kind)][o.layer];
     if (at != absent)
       check_fail("completeness: layer " + str(o.layer) + " has two " + std::string(to_string(o.kind)) + " ops, " +
@@ -151,7 +154,7 @@ inline checked_program check_program(schedule_view const& s) {
     if (fwd[l] == absent) check_fail("completeness: " + layer + " has no forward op");
     if (bwd[l] == absent) check_fail("completeness: " + layer + " has no backward op: its gradient would never be computed");
     ordered(fwd[l], bwd[l], "a layer's backward follows its forward");
-    if (l > 0) {
+    if (s.stage.layer_of(l) > 0) {
       ordered(fwd[l - 1], fwd[l], "forwards run in layer order");
       ordered(bwd[l], bwd[l - 1], "backwards run in reverse layer order");
     }
@@ -185,6 +188,8 @@ inline checked_program check_program(schedule_view const& s) {
       check_fail("completeness: " + op_name(s, col[l]) + " reduces though the schedule's collectives do not");
     if (col[l] != absent) ordered(bwd[l], col[l], "a layer's reduce follows its backward");
   }
+
+  if (s.stage.present()) check_stage_program(s, p, fwd, bwd);
 
   // Completeness of copies: every offloaded slot goes out and comes back, each chunk once.
   struct copy_key {
@@ -263,7 +268,8 @@ inline checked_program check_program(schedule_view const& s) {
     total += is_storage(o.kind)                                             ? 4
              : is_copy(o.kind)                                              ? 2
              : is_collective(o.kind)                                  ? 0
-                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 4u : 2u) + 3;
+             : is_boundary(o.kind)                                    ? 1
+                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 4u : 2u) + 4;
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
   p.accesses.reserve(total);
@@ -282,7 +288,7 @@ inline checked_program check_program(schedule_view const& s) {
       p.accesses.push_back({i, host, write, addr, addr + s.carry.bytes, state, carry_slot, std::uint64_t{0} - addr});
     };
     if (o.carry_in != no_carry) add_carry(false, false, o.carry_in, o.layer);
-    if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, o.layer + 1);
+    if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, carry_out_state(s, o.layer));
     // The guard bytes the executor's debug checks write after a slot before the op (and check
     // after it): part of the op's accesses (no overflow: proven by check_bindings).
     auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
@@ -307,8 +313,8 @@ inline checked_program check_program(schedule_view const& s) {
             add_guard(at + slots[k].bytes, k);
           }
         }
-        if (s.carry.present() && s.arena.recompute_carry_offset != no_carry)
-          add_carry(false, true, s.arena.recompute_carry_offset, o.layer + 1);
+        if (s.carry.present() && s.recompute_carry_offset(o.layer) != no_carry)
+          add_carry(false, true, s.recompute_carry_offset(o.layer), carry_out_state(s, o.layer));
         break;
       case op_kind::backward:
         for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
@@ -361,6 +367,30 @@ inline checked_program check_program(schedule_view const& s) {
       case op_kind::gather:
       case op_kind::regather:
       case op_kind::reduce: break;
+      case op_kind::send:
+      case op_kind::receive: {
+        // A receive writes a micro-batch's input (or its output's gradient); a send reads its
+        // output (or its input's gradient).
+        bool const write = o.kind == op_kind::receive;
+        auto const m = s.stage.micro_batch_of(o.layer);
+        if (o.slot == gradient_slot)
+          p.accesses.push_back({i, false, write, o.device_offset, o.device_offset + o.bytes, m, gradient_slot, std::uint64_t{0} - o.device_offset});
+        else
+          add_carry(false, write, o.device_offset, write ? o.layer : carry_out_state(s, o.layer));
+        break;
+      }
+    }
+    // In a stage schedule a backward updates its micro-batch's boundary gradient in place, and the
+    // last stage's turn (in its last layer's forward) seeds it.
+    if (s.stage.present() && s.carry.present()) {
+      auto const m = s.stage.micro_batch_of(o.layer);
+      auto const at = s.stage.gradient_at(m);
+      bool const seeds = o.kind == op_kind::forward && s.last_layer(o.layer) && s.stage.spec.stage + 1 == s.stage.spec.stages;
+      if (o.kind == op_kind::backward || seeds) {
+        access a{i, false, true, at, at + s.carry.bytes, m, gradient_slot, std::uint64_t{0} - at};
+        a.rmw = o.kind == op_kind::backward;
+        p.accesses.push_back(a);
+      }
     }
   }
   p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));

@@ -164,11 +164,12 @@ class debug_checks {
   }
   //! The stack's input (carry 0) poisoned where the user must write it before the next step.
   void poison_input() noexcept {
-    if (unwritten_ && s_.carry.present()) std::memset(device_ + s_.carry.input_offset(), static_cast<int>(poison_), s_.carry.bytes);
+    // A stage's inputs are its receives' (the program writes them, the checker proves it).
+    if (unwritten_ && s_.carry.present() && !s_.stage.present()) std::memset(device_ + s_.carry.input_offset(), static_cast<int>(poison_), s_.carry.bytes);
   }
   //! Throws when the stack's input still holds what `poison_input` wrote.
   void check_input() const {
-    if (!unwritten_ || !s_.carry.present()) return;
+    if (!unwritten_ || !s_.carry.present() || s_.stage.present()) return;
     auto const* p = device_ + s_.carry.input_offset();
     for (std::size_t k = 0; k < s_.carry.bytes; ++k)
       if (p[k] != poison_) return;
@@ -295,7 +296,7 @@ class debug_checks {
   //! is lent), or `no_carry`.
   std::size_t carry_written_at(op const& o) const noexcept {
     if (!s_.carry.present()) return no_carry;
-    if (o.kind == op_kind::recompute) return s_.arena.recompute_carry_offset;
+    if (o.kind == op_kind::recompute) return s_.recompute_carry_offset(o.layer);
     return o.carry_out;
   }
   static void poison_written(void* self, std::uint32_t i) noexcept {
@@ -310,8 +311,8 @@ class debug_checks {
       if (o.kind == op_kind::forward && b.where != placement::remat && !e.unwritten_) continue;
       if (auto const at = written_at(o, b); at != slot_binding::no_scratch) std::memset(e.device_ + at, p, b.bytes);
     }
-    if (o.kind == op_kind::recompute && e.s_.carry.present() && e.s_.arena.recompute_carry_offset != no_carry)
-      std::memset(e.device_ + e.s_.arena.recompute_carry_offset, p, e.s_.carry.bytes);
+    if (o.kind == op_kind::recompute && e.s_.carry.present() && e.s_.recompute_carry_offset(o.layer) != no_carry)
+      std::memset(e.device_ + e.s_.recompute_carry_offset(o.layer), p, e.s_.carry.bytes);
   }
   //! After a forward: the hashes of its remat slots and its carry out. After a recompute: its
   //! remat slots must hash as the forward's; after an advance, its carry out.

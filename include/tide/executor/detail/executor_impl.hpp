@@ -57,6 +57,40 @@ executor<Backend>::executor(Backend& backend, schedule_view s, executor_options 
   }
 }
 
+// Each hook the schedule makes room for must be given, and each hook given must have room:
+// otherwise gradients would go unreduced (or weights ungathered) without a word.
+template <class Backend>
+template <class Gather, class Regather, class Reduce>
+void executor<Backend>::check_hooks() const {
+  auto const& c = s_.collectives;
+  auto check = [](bool room, bool given, char const* name, char const* what) {
+    if (room && !given)
+      throw error(std::string("tide::executor: the schedule makes room for a ") + what + " hook (collective_spec::" +
+                  name + ") but the step was given none: pass it, tide::hooks{." + name +
+                  " = ...}, or build the schedule without it");
+    if (!room && given)
+      throw error(std::string("tide::executor: the step was given a ") + what + " hook (hooks::" + name +
+                  ") but the schedule makes no room for it, so it would never be called: build the schedule with "
+                  "collective_spec::" + name + " (tide::collectives<tide::" + name + ">), or drop the hook");
+  };
+  check(c.before_forward, !std::is_same_v<std::remove_cv_t<Gather>, no_hook>, "before_forward", "gather");
+  check(c.before_backward, !std::is_same_v<std::remove_cv_t<Regather>, no_hook>, "before_backward", "regather");
+  check(c.after_backward, !std::is_same_v<std::remove_cv_t<Reduce>, no_hook>, "after_backward", "reduce");
+}
+
+template <class Backend>
+template <class Transport>
+void executor<Backend>::check_transport_given() const {
+  bool const given = !std::is_same_v<std::remove_cv_t<Transport>, no_hook>;
+  if (s_.stage.present() && !given)
+    throw error("tide::executor: the schedule is a pipeline stage's (build_stage_schedule), whose boundary tensors and "
+                "gradients go through a transport, but the step was given none: pass tide::hooks{.transport = t} "
+                "(tide::mpi_transport, or your own with send(ctx) and receive(ctx))");
+  if (!s_.stage.present() && given)
+    throw error("tide::executor: the step was given a transport (hooks::transport), but the schedule is no pipeline "
+                "stage's, so it would never be called: build it with tide::build_stage_schedule, or drop the transport");
+}
+
 template <class Backend>
 void executor<Backend>::wait() {
   refuse_reentry("wait");
@@ -108,7 +142,7 @@ void executor<Backend>::issue() {
     // The failing op's own hook counts as issued once the backend took it.
     for (std::uint32_t i = hook_enqueued_ == issued ? issued + 1 : issued; i < n; ++i) {
       auto const& o = s_.ops[i];
-      if (!is_collective(o.kind)) continue;
+      if (!is_collective(o.kind) && !is_boundary(o.kind)) continue;
       try {
         backend_.run(o.stream, i, o, task{&run_op, this, i});
       } catch (...) {
@@ -180,6 +214,8 @@ void executor<Backend>::issue_op(std::uint32_t i) {
     case op_kind::gather:
     case op_kind::regather:
     case op_kind::reduce:
+    case op_kind::send:
+    case op_kind::receive:
       backend_.run(role, i, o, task{&run_op, this, i});
       hook_enqueued_ = i;
       break;
@@ -206,7 +242,7 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
   bool const failed = failed_.load(std::memory_order_relaxed);
   // Drain: skip user work after a failure, but still call collective hooks (told so), so a
   // distributed peer is informed rather than left waiting.
-  if (failed && !is_collective(o.kind)) return;
+  if (failed && !is_collective(o.kind) && !is_boundary(o.kind)) return;
   callback_scope scope(this);
   try {
     switch (o.kind) {
@@ -228,8 +264,12 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
             checks_.unwritten_rerun(i, [&] { forward_.call(forward_.obj, c); });
         // The turn: right after the last forward, in its op (on the compute stream, before
         // every recompute and backward), so that it needs no op of its own in the program.
-        if (turn_.call && o.kind == op_kind::forward && o.layer + 1 == s_.layer_count()) {
-          turn_context_type t{o.layer, c.stream, c.carry_out_data, s_.carry.bytes, opt_.calibrating};
+        if (turn_.call && o.kind == op_kind::forward && s_.last_layer(o.layer) &&
+            (!s_.stage.present() || s_.stage.spec.stage + 1 == s_.stage.spec.stages)) {
+          turn_context_type t{c.layer, c.stream, c.carry_out_data, s_.carry.bytes, opt_.calibrating};
+          t.micro_batch = c.micro_batch;
+          t.loss_scale = opt_.loss_scale;
+          if (s_.stage.present()) t.gradient_data = arenas_.device + s_.stage.gradient_at(c.micro_batch);
           // Timed on its own where the backend's step clock can be read (`complete` moves it into
           // the timeline and ends the last forward's interval where the turn began).
           if constexpr (requires { backend_.step_clock_us(); }) {
@@ -255,6 +295,16 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
         collective_context_type c{o.layer, backend_.stream(o.stream), o.kind, failed};
         auto const& hook = o.kind == op_kind::gather ? gather_ : o.kind == op_kind::regather ? regather_ : reduce_;
         hook.call(hook.obj, c);
+        break;
+      }
+      case op_kind::send:
+      case op_kind::receive: {
+        auto const m = s_.stage.micro_batch_of(o.layer);
+        transport_context_type c{backend_.stream(o.stream), o.kind, o.slot == gradient_slot, m, s_.stage.spec.stage,
+                                 s_.stage.spec.stages, arenas_.device + o.device_offset, o.bytes,
+                                 static_cast<std::uint8_t>(o.chunks == 2 ? o.chunk + 1 : 0), failed, &failed_};
+        auto const& t = o.kind == op_kind::send ? send_ : receive_;
+        t.call(t.obj, c);
         break;
       }
       default: break;

@@ -94,4 +94,19 @@ consteval bool check_step_callables() {
   return true;
 }
 
+//! The compile-time check of a transport (`hooks::transport`), as called.
+template <class Stream, class Transport>
+consteval bool check_transport() {
+  if constexpr (!std::is_same_v<std::remove_cv_t<Transport>, no_hook>) {
+    using ctx = transport_context<Stream>;
+    static_assert(requires(Transport& t, ctx const& c) {
+      t.send(c);
+      t.receive(c);
+    }, "tide::executor: hooks::transport must have send(tide::transport_context<Stream> const&) and "
+       "receive(tide::transport_context<Stream> const&), callable as given (pass a transport with state by std::ref, "
+       "or the hooks object non-const)");
+  }
+  return true;
+}
+
 }  // namespace tide::detail

@@ -1,0 +1,396 @@
+// Stage schedules (core/stage_schedule.hpp): every stage of random pipelines is proven by the
+// checker, broken stage programs are refused by name, hostile inputs get clear errors, and a
+// pipeline of stages on threads (a transport of queues) trains bitwise like one process under
+// every placement.
+#include <gtest/gtest.h>
+#include <tide/host.hpp>
+
+#include "workload.hpp"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using workload::derive;
+using workload::fold;
+using workload::load_word;
+using workload::mix;
+using workload::store_word;
+using workload::words;
+
+std::string what(auto&& f) {
+  try {
+    f();
+  } catch (std::exception const& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+tide::stack_spec random_stack(std::mt19937_64& r, std::uint32_t layers) {
+  tide::stack_spec st;
+  st.carry = {"x", 64 + 8 * (r() % 24)};
+  std::vector<tide::layer_spec> types{{"a", {{"q", 256}, {"k", 40 + 8 * (r() % 40)}, {"h", 64}}},
+                                      {"b", {{"h", 512 + 8 * (r() % 64)}, {"q", 128}, {"k", 72}}}};
+  for (std::uint32_t l = 0; l < layers; ++l) st.append(types[r() % 2]);
+  return st;
+}
+
+tide::policy_spec random_policy(std::mt19937_64& r) {
+  using tide::placement;
+  tide::policy_spec p;
+  switch (r() % 5) {
+    case 0: break;
+    case 1: p = {tide::rule_spec{.where = placement::offload}}; break;
+    case 2: p = {tide::rule_spec{.where = placement::remat}}; break;
+    case 3: p = {tide::rule_spec{.where = placement::offload, .slots = {"q"}}, tide::rule_spec{.where = placement::remat, .slots = {"k"}}}; break;
+    default: p = {tide::rule_spec{.where = placement::offload, .slots = {"h"}}}; break;
+  }
+  p.allow_unused_rules = true;  // a random stack may lack a type the rules name
+  return p;
+}
+
+struct random_stage {
+  tide::stack_spec stack;
+  tide::strategy how;
+  tide::stage_spec spec;
+  tide::stage_policies policies;
+};
+
+random_stage draw(std::mt19937_64& r) {
+  random_stage x;
+  x.stack = random_stack(r, 1 + static_cast<std::uint32_t>(r() % 4));
+  auto const S = 1 + static_cast<std::uint32_t>(r() % 5);
+  auto const order = r() % 2 ? tide::stage_order::gpipe : tide::stage_order::one_f_one_b;
+  auto const M = (order == tide::stage_order::one_f_one_b ? S : 1) + static_cast<std::uint32_t>(r() % 6);
+  x.spec = {.stage = static_cast<std::uint32_t>(r() % S), .stages = S, .micro_batches = M, .order = order};
+  x.how.pipeline.latency_hiding = r() % 4 != 0;
+  x.how.pipeline.prefetch_distance = static_cast<std::uint32_t>(r() % 3);
+  x.how.pipeline.chunk_bytes = r() % 3 == 0 ? 128 : 0;
+  x.how.buffers.staging_buffers = 1 + static_cast<std::uint32_t>(r() % 2);
+  x.how.buffers.guard_bytes = r() % 2 ? 16 : 0;
+  auto const P = 1 + r() % 3;
+  for (std::size_t p = 0; p < P; ++p) x.policies.policies.push_back(random_policy(r));
+  for (std::uint32_t m = 0; m < M; ++m) x.policies.of_micro_batch.push_back(static_cast<std::uint32_t>(r() % P));
+  return x;
+}
+
+TEST(StageSchedule, EveryStageOfRandomPipelinesIsProven) {
+  std::mt19937_64 r(55);
+  for (int trial = 0; trial < 1000; ++trial) {
+    auto const x = draw(r);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": stage " + std::to_string(x.spec.stage) + " of " +
+                 std::to_string(x.spec.stages) + ", " + std::to_string(x.spec.micro_batches) + " micro-batches, " +
+                 std::string(to_string(x.spec.order)));
+    auto const s = tide::build_stage_schedule(x.stack, x.how, x.spec, x.policies);
+    auto const report = tide::check_schedule(s);
+    EXPECT_EQ(report.replayed_device_bytes, s.peak_device_bytes());
+    auto const v = s.view();
+    EXPECT_EQ(v.stage.instances, tide::peak_in_flight(x.spec));
+    EXPECT_EQ(v.layer_count(), x.spec.micro_batches * x.stack.layer_count());
+    // The compute stream runs the passes in the stage order (independently of the checker).
+    std::vector<tide::stage_step> seen;
+    auto const L = x.stack.layer_count();
+    for (auto const& o : s.ops) {
+      auto const m = v.stage.micro_batch_of(o.layer), l = v.stage.layer_of(o.layer);
+      if (o.kind == tide::op_kind::forward && l == 0) seen.push_back({tide::stage_pass::forward, m});
+      if (o.kind == tide::op_kind::backward && l == L - 1) seen.push_back({tide::stage_pass::backward, m});
+    }
+    EXPECT_EQ(seen, tide::stage_steps(x.spec));
+    // Every micro-batch's saved data is placed by its own policy.
+    for (std::uint32_t m = 0; m < x.spec.micro_batches; ++m) {
+      auto const one = tide::build_schedule(x.stack, {.policy = x.policies.policies[x.policies.of_micro_batch[m]]});
+      for (std::uint32_t l = 0; l < L; ++l)
+        for (std::size_t k = 0; k < one.view().slots_of(l).size(); ++k)
+          ASSERT_EQ(v.slots_of(m * L + l)[k].where, one.view().slots_of(l)[k].where);
+    }
+  }
+}
+
+TEST(StageSchedule, OffloadingEveryMicroBatchCutsStageZerosPeak) {
+  tide::stack_spec st;
+  st.carry = {"x", 1024};
+  for (int l = 0; l < 4; ++l) st.append(tide::layer_spec{"t", {{"a", 8192}, {"b", 8192}, {"c", 4096}}});
+  tide::stage_spec const sp{.stage = 0, .stages = 4, .micro_batches = 8};
+  auto const keep = tide::build_stage_schedule(st, {}, sp);
+  auto const off = tide::build_stage_schedule(st, {}, sp, {{{tide::rule_spec{.where = tide::placement::offload}}}, {}});
+  // Four micro-batches in flight on stage 0: keep-all holds all their slots, offload-all the rings.
+  EXPECT_EQ(keep.view().stage.instances, 4u);
+  EXPECT_LE(off.peak_device_bytes() * 10, keep.peak_device_bytes() * 6);
+  EXPECT_GE(off.peak_host_bytes(), 4u * 4 * (8192 + 8192 + 4096));
+}
+
+// A built stage program, then one thing broken: the checker names it.
+TEST(StageSchedule, TheCheckerRefusesBrokenStagePrograms) {
+  tide::stack_spec st;
+  st.carry = {"x", 256};
+  for (int l = 0; l < 2; ++l) st.append(tide::layer_spec{"t", {{"a", 512}}});
+  tide::stage_spec const sp{.stage = 1, .stages = 3, .micro_batches = 4};
+  auto const good = tide::build_stage_schedule(st, {}, sp, {{{tide::rule_spec{.where = tide::placement::offload}}}, {}});
+  ASSERT_NO_THROW((void)tide::check_schedule(good));
+  auto broken = [&](auto&& edit) {
+    auto s = good;
+    edit(s);
+    return what([&] { (void)tide::check_schedule(s); });
+  };
+  auto find = [&](tide::schedule const& s, tide::op_kind k, std::uint16_t slot, std::uint32_t layer) {
+    for (std::size_t i = 0; i < s.ops.size(); ++i)
+      if (s.ops[i].kind == k && s.ops[i].slot == slot && s.ops[i].layer == layer) return i;
+    ADD_FAILURE() << "no such op";
+    return std::size_t{0};
+  };
+  auto const L = 2u;
+  auto has = [](std::string const& m, char const* part) { return m.find(part) != std::string::npos; };
+  auto m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::forward, tide::no_slot, 1 * L)].wait_count = 0; });
+  EXPECT_TRUE(has(m, "reads the input it received")) << m;
+  m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::backward, tide::no_slot, 2 * L + 1)].wait_count = 0; });
+  EXPECT_TRUE(has(m, "gradient is received before")) << m;
+  m = broken([&](tide::schedule& s) {
+    for (auto& o : s.ops)
+      if (o.kind == tide::op_kind::send && o.chunks == 2 && o.event < 0) {
+        o.event = static_cast<std::int32_t>(s.event_count++);
+        break;
+      }
+  });
+  EXPECT_TRUE(has(m, "opens a pair but records an event")) << m;
+  m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::receive, tide::carry_slot, 0)].bytes = 128; });
+  EXPECT_TRUE(has(m, "not the whole carry")) << m;
+  m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::receive, tide::gradient_slot, 3 * L + 1)].slot = tide::carry_slot; });
+  EXPECT_TRUE(has(m, "belongs to layer 0")) << m;
+  m = broken([&](tide::schedule& s) { s.stage.spec.order = tide::stage_order::gpipe; });
+  EXPECT_TRUE(has(m, "the stage order (gpipe)")) << m;
+  m = broken([&](tide::schedule& s) { s.stage_instance_of[0] = s.stage.instances; });
+  EXPECT_TRUE(has(m, "instance region")) << m;
+  m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::send, tide::gradient_slot, 0)].stream = tide::stream_role::compute; });
+  EXPECT_TRUE(has(m, "run on the comm stream")) << m;
+  // A send outside a stage schedule.
+  m = broken([&](tide::schedule& s) { s.stage = {}; });
+  EXPECT_TRUE(has(m, "no stage's")) << m;
+}
+
+TEST(StageSchedule, HostileInputsAreRefusedByName) {
+  tide::stack_spec st;
+  st.carry = {"x", 256};
+  st.append(tide::layer_spec{"t", {{"a", 512}}});
+  auto has = [](std::string const& m, char const* part) { return m.find(part) != std::string::npos; };
+  auto m = what([&] { (void)tide::build_stage_schedule(st, {}, {.stage = 0, .stages = 4, .micro_batches = 3}); });
+  EXPECT_TRUE(has(m, "1F1B needs at least as many micro-batches as stages")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, {.stage = 4, .stages = 4, .micro_batches = 4}); });
+  EXPECT_TRUE(has(m, "stage_spec::stage")) << m;
+  tide::stack_spec no_carry;
+  no_carry.append(tide::layer_spec{"t", {{"a", 512}}});
+  m = what([&] { (void)tide::build_stage_schedule(no_carry, {}, {.stages = 2, .micro_batches = 2}); });
+  EXPECT_TRUE(has(m, "has no carry")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {.collectives = {.after_backward = true}}, {.stages = 2, .micro_batches = 2}); });
+  EXPECT_TRUE(has(m, "collective hooks")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, {.stages = 2, .micro_batches = 2}, {{{}}, {0, 0, 0}}); });
+  EXPECT_TRUE(has(m, "of_micro_batch has 3 entries for 2 micro-batches")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, {.stages = 2, .micro_batches = 2}, {{{}}, {0, 1}}); });
+  EXPECT_TRUE(has(m, "of_micro_batch[1] is 1, but there are 1 policies")) << m;
+  m = what([&] {
+    (void)tide::build_stage_schedule(st, {}, {.stages = 2, .micro_batches = 2},
+                                     {{{}, {tide::rule_spec{.where = tide::placement::offload, .slots = {"nope"}}}}, {0, 1}});
+  });
+  EXPECT_TRUE(has(m, "policy 1:")) << m;
+  // The executor: a stage schedule needs a transport, and a transport a stage schedule.
+  auto const s = tide::build_stage_schedule(st, {}, {.stages = 2, .micro_batches = 2});
+  tide::host_backend b;
+  tide::executor ex(b, s);
+  auto nop = [](auto const&) {};
+  m = what([&] { ex.step(nop, nop); });
+  EXPECT_TRUE(has(m, "pass tide::hooks{.transport = t}")) << m;
+  auto const plain = tide::build_schedule(st, {});
+  tide::executor ex2(b, plain);
+  struct null_transport {
+    void send(tide::transport_context<tide::host_backend::stream_type> const&) {}
+    void receive(tide::transport_context<tide::host_backend::stream_type> const&) {}
+  } t;
+  m = what([&] { ex2.step(nop, nop, tide::hooks{.transport = std::ref(t)}); });
+  EXPECT_TRUE(has(m, "is no pipeline stage's")) << m;
+  // The simulator does not run stages yet: it says so.
+  m = what([&] {
+    tide::cost_table costs;
+    costs.layers.resize(s.layer_count());
+    tide::sim_backend sb(costs);
+    tide::executor se(sb, s);
+    se.step(nop, nop, tide::hooks{.transport = std::ref(t)});
+  });
+  EXPECT_TRUE(has(m, "the simulator runs one stack's step")) << m;
+}
+
+}  // namespace
+
+namespace {
+
+// Stages on threads: a transport of queues between neighbours (the MPI one is proven under
+// mpirun by examples/pipeline_parallel), and a chain workload whose layer i + 1 reads layer i's
+// output, whose recompute is its unchanged forward, and whose backward reads every slot, the
+// input and the boundary gradient.
+struct mailbox {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::tuple<std::uint32_t, std::uint32_t, bool>, std::deque<std::vector<std::byte>>> q;  // (from, to, gradient)
+  void put(std::uint32_t from, std::uint32_t to, bool grad, std::span<std::byte const> x) {
+    {
+      std::lock_guard l(mu);
+      q[{from, to, grad}].emplace_back(x.begin(), x.end());
+    }
+    cv.notify_all();
+  }
+  void take(std::uint32_t from, std::uint32_t to, bool grad, std::span<std::byte> x) {
+    std::unique_lock l(mu);
+    auto& d = q[{from, to, grad}];
+    if (!cv.wait_for(l, std::chrono::seconds(30), [&] { return !d.empty(); })) throw std::runtime_error("mailbox: timed out");
+    if (d.front().size() != x.size()) throw std::runtime_error("mailbox: a boundary of another size");
+    std::copy(d.front().begin(), d.front().end(), x.begin());
+    d.pop_front();
+  }
+};
+
+struct chain_stage {
+  std::uint32_t first = 0;                // this stage's first layer in the whole chain
+  std::vector<std::uint64_t>* grad = nullptr;  // per layer of the whole chain
+  std::uint64_t* input_grad = nullptr;    // stage 0: the fold of every input gradient
+  std::uint32_t step = 0;
+
+  static std::uint64_t param(std::uint32_t l, std::uint32_t step) { return mix(0xC0FFEEull + l * 7919ull + step); }
+  template <class Ctx>
+  void forward(Ctx const& c) const {
+    auto const x = c.carry_in();
+    auto const h = fold(param(first + c.layer, step), x);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k) derive(c.slot(k), h + 0x9E3779B97F4A7C15ull * (k + 1), x);
+    derive(c.carry_out(), h, x);
+  }
+  template <class Ctx>
+  void backward(Ctx const& c) const {
+    auto const g = c.gradient();
+    auto const x = c.carry_in();
+    auto h = fold(fold(param(first + c.layer, step), std::span<std::byte const>(g)), x);
+    for (std::uint16_t k = 0; k < c.slot_count(); ++k) h = fold(h ^ k, c.slot(k));
+    (*grad)[first + c.layer] = mix((*grad)[first + c.layer] + h);
+    for (std::size_t i = 0, n = words(g.size()); i < n; ++i) store_word(g, i, mix(h + i) ^ load_word(x, i) ^ load_word(g, i));
+  }
+};
+void write_input(std::span<std::byte> x, std::uint32_t m, std::uint32_t step) {
+  for (std::size_t i = 0, n = words(x.size()); i < n; ++i) store_word(x, i, mix((std::uint64_t{step} << 40) + (std::uint64_t{m} << 20) + i));
+}
+void seed(std::span<std::byte> g, std::span<std::byte const> y, double scale) {
+  for (std::size_t i = 0, n = words(g.size()); i < n; ++i)
+    store_word(g, i, load_word(y, i) - mix(0x7A67 + i) + static_cast<std::uint64_t>(scale * 1e6));
+}
+
+// One process: the whole chain, micro-batch after micro-batch, with plain buffers.
+void reference(tide::stack_spec const& whole, std::uint32_t M, std::uint32_t step, std::vector<std::uint64_t>& grad,
+               std::uint64_t& input_grad) {
+  auto const L = whole.layer_count();
+  auto const cb = whole.carry.bytes;
+  for (std::uint32_t m = 0; m < M; ++m) {
+    std::vector<std::vector<std::byte>> xs(L + 1, std::vector<std::byte>(cb));
+    std::vector<std::vector<std::vector<std::byte>>> slots(L);
+    write_input(xs[0], m, step);
+    for (std::uint32_t l = 0; l < L; ++l) {
+      auto const h = fold(chain_stage::param(l, step), std::span<std::byte const>(xs[l]));
+      auto const& t = whole.layer(l);
+      for (std::size_t k = 0; k < t.slots.size(); ++k) {
+        slots[l].emplace_back(t.slots[k].bytes);
+        derive(slots[l][k], h + 0x9E3779B97F4A7C15ull * (k + 1), std::span<std::byte const>(xs[l]));
+      }
+      derive(xs[l + 1], h, std::span<std::byte const>(xs[l]));
+    }
+    std::vector<std::byte> g(cb);
+    seed(g, xs[L], 1.0 / M);
+    for (std::uint32_t l = L; l-- > 0;) {
+      auto h = fold(fold(chain_stage::param(l, step), std::span<std::byte const>(g)), std::span<std::byte const>(xs[l]));
+      for (std::size_t k = 0; k < slots[l].size(); ++k) h = fold(h ^ k, std::span<std::byte const>(slots[l][k]));
+      grad[l] = mix(grad[l] + h);
+      for (std::size_t i = 0, n = words(cb); i < n; ++i)
+        store_word(std::span(g), i, mix(h + i) ^ load_word(std::span<std::byte const>(xs[l]), i) ^ load_word(std::span<std::byte const>(g), i));
+    }
+    input_grad = fold(input_grad, std::span<std::byte const>(g));
+  }
+}
+
+}  // namespace
+
+TEST(StageSchedule, StagesOnThreadsTrainBitwiseLikeOneProcessUnderEveryPlacement) {
+  std::uint32_t const S = 3, K = 2;
+  tide::stack_spec stage_stack;
+  stage_stack.carry = {"x", 192};
+  for (std::uint32_t l = 0; l < K; ++l) stage_stack.append(tide::layer_spec{"t", {{"a", 320}, {"b", 96}}});
+  tide::stack_spec whole;
+  whole.carry = stage_stack.carry;
+  for (std::uint32_t l = 0; l < S * K; ++l) whole.append(tide::layer_spec{"t", {{"a", 320}, {"b", 96}}});
+  using tide::placement;
+  std::vector<tide::policy_spec> const policies{{},
+                                                {tide::rule_spec{.where = placement::offload}},
+                                                {tide::rule_spec{.where = placement::remat}},
+                                                {tide::rule_spec{.where = placement::offload, .slots = {"a"}},
+                                                 tide::rule_spec{.where = placement::remat}}};
+  for (auto order : {tide::stage_order::gpipe, tide::stage_order::one_f_one_b})
+    for (int mixed = 0; mixed < 5; ++mixed) {
+      std::uint32_t const M = 5;
+      SCOPED_TRACE(std::string(to_string(order)) + ", placement " + std::to_string(mixed));
+      std::vector<std::uint64_t> grad(S * K, 0), want(S * K, 0);
+      std::uint64_t input_grad = 0, want_input = 0;
+      mailbox box;
+      std::vector<std::string> errors(S);
+      std::vector<std::thread> threads;
+      for (std::uint32_t st = 0; st < S; ++st)
+        threads.emplace_back([&, st] {
+          try {
+            tide::stage_spec const sp{.stage = st, .stages = S, .micro_batches = M, .order = order};
+            tide::stage_policies pol{policies, {}};
+            for (std::uint32_t m = 0; m < M; ++m) pol.of_micro_batch.push_back(mixed < 4 ? mixed : (m + st) % 4);
+            auto const s = tide::build_stage_schedule(stage_stack, {.buffers = {.guard_bytes = 8}}, sp, pol);
+            tide::host_backend b;
+            tide::executor ex(b, s, [] {
+              auto o = tide::executor_options::checked();
+              o.loss_scale = 0.2;
+              return o;
+            }());
+            chain_stage w{st * K, &grad, &input_grad};
+            struct queues {
+              mailbox* box;
+              std::uint32_t* step;
+              void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
+                if (c.peer() < 0) return;  // stage 0's input gradient: folded below by its turn
+                box->put(c.stage, static_cast<std::uint32_t>(c.peer()), c.gradient, c.span());
+              }
+              void receive(tide::transport_context<tide::host_backend::stream_type> const& c) {
+                if (c.peer() < 0) return write_input(c.span(), c.micro_batch, *step);
+                box->take(static_cast<std::uint32_t>(c.peer()), c.stage, c.gradient, c.span());
+              }
+            } q{&box, &w.step};
+            struct with_input_grad : queues {
+              std::uint64_t* input_grad;
+              void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
+                if (c.peer() < 0) *input_grad = fold(*input_grad, std::span<std::byte const>(c.span()));
+                queues::send(c);
+              }
+            } t{q, &input_grad};
+            for (std::uint32_t step = 0; step < 2; ++step) {
+              w.step = step;
+              ex.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); },
+                      tide::turn{[](auto const& c) { seed(c.gradient(), c.output(), c.loss_scale); }},
+                      tide::hooks{.transport = std::ref(t)});
+            }
+          } catch (std::exception const& e) {
+            errors[st] = e.what();
+          }
+        });
+      for (auto& t : threads) t.join();
+      for (std::uint32_t st = 0; st < S; ++st) EXPECT_EQ(errors[st], "") << "stage " << st;
+      for (std::uint32_t step = 0; step < 2; ++step) reference(whole, M, step, want, want_input);
+      EXPECT_EQ(grad, want);
+      EXPECT_EQ(input_grad, want_input);
+    }
+}
