@@ -4,7 +4,8 @@
 #      2-rank MPI tests (the CUDA suite is left to step 5, which builds it from scratch);
 #   2. the host tests again under ThreadSanitizer, in separate compilation (tide's library linked:
 #      the suite runs header-only in 1 and compiled in 2 and 3);
-#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer, in separate compilation, where the
+#   3. and under AddressSanitizer + UndefinedBehaviorSanitizer, in separate compilation (with the
+#      2-stage MPI pipeline runs, suite pipeline), where the
 #      benchmark programs are compiled too (not run: no test runs them);
 #   4. the fuzzers (libFuzzer with clang, ASan + UBSan): the schedule fuzzer 45 s and the file
 #      readers' and tide-plan's command line 30 s, each from its seed corpus, and the saved
@@ -67,7 +68,11 @@ for c in "${configs[@]}"; do
       # library is compiled once instead of in every test program.
       benchmarks=false
       [ "$c" = asan ] && benchmarks=true  # compiled here only, not run (no test runs them)
-      setup "build-test/$c" -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=$benchmarks -Db_sanitize="$san" -Db_lundef=false \
+      # MPI under ASan only: the 2-stage pipeline runs (suite pipeline); the other MPI runs
+      # (suite mpi) are the main build's.
+      mpi=disabled
+      [ "$c" = asan ] && mpi=auto
+      setup "build-test/$c" -Dcuda=disabled -Dmpi=$mpi -Dbenchmarks=$benchmarks -Db_sanitize="$san" -Db_lundef=false \
         -Doptimization="$opt" -Ddebug=false -Dcpp_args=-g1 -Dstress_cases=60 -Dseparate_compilation=true \
         -Dlibrary_optimization="$libopt"
       # ThreadSanitizer skips the tests that start no thread (suite single_thread); both skip the

@@ -16,7 +16,9 @@
 // way). Every rank then applies AdamW to the whole model from the gathered gradients, so the
 // weights stay equal everywhere. --fail-rank R makes rank R's forward throw in the second step:
 // every rank exits non-zero, the others naming rank R. --kill-rank R makes rank R kill itself
-// (SIGKILL) in the second step: mpirun ends the job.
+// (SIGKILL) in the second step: mpirun ends the job. --stall-rank R (with a short --timeout-ms)
+// makes its neighbours time out naming it; --longer-rank R gives rank R's boundary tensors another
+// size than its neighbours': they refuse them by name.
 #include "example.hpp"
 #include "../transformer/task.hpp"
 #include "../transformer/tide_model.hpp"
@@ -30,6 +32,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -42,12 +45,13 @@ using clock_type = std::chrono::steady_clock;
 double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
 
 struct options {
-  std::string order = "1f1b", policy = "keep-all";
+  std::string order = "1f1b", policy = "keep-all", trace;
   std::uint32_t micro_batches = 8, layers_per_stage = 2;
-  int steps = 2, fail_rank = -1, kill_rank = -1;
+  int steps = 2, fail_rank = -1, kill_rank = -1, stall_rank = -1, longer_rank = -1;
+  long timeout_ms = 60'000;
   bool check = false, json = false;
   double link_gbps = 0;  // 0: copies unpaced
-  std::size_t batch = 2, length = 8;
+  std::size_t batch = 2, length = 8, width = 32;
 };
 
 tide::policy_spec offload_everything() { return {tide::rule_spec{.where = tide::placement::offload}}; }
@@ -90,21 +94,30 @@ int main(int argc, char** argv) {
       .option("--policy", o.policy, "NAME", "keep-all, offload-all, offload-warmup or remat")
       .option("--steps", o.steps, "N", "training steps")
       .option("--layers-per-stage", o.layers_per_stage, "K", "decoder layers on each stage")
+      .option("--width", o.width, "D", "the model's width (its MLP's hidden width is 2D)")
       .option("--link-gbps", o.link_gbps, "G", "pace the host link at G GB/s each way (0: unpaced)")
       .option("--fail-rank", o.fail_rank, "R", "rank R's forward throws in the second step")
       .option("--kill-rank", o.kill_rank, "R", "rank R kills itself (SIGKILL) in the second step")
+      .option("--stall-rank", o.stall_rank, "R", "rank R stalls for 10 s in the second step (see --timeout-ms)")
+      .option("--longer-rank", o.longer_rank, "R", "rank R's sequences are one token longer: its boundaries differ from its neighbours'")
+      .option("--timeout-ms", o.timeout_ms, "T", "the transport's longest wait for a neighbour")
+      .option("--trace", o.trace, "PREFIX", "write each stage's last step as a Chrome trace, PREFIX.stage<s>.json")
       .flag("--check", o.check, "compare every stage's loss and gradients bitwise with one process")
       .flag("--json", o.json, "print the result as JSON on rank 0");
   cli.parse(argc, argv);
   if (o.order != "gpipe" && o.order != "1f1b") cli.fail("--pp-schedule must be gpipe or 1f1b");
   if (o.steps < 1 || o.layers_per_stage < 1) cli.fail("--steps and --layers-per-stage must be at least 1");
   if (!(o.link_gbps >= 0)) cli.fail("--link-gbps must be >= 0");
+  if (o.timeout_ms < 1) cli.fail("--timeout-ms must be at least 1");
+  if (o.width < 4 || o.width % 4 != 0 || o.width > 4096) cli.fail("--width must be a multiple of 4 (the heads) from 4 to 4096");
 
   try {
-    transformer::copy_task task{o.length, 16, false};
+    transformer::copy_task task{o.length + (rank == o.longer_rank ? 1 : 0), 16, false};
     auto const shape = task.batch_shape(o.batch);
     transformer::config cfg;
     cfg.layers = static_cast<std::size_t>(S) * o.layers_per_stage;
+    cfg.width = o.width;
+    cfg.mlp_hidden = 2 * o.width;
     cfg.dense_layers = cfg.layers;  // dense layers only: every stage has the same layer type
     transformer::model net(cfg, 7);  // every rank holds the same initial weights
     auto stage_cfg = cfg;
@@ -135,6 +148,8 @@ int main(int argc, char** argv) {
       auto const t0 = clock_type::now();
       if (step == 1 && rank == o.fail_rank) throw std::runtime_error("rank " + std::to_string(rank) + " fails on purpose (--fail-rank)");
       if (step == 1 && rank == o.kill_rank) std::raise(SIGKILL);
+      if (step == 1 && rank == o.stall_rank && ctx.micro_batch == 0 && ctx.layer == 0 && ctx.mode == tide::forward_mode::forward)
+        std::this_thread::sleep_for(std::chrono::seconds(10));
       auto const in = ctx.template carry_in<float>();
       auto const l = first + ctx.layer;
       if (ctx.mode == tide::forward_mode::recompute) {
@@ -169,7 +184,7 @@ int main(int argc, char** argv) {
           auto const x = ctx.span();
           net.embed_backward(d.tokens[ctx.micro_batch], shape, {reinterpret_cast<float const*>(x.data()), x.size() / sizeof(float)});
         }};
-    tide::mpi::transport transport(world, ends);
+    tide::mpi::transport transport(world, ends, {.timeout = std::chrono::milliseconds(o.timeout_ms)});
 
     // The one-process run (--check, rank 0): the whole model, the same micro-batches.
     std::optional<transformer::model> ref;
@@ -186,7 +201,13 @@ int main(int argc, char** argv) {
       auto const l = std::stoul(name.substr(std::strlen("layers.")));
       return static_cast<int>(l / o.layers_per_stage);
     };
+    tide::timeline tl;
     for (step = 0; step < o.steps; ++step) {
+      if (!o.trace.empty() && step + 1 == o.steps) {
+        ex.record_timeline(&tl);
+        // One clock for the picture: the stages start the traced step together.
+        tide::mpi::check(MPI_Barrier(world.native()), "MPI_Barrier", rank);
+      }
       d = sample(task, o.batch, o.micro_batches, step);
       net.zero_gradients();
       std::fill(head_emb.begin(), head_emb.end(), 0.0f);
@@ -259,6 +280,12 @@ int main(int argc, char** argv) {
         std::copy(full.begin(), full.end(), ref->gradients().begin());
         ref->adamw_step({});
       }
+    }
+    if (!o.trace.empty()) {
+      auto const path = o.trace + ".stage" + std::to_string(rank) + ".json";
+      std::ofstream f(path);
+      tide::write_chrome_trace(f, tl, schedule, "stage " + std::to_string(rank));
+      if (!f) throw std::runtime_error("cannot write " + path);
     }
     int equal = all_equal ? 1 : 0;
     tide::mpi::check(MPI_Bcast(&equal, 1, MPI_INT, 0, world.native()), "MPI_Bcast", rank);

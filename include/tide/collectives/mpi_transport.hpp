@@ -18,8 +18,9 @@
 //! - Failure: a rank whose step fails (its op sees `step_failed`, or `failing` becomes true while it
 //!   waits) sends a notice naming itself to every rank; a rank waiting for a transfer that receives
 //!   one throws `collective_error` naming the rank that failed, and passes the notice on with that
-//!   rank's name (so every rank names the first one, not its neighbour). A rank killed outright
-//!   stops no one from timing out, and `mpirun` ends the job.
+//!   rank's name (so every rank names the first one, not its neighbour). A rank that times out
+//!   waiting for a neighbour names that neighbour in its notice. A rank killed outright: `mpirun`
+//!   ends the job (and the timeouts would).
 //! - The pipeline's ends, stage 0's input and its gradient, are the user's (`stage_ends`).
 
 #include <algorithm>
@@ -173,13 +174,21 @@ class transport {
     auto const deadline = std::chrono::steady_clock::now() + opt_.timeout;
     for (;;) {
       int done = 0;
-      check(MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, st.data()), "MPI_Testall", rank_);
+      if (int const rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, st.data()); rc != MPI_SUCCESS) {
+        int cls = 0;
+        MPI_Error_class(rc == MPI_ERR_IN_STATUS && receive_at == 0 ? st[0].MPI_ERROR : rc, &cls);
+        if (cls == MPI_ERR_TRUNCATE)
+          throw collective_error("tide::mpi::transport: " + who(peer) + " sent more than the " + std::to_string(c.bytes) +
+                                 " bytes of " + describe(c) + " that stage " + std::to_string(c.stage) +
+                                 " expects: neighbouring stages must agree on the carry's size");
+        check(rc, "MPI_Testall", rank_);
+      }
       if (done) break;
       poll_notice();
       if (failed_rank_ >= 0 && failed_rank_ != rank_) {
         abandon(reqs);
         notify(failed_rank_);
-        throw collective_error("tide::mpi::transport: " + who(failed_rank_) + " failed during this step; rank " +
+        throw collective_error("tide::mpi::transport: " + who(failed_rank_) + " failed or stopped answering during this step; rank " +
                                std::to_string(rank_) + " stops waiting for " + describe(c) +
                                (pending_what_.empty() ? "" : " and the send of " + pending_what_));
       }
@@ -190,8 +199,8 @@ class transport {
       }
       if (std::chrono::steady_clock::now() > deadline) {
         abandon(reqs);
-        notify(rank_);
         auto const p = c.peer();
+        notify(p >= 0 ? static_cast<int>(p) : rank_);  // the others then name the rank that stopped answering
         throw collective_error("tide::mpi::transport: rank " + std::to_string(rank_) + " timed out after " +
                                std::to_string(opt_.timeout.count()) + " ms waiting for " + describe(c) +
                                (p >= 0 ? std::string(c.kind == op_kind::send ? " to reach " : " from ") + who(static_cast<int>(p)) : std::string()) +

@@ -242,8 +242,19 @@ struct schedule {
   operator schedule_view() const&& = delete;
 };
 
-//! `write_op_label` with the slot's name from the schedule: "prefetch L3 q_proj 2/4".
+//! `write_op_label` with the slot's name from the schedule: "prefetch L3 q_proj 2/4"; in a stage
+//! schedule the stage's layer and the micro-batch: "prefetch L1 q_proj mb5".
 inline std::string op_label(schedule_view const& s, op const& o) {
+  if (s.stage.present() && o.layer < s.layers.size()) {
+    auto local = o;
+    local.layer = s.stage.layer_of(o.layer);
+    std::string name = s.carry.name.empty() ? "carry" : std::string(s.carry.name.view());
+    if (o.slot != carry_slot && o.slot != gradient_slot && o.slot != no_slot && o.slot < s.layers[o.layer].slot_count)
+      name = std::string(s.slots_of(o.layer)[o.slot].name.view());
+    char buf[160];
+    write_op_label(buf, local, o.slot == gradient_slot ? std::string_view{} : std::string_view(name));
+    return std::string(buf) + " mb" + std::to_string(s.stage.micro_batch_of(o.layer));
+  }
   char buf[160];
   std::string_view name;
   if (o.slot == carry_slot) name = s.carry.name.empty() ? std::string_view("carry") : s.carry.name.view();
