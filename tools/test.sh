@@ -100,7 +100,7 @@ for c in "${configs[@]}"; do
       fi
       CXX=clang++ CC=clang setup build-test/fuzz -Dfuzz=true -Dcuda=disabled -Dmpi=disabled -Dbenchmarks=false \
         -Dexamples=false -Db_sanitize=none
-      targets=(tests/fuzz/fuzz_schedule tests/fuzz/fuzz_stages)
+      targets=(tests/fuzz/fuzz_schedule tests/fuzz/fuzz_stages tests/fuzz/fuzz_stage_schedule)
       # The file readers' fuzzer needs nlohmann/json (tools/install-deps.sh installs it).
       grep -q '^build tests/fuzz/fuzz_files:' build-test/fuzz/build.ninja && targets+=(tests/fuzz/fuzz_files)
       ninja -C build-test/fuzz -j "$jobs" "${targets[@]}"

@@ -8,6 +8,11 @@
 //          --policy keep-all|offload-all|offload-warmup|remat [--steps N] [--check] [--json]
 //          [--fail-rank R] [--kill-rank R]
 //
+// Policies: keep-all; offload-all, every in-flight micro-batch's saved data (one held while
+// another pass runs: under 1F1B not the last stage's, whose backward follows its forward at once,
+// tide::held_policies); offload-warmup, only the warm-up micro-batches' (tide::warmup_policies);
+// remat, everything but the layer inputs recomputed.
+//
 // --check trains the same micro-batches in one process on rank 0 (the whole model, the same loss
 // scale 1/M and the same accumulation order) and compares every stage's loss and gradients
 // bitwise, exiting 1 on any difference. The head is tied to the embedding: the last stage keeps
@@ -59,7 +64,9 @@ tide::policy_spec offload_everything() { return {tide::rule_spec{.where = tide::
 //! The stage's policies by name, per micro-batch.
 tide::stage_policies policies_of(std::string const& name, tide::stage_spec const& st) {
   if (name == "keep-all") return {};
-  if (name == "offload-all") return {{offload_everything()}, {}};
+  // Every micro-batch in flight: held while another pass runs (not the last stage's under 1F1B,
+  // whose backward follows its forward at once).
+  if (name == "offload-all") return tide::held_policies(st, offload_everything());
   if (name == "remat") return {{tide::policy_spec{tide::rule_spec{.where = tide::placement::remat}}}, {}};
   if (name == "offload-warmup") return tide::warmup_policies(st, offload_everything());
   throw std::invalid_argument("--policy: '" + name + "' is none of keep-all, offload-all, offload-warmup, remat");
@@ -192,7 +199,7 @@ int main(int argc, char** argv) {
     if (o.check && rank == 0) ref.emplace(cfg, 7);
 
     bool all_equal = true;
-    double step_ms = 0, bubble_ms = 0;
+    std::vector<double> step_times, busy_times;  // per step
     auto const params = net.parameter_tensors();
     // What each stage owns of the gradients: its layers', stage 0 the embedding, the last the final norm.
     auto owner = [&](std::string const& name) {
@@ -214,8 +221,8 @@ int main(int argc, char** argv) {
       busy_ms = 0;
       auto const t0 = clock_type::now();
       ex.step(forward, backward, tide::turn{turn}, tide::hooks{.transport = std::ref(transport)});
-      step_ms = ms_since(t0);
-      bubble_ms = std::max(0.0, step_ms - busy_ms);
+      step_times.push_back(ms_since(t0));
+      busy_times.push_back(busy_ms);
       // The tied embedding: the head's share goes to stage 0, which adds it to the embedding's.
       auto g = net.gradients();
       if (S == 1) {
@@ -290,20 +297,34 @@ int main(int argc, char** argv) {
     int equal = all_equal ? 1 : 0;
     tide::mpi::check(MPI_Bcast(&equal, 1, MPI_INT, 0, world.native()), "MPI_Bcast", rank);
 
-    // Per stage: predicted and measured device peak, host bytes, step and bubble, on rank 0.
-    std::array<double, 5> row{static_cast<double>(schedule.peak_device_bytes()), static_cast<double>(backend.device_peak_bytes()),
-                              static_cast<double>(schedule.peak_host_bytes()), step_ms, bubble_ms};
-    std::vector<double> rows(5 * static_cast<std::size_t>(S));
-    tide::mpi::check(MPI_Gather(row.data(), 5, MPI_DOUBLE, rows.data(), 5, MPI_DOUBLE, 0, world.native()), "MPI_Gather", rank);
+    // Per stage: predicted and measured device peak, host bytes, the median step (the first step
+    // left out when there are more: it warms the caches), its bubble (the step less the compute in
+    // the lambdas), the compute, and the bytes offloaded a step, on rank 0.
+    auto median = [](std::vector<double> v) {
+      if (v.size() > 1) v.erase(v.begin());
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    auto const step_ms = median(step_times), busy = median(busy_times);
+    std::size_t copied = 0;
+    for (auto const& op : schedule.ops)
+      if (op.kind == tide::op_kind::offload) copied += op.bytes;
+    constexpr int fields = 7;
+    std::array<double, fields> row{static_cast<double>(schedule.peak_device_bytes()), static_cast<double>(backend.device_peak_bytes()),
+                                   static_cast<double>(schedule.peak_host_bytes()), step_ms, std::max(0.0, step_ms - busy), busy,
+                                   static_cast<double>(copied)};
+    std::vector<double> rows(fields * static_cast<std::size_t>(S));
+    tide::mpi::check(MPI_Gather(row.data(), fields, MPI_DOUBLE, rows.data(), fields, MPI_DOUBLE, 0, world.native()), "MPI_Gather", rank);
     if (rank == 0) {
       if (o.json) {
         std::printf("{\"pp_schedule\": \"%s\", \"policy\": \"%s\", \"micro_batches\": %u, \"stages\": [", o.order.c_str(),
                     o.policy.c_str(), o.micro_batches);
         for (int s = 0; s < S; ++s) {
-          auto const* r = &rows[5 * static_cast<std::size_t>(s)];
+          auto const* r = &rows[fields * static_cast<std::size_t>(s)];
           std::printf("%s{\"stage\": %d, \"predicted_device_peak_bytes\": %.0f, \"measured_device_peak_bytes\": %.0f, "
-                      "\"host_bytes\": %.0f, \"step_ms\": %.3f, \"bubble_ms\": %.3f}",
-                      s ? ", " : "", s, r[0], r[1], r[2], r[3], r[4]);
+                      "\"host_bytes\": %.0f, \"step_ms\": %.3f, \"bubble_ms\": %.3f, \"compute_ms\": %.3f, "
+                      "\"offloaded_bytes_per_step\": %.0f}",
+                      s ? ", " : "", s, r[0], r[1], r[2], r[3], r[4], r[5], r[6]);
         }
         std::printf("], \"checksums_equal\": %s}\n", !o.check ? "null" : equal ? "true" : "false");
       } else {
@@ -311,7 +332,7 @@ int main(int argc, char** argv) {
                     o.micro_batches, o.policy.c_str(), o.steps);
         std::printf("%6s %16s %16s %12s %10s %10s\n", "stage", "predicted peak", "measured peak", "host bytes", "step ms", "bubble ms");
         for (int s = 0; s < S; ++s) {
-          auto const* r = &rows[5 * static_cast<std::size_t>(s)];
+          auto const* r = &rows[fields * static_cast<std::size_t>(s)];
           std::printf("%6d %16.0f %16.0f %12.0f %10.3f %10.3f\n", s, r[0], r[1], r[2], r[3], r[4]);
         }
         if (o.check) std::printf("one-process check: %s\n", equal ? "bitwise equal" : "DIFFERENT");

@@ -9,7 +9,9 @@
 //!                                         tide::offload_warmup(stage, offloaded));
 //!
 //! Each micro-batch is built with the single-stack builder under its policy (the same buffers,
-//! pipeline and checkpoints for all), and the builds are laid side by side:
+//! pipeline and checkpoints for all; `buffer_spec::share_phase_regions` off where a micro-batch
+//! copies, since one micro-batch's backward runs beside another's forward), and the builds are
+//! laid side by side:
 //! - schedule layer `v` is the stage's layer `v % L` of micro-batch `v / L` (`stage_binding`);
 //!   lambdas see the stage's layer and the micro-batch (`ctx.layer`, `ctx.micro_batch`);
 //! - a micro-batch in flight (its forward run, its backward not) holds an instance region: its
@@ -19,7 +21,9 @@
 //!   per instance too;
 //! - where two micro-batches' ops touch the same bytes (a shared ring, an instance region reused)
 //!   the later one waits for the earlier on every other stream: offloads of one micro-batch overlap
-//!   the next one's forward, prefetches the previous one's backward, as far as the rings allow;
+//!   the next one's forward, prefetches the previous one's backward, as far as the rings allow; a
+//!   backward that follows a forward has its first prefetches issued before that forward, so that
+//!   they overlap it (PipeOffload reloads in the last free slot before the backward);
 //! - each forward receives the micro-batch's input first and, but on the last stage, sends its
 //!   output after; each backward receives its output's gradient first (but on the last stage, whose
 //!   turn seeds it) and sends its input's gradient after. A send and the receive right after it on
@@ -66,6 +70,22 @@ struct stage_policies {
   stage_policies r{{std::move(steady), std::move(offloaded)}, {}};
   r.of_micro_batch.resize(s.micro_batches);
   for (std::uint32_t m = 0; m < s.micro_batches; ++m) r.of_micro_batch[m] = m < w ? 1 : 0;
+  return r;
+}
+
+//! `offloaded` for every micro-batch whose saved data is held while another pass runs (its
+//! backward is not the pass right after its forward), `steady` for the others: under 1F1B every
+//! micro-batch of the last stage is the latter, its backward following its forward at once, so
+//! that an offload could hide behind nothing (PipeOffload leaves such micro-batches on the device:
+//! their forward-to-backward gap is under three round trips).
+[[nodiscard]] inline stage_policies held_policies(stage_spec const& s, policy_spec offloaded, policy_spec steady = {}) {
+  check_stage(s);
+  stage_policies r{{std::move(steady), std::move(offloaded)}, std::vector<std::uint32_t>(s.micro_batches, 1)};
+  for (std::uint32_t k = 0; k + 1 < 2 * s.micro_batches; ++k) {
+    auto const e = detail::stage_step_at(s, k), next = detail::stage_step_at(s, k + 1);
+    if (e.pass == stage_pass::forward && next.pass == stage_pass::backward && next.micro_batch == e.micro_batch)
+      r.of_micro_batch[e.micro_batch] = 0;
+  }
   return r;
 }
 

@@ -96,9 +96,19 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   std::vector<schedule> base(P);
   std::vector<checked_program> prog(P);
   std::vector<std::uint32_t> split(P);
+  std::vector<std::uint32_t> lead(P);  // per build: the prefetches and loads that open its backward
+  std::vector<std::uint8_t> used(P, 0);
+  for (auto p : pol) used[p] = 1;
+  // A stage runs one micro-batch's backward beside another's forward: where any of them copies,
+  // the staging ring and the offload ring cannot share their bytes (buffer_spec::
+  // share_phase_regions); where none does, only the compute stream touches the scratch they share.
+  bool share = how.buffers.share_phase_regions;
+  for (bool again = true; again;) {
+    again = false;
   for (std::size_t p = 0; p < P; ++p) {
     strategy h = how;
     if (!given.empty()) h.policy = given[p];
+    h.buffers.share_phase_regions = share;
     try {
       base[p] = build_schedule(stack, h);
     } catch (schedule_error const& e) {
@@ -114,9 +124,21 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
     for (std::uint32_t j = k; j < n; ++j)
       if (ops[j].kind == op_kind::forward) stage_fail("internal: a forward after the first backward-phase op");  // the builder's order
     split[p] = k;
+    while (k < n && (ops[k].kind == op_kind::prefetch || ops[k].kind == op_kind::load)) ++k;
+    lead[p] = k - split[p];
     auto const& a = base[p].arena;
-    if (base[p].carry.device_area + a.carry_bytes != a.device_bytes || base[p].carry.device_area < a.kept_bytes)
-      stage_fail("internal: the carries are not the device arena's last region");  // build_reversal.hpp's layout
+    if (base[p].carry.device_area + a.carry_bytes != a.device_bytes || a.backward_area < a.kept_bytes ||
+        base[p].carry.device_area < a.backward_area)
+      stage_fail("internal: the arena is not kept, forward, backward, carries in order");  // build_arena.hpp's layout
+  }
+    if (share)
+      for (std::size_t p = 0; p < P && !again; ++p)
+        for (auto const& o : base[p].ops)
+          if (used[p] && (is_copy(o.kind) || is_storage(o.kind))) {
+            share = false;
+            again = true;
+            break;
+          }
   }
   auto const L = stack.layer_count();
   auto const& b0 = base[0];
@@ -167,13 +189,21 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   }
   auto const instances = static_cast<std::uint32_t>(need_kept.size());
 
-  // Layout: the shared area (rings and scratch) at 0, then the instance regions: kept slots,
-  // carries, the boundary gradient. Host and storage: a region per instance.
-  std::size_t shared = 0;
-  for (auto const& b : base) shared = std::max(shared, b.carry.device_area - b.arena.kept_bytes);
+  // Layout: the shared area at 0, every build's forward area (offload sources, forward remat
+  // scratch) in one region and its backward area (staging ring, recompute scratch) in the next, so
+  // that a micro-batch's forward never writes where another's backward reads, whatever their
+  // policies; then the instance regions: kept slots, carries, the boundary gradient. Host and
+  // storage: a region per instance.
+  std::size_t forward_region = 0, backward_region = 0;
+  for (std::size_t p = 0; p < P; ++p) {
+    if (!used[p]) continue;  // a policy no micro-batch has takes no room
+    forward_region = std::max(forward_region, base[p].arena.backward_area - base[p].arena.kept_bytes);
+    backward_region = std::max(backward_region, base[p].carry.device_area - base[p].arena.backward_area);
+  }
   auto const dalign = buf.device_alignment;
   auto const halign = std::max(buf.host_alignment, buf.storage_alignment);
-  auto const area = stage_align(shared, dalign);
+  forward_region = stage_align(forward_region, dalign);
+  auto const area = stage_add(forward_region, stage_align(backward_region, dalign));
   auto const grad_region = stage_align(stage_add(carry, guard), dalign);
   std::vector<std::size_t> region(instances), kept_of(instances), host_at(instances), file_at(instances), grad_of(instances);
   std::size_t device_bytes = area, host_end = 0, file_end = 0;
@@ -195,7 +225,8 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   auto dev = [&](std::size_t p, std::uint32_t i, std::size_t x) {
     auto const& b = base[p];
     if (x < b.arena.kept_bytes) return region[i] + x;
-    if (x < b.carry.device_area) return x - b.arena.kept_bytes;
+    if (x < b.arena.backward_area) return x - b.arena.kept_bytes;
+    if (x < b.carry.device_area) return forward_region + (x - b.arena.backward_area);
     return region[i] + kept_of[i] + (x - b.carry.device_area);
   };
   auto hst = [&](std::uint32_t i, std::size_t x) { return host_at[i] + x; };
@@ -263,7 +294,7 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
       for (auto [sp, k] : send_entries) hz.seen[sp][k].op = idx;
     }
     s.ops.push_back(o);
-    send_entries.clear();
+    if (o.stream == stream_role::comm) send_entries.clear();  // ops on other streams may come between a pair's two
     for (auto const& a : acc) {
       if (o.kind == op_kind::send) send_entries.push_back({a.space, hz.seen[a.space].size()});
       hz.record(a.space, a.begin, a.end, a.write, m, o.stream, idx, is_boundary(o.kind) || a.extra);
@@ -314,19 +345,31 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
       where[j] = emit(o, m);
     }
   };
+  std::vector<std::uint8_t> led(M, 0);  // per micro-batch: its backward's lead-in was emitted early
   for (std::uint32_t k = 0; k < 2 * M; ++k) {
     auto const e = stage_step_at(stage, k);
     auto const m = e.micro_batch;
     auto const p = pol[m];
     auto const i = inst[m];
     auto const& b = base[p];
+    // A backward right after a forward gets its first prefetches (and loads) before that forward,
+    // so that they overlap it, as PipeOffload reloads in the last free slot before the backward.
+    if (e.pass == stage_pass::forward && k + 1 < 2 * M) {
+      auto const next = stage_step_at(stage, k + 1);
+      // (Not its own backward: that one's prefetches wait for this forward's offloads.)
+      if (next.pass == stage_pass::backward && next.micro_batch != m && lead[pol[next.micro_batch]] > 0) {
+        auto const q = pol[next.micro_batch];
+        run_base(next.micro_batch, split[q], split[q] + lead[q]);
+        led[next.micro_batch] = 1;
+      }
+    }
     if (e.pass == stage_pass::forward) {
       boundary(op_kind::receive, carry_slot, m * L, dev(p, i, b.carry.input_offset()), m);
       run_base(m, 0, split[p]);
       if (!last_stage) boundary(op_kind::send, carry_slot, m * L + L - 1, dev(p, i, b.carry.output_offset()), m);
     } else {
       if (!last_stage) boundary(op_kind::receive, gradient_slot, m * L + L - 1, grad_at(i), m);
-      run_base(m, split[p], static_cast<std::uint32_t>(b.ops.size()));
+      run_base(m, split[p] + (led[m] ? lead[p] : 0), static_cast<std::uint32_t>(b.ops.size()));
       boundary(op_kind::send, gradient_slot, m * L, grad_at(i), m);
       std::vector<std::uint32_t>().swap(at[m]);
     }
@@ -351,8 +394,8 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   s.arena.host_bytes = host_bytes;
   s.arena.storage_bytes = storage_bytes;
   s.arena.kept_bytes = b0.arena.kept_bytes;  // instance 0's, at instance_area
-  s.arena.forward_area = b0.arena.forward_area - b0.arena.kept_bytes;
-  s.arena.backward_area = b0.arena.backward_area - b0.arena.kept_bytes;
+  s.arena.forward_area = 0;
+  s.arena.backward_area = forward_region;
   s.arena.recompute_carry_offset = no_carry;  // per micro-batch: stage_binding::recompute_carry
   s.carry = b0.carry;
   s.carry.device_area = dev(0, 0, b0.carry.device_area);
