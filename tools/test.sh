@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it:
 #   1. the main build, with NDEBUG defined: every host test, the examples, the compile-fail and consumer tests, the
-#      2-rank MPI tests (the CUDA suite is left to step 5, which builds it from scratch);
+#      MPI tests (2 and 4 ranks; the CUDA suite is left to step 5, which builds it from scratch);
 #   2. the host tests again under ThreadSanitizer, in separate compilation (tide's library linked:
 #      the suite runs header-only in 1 and compiled in 2 and 3);
 #   3. and under AddressSanitizer + UndefinedBehaviorSanitizer, in separate compilation (with the
