@@ -4,12 +4,14 @@
 // every placement.
 #include <gtest/gtest.h>
 #include <tide/host.hpp>
+#include <tide/plan/stage_timeline.hpp>
 
 #include "workload.hpp"
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
@@ -393,4 +395,40 @@ TEST(StageSchedule, StagesOnThreadsTrainBitwiseLikeOneProcessUnderEveryPlacement
       EXPECT_EQ(grad, want);
       EXPECT_EQ(input_grad, want_input);
     }
+}
+
+TEST(StageSchedule, PipeOffloadsRuleFromTheTimeline) {
+  // 4 equal stages, f = 1, b = 2: on stage s a micro-batch waits (3 - s) * 3, plus m * 2 for the
+  // first 4 - s micro-batches (docs/concepts.md).
+  std::vector<tide::stage_costs> const costs{{.forward_us = 1, .backward_us = 2, .transfer_us = 0}};
+  auto const t = tide::time_stages(tide::stage_order::one_f_one_b, 4, 8, costs);
+  tide::policy_spec const off{tide::rule_spec{.where = tide::placement::offload}};
+  // Round trip 1: three round trips are 3 us; stage 0's micro-batches all wait 9 or more, the last
+  // stage's none.
+  auto const p0 = tide::offload_by_wait(t, 0, 1.0, off);
+  EXPECT_EQ(p0.of_micro_batch, std::vector<std::uint32_t>(8, 1));
+  auto const p3 = tide::offload_by_wait(t, 3, 1.0, off);
+  EXPECT_EQ(p3.of_micro_batch, std::vector<std::uint32_t>(8, 0));
+  // Round trip 3.5 (10.5 us): on stage 0 only micro-batches 1 to 3 (waits 11, 13, 15) qualify.
+  auto const longest = tide::offload_by_wait(t, 0, 3.5, off);
+  EXPECT_EQ(longest.of_micro_batch, (std::vector<std::uint32_t>{0, 1, 1, 1, 0, 0, 0, 0}));
+  tide::stack_spec st;
+  st.carry = {"x", 256};
+  st.append(tide::layer_spec{"t", {{"a", 1024}}});
+  for (std::uint32_t s = 0; s < 4; ++s) {
+    auto const sch = tide::build_stage_schedule(st, {}, {.stage = s, .stages = 4, .micro_batches = 8}, tide::offload_by_wait(t, s, 1.0, off));
+    EXPECT_NO_THROW((void)tide::check_schedule(sch));
+    EXPECT_EQ(sch.peak_host_bytes() > 0, s < 3) << "stage " << s;
+  }
+}
+
+TEST(StageSchedule, PipeOffloadsRuleRefusesHostileValues) {
+  std::vector<tide::stage_costs> const costs{{.forward_us = 1, .backward_us = 2, .transfer_us = 0}};
+  auto const t = tide::time_stages(tide::stage_order::one_f_one_b, 2, 4, costs);
+  auto m = what([&] { (void)tide::offload_by_wait(t, 0, std::numeric_limits<double>::quiet_NaN(), {}); });
+  EXPECT_NE(m.find("must be finite and not negative"), std::string::npos) << m;
+  m = what([&] { (void)tide::offload_by_wait(t, 0, 1, {}, {}, -1); });
+  EXPECT_NE(m.find("must be finite and not negative"), std::string::npos) << m;
+  m = what([&] { (void)tide::offload_by_wait(t, 2, 1, {}); });
+  EXPECT_NE(m.find("stage 2 of a 2-stage timeline"), std::string::npos) << m;
 }

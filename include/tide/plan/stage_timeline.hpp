@@ -21,7 +21,9 @@
 #include <vector>
 
 #include <tide/core/error.hpp>
+#include <tide/core/policy.hpp>
 #include <tide/core/stage_order.hpp>
+#include <tide/core/stage_schedule.hpp>
 
 namespace tide {
 
@@ -136,6 +138,22 @@ inline constexpr std::uint64_t max_stage_timeline_pairs = std::uint64_t{1} << 24
   }
   for (auto e : t.backward_end_us) t.step_us = std::max(t.step_us, e);
   return t;
+}
+
+//! PipeOffload's rule as stage `s`'s policies (Wan et al., arXiv 2503.01328): `offloaded` for the
+//! micro-batches whose wait between forward and backward in `t` is at least `round_trips` round
+//! trips of their data (`waits_at_least`), `steady` for the others; pass the result to
+//! `build_stage_schedule`.
+[[nodiscard]] inline stage_policies offload_by_wait(stage_timeline const& t, std::uint32_t s, double round_trip_us,
+                                                    policy_spec offloaded, policy_spec steady = {}, double round_trips = 3) {
+  if (!(round_trip_us >= 0) || !std::isfinite(round_trip_us) || !(round_trips >= 0) || !std::isfinite(round_trips))
+    throw schedule_error("tide::offload_by_wait: the round trip (" + std::to_string(round_trip_us) + " us) and the round trips (" +
+                         std::to_string(round_trips) + ") must be finite and not negative");
+  if (s >= t.stages)
+    throw schedule_error("tide::offload_by_wait: stage " + std::to_string(s) + " of a " + std::to_string(t.stages) + "-stage timeline");
+  stage_policies r{{std::move(steady), std::move(offloaded)}, std::vector<std::uint32_t>(t.micro_batches, 0)};
+  for (auto m : t.waits_at_least(s, round_trip_us, round_trips)) r.of_micro_batch[m] = 1;
+  return r;
 }
 
 }  // namespace tide

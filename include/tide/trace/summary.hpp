@@ -95,7 +95,7 @@ TIDE_INLINE occupancy measure_occupancy(timeline const& t, schedule_view const& 
       first_pre(s.slots.size(), -1), last_pre(s.slots.size(), -1), stored(s.slots.size(), -1), loaded(s.slots.size(), -1);
   for (std::uint32_t i = 0; i < s.ops.size(); ++i) {
     auto const& o = s.ops[i];
-    if (o.slot == carry_slot) continue;  // the carry's copies: below
+    if (o.slot == carry_slot || o.slot == gradient_slot) continue;  // the carry's copies: below; boundaries hold no slot
     auto const b = s.layers[o.layer].first_slot + (o.slot == no_slot ? 0 : o.slot);
     switch (o.kind) {
       case op_kind::forward: fwd[o.layer] = i; break;

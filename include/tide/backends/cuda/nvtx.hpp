@@ -39,6 +39,8 @@ constexpr nvtx3::rgb nvtx_color(op_kind k) noexcept {
     case op_kind::reduce: return {0xf4, 0x43, 0x36};
     case op_kind::store:
     case op_kind::load: return {0x79, 0x55, 0x48};
+    case op_kind::send:
+    case op_kind::receive: return {0x60, 0x7d, 0x8b};
   }
   return {0x80, 0x80, 0x80};
 }
