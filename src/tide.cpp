@@ -10,6 +10,7 @@
 #endif
 #define TIDE_BUILDING_LIBRARY 1
 
+#include <tide/core/stage_schedule.hpp>  // opt-in for consumers (its builder costs the umbrella 10%)
 #include <tide/planning.hpp>
 
 namespace tide::link_check {

@@ -3,6 +3,7 @@
 // pipeline of stages on threads (a transport of queues) trains bitwise like one process under
 // every placement.
 #include <gtest/gtest.h>
+#include <tide/core/stage_schedule.hpp>
 #include <tide/host.hpp>
 #include <tide/plan/stage_timeline.hpp>
 

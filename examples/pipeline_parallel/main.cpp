@@ -29,6 +29,7 @@
 #include "../transformer/tide_model.hpp"
 
 #include <tide/collectives/mpi_transport.hpp>
+#include <tide/core/stage_schedule.hpp>
 #include <tide/tide.hpp>
 
 #include <algorithm>

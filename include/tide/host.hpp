@@ -23,7 +23,7 @@
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/stage_order.hpp>
-#include <tide/core/stage_schedule.hpp>
+#include <tide/core/stage_policies.hpp>
 #include <tide/core/storage_link.hpp>
 #include <tide/core/static_schedule.hpp>
 #include <tide/core/strategy.hpp>

@@ -12,6 +12,7 @@
 //   two slot sizes / 8 (0: refused); then per micro-batch a policy (mod 5: keep, offload, remat,
 //   spill-free mix, offload one slot); then edits, 6 bytes each: target, op index (2 bytes),
 //   field, value (2 bytes).
+#include <tide/core/stage_schedule.hpp>
 #include <tide/host.hpp>
 
 #include <cstddef>

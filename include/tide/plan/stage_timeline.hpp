@@ -23,7 +23,7 @@
 #include <tide/core/error.hpp>
 #include <tide/core/policy.hpp>
 #include <tide/core/stage_order.hpp>
-#include <tide/core/stage_schedule.hpp>
+#include <tide/core/stage_policies.hpp>
 
 namespace tide {
 
