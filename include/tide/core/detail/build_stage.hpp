@@ -32,11 +32,6 @@ inline std::size_t stage_add(std::size_t a, std::size_t b) {
   if (!checked_add(a, b, r)) stage_fail("the arena overflows size_t");
   return r;
 }
-inline std::size_t stage_mul(std::size_t a, std::size_t b) {
-  std::size_t r = 0;
-  if (!checked_mul(a, b, r)) stage_fail("the arena overflows size_t");
-  return r;
-}
 
 //! The waits two micro-batches' conflicting accesses need: per arena, every access so far (the
 //! op, its stream, its micro-batch); a new access waits on each other stream for the latest op of
@@ -99,47 +94,46 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   std::vector<std::uint32_t> lead(P);  // per build: the prefetches and loads that open its backward
   std::vector<std::uint8_t> used(P, 0);
   for (auto p : pol) used[p] = 1;
+  auto build_all = [&](bool share) {
+    for (std::size_t p = 0; p < P; ++p) {
+      strategy h = how;
+      if (!given.empty()) h.policy = given[p];
+      h.buffers.share_phase_regions = share;
+      try {
+        base[p] = build_schedule(stack, h);
+      } catch (schedule_error const& e) {
+        stage_fail(std::string(given.empty() ? "the strategy" : "policy " + std::to_string(p)) + ": " + e.what());
+      }
+      prog[p] = check_program(base[p].view());
+      auto const& ops = base[p].ops;
+      auto const n = static_cast<std::uint32_t>(ops.size());
+      std::uint32_t k = 0;
+      while (k < n && !(ops[k].kind == op_kind::backward || ops[k].kind == op_kind::recompute || ops[k].kind == op_kind::prefetch ||
+                        ops[k].kind == op_kind::load || ops[k].kind == op_kind::advance))
+        ++k;
+      for (std::uint32_t j = k; j < n; ++j)
+        if (ops[j].kind == op_kind::forward) stage_fail("internal: a forward after the first backward-phase op");  // the builder's order
+      split[p] = k;
+      while (k < n && (ops[k].kind == op_kind::prefetch || ops[k].kind == op_kind::load)) ++k;
+      lead[p] = k - split[p];
+      auto const& a = base[p].arena;
+      if (base[p].carry.device_area + a.carry_bytes != a.device_bytes || a.backward_area < a.kept_bytes ||
+          base[p].carry.device_area < a.backward_area)
+        stage_fail("internal: the arena is not kept, forward, backward, carries in order");  // build_arena.hpp's layout
+    }
+  };
   // A stage runs one micro-batch's backward beside another's forward: where any of them copies,
   // the staging ring and the offload ring cannot share their bytes (buffer_spec::
   // share_phase_regions); where none does, only the compute stream touches the scratch they share.
-  bool share = how.buffers.share_phase_regions;
-  for (bool again = true; again;) {
-    again = false;
-  for (std::size_t p = 0; p < P; ++p) {
-    strategy h = how;
-    if (!given.empty()) h.policy = given[p];
-    h.buffers.share_phase_regions = share;
-    try {
-      base[p] = build_schedule(stack, h);
-    } catch (schedule_error const& e) {
-      stage_fail(std::string(given.empty() ? "the strategy" : "policy " + std::to_string(p)) + ": " + e.what());
-    }
-    prog[p] = check_program(base[p].view());
-    auto const& ops = base[p].ops;
-    auto const n = static_cast<std::uint32_t>(ops.size());
-    std::uint32_t k = 0;
-    while (k < n && !(ops[k].kind == op_kind::backward || ops[k].kind == op_kind::recompute || ops[k].kind == op_kind::prefetch ||
-                      ops[k].kind == op_kind::load || ops[k].kind == op_kind::advance))
-      ++k;
-    for (std::uint32_t j = k; j < n; ++j)
-      if (ops[j].kind == op_kind::forward) stage_fail("internal: a forward after the first backward-phase op");  // the builder's order
-    split[p] = k;
-    while (k < n && (ops[k].kind == op_kind::prefetch || ops[k].kind == op_kind::load)) ++k;
-    lead[p] = k - split[p];
-    auto const& a = base[p].arena;
-    if (base[p].carry.device_area + a.carry_bytes != a.device_bytes || a.backward_area < a.kept_bytes ||
-        base[p].carry.device_area < a.backward_area)
-      stage_fail("internal: the arena is not kept, forward, backward, carries in order");  // build_arena.hpp's layout
-  }
-    if (share)
-      for (std::size_t p = 0; p < P && !again; ++p)
+  build_all(how.buffers.share_phase_regions);
+  auto const copies = [&] {
+    for (std::size_t p = 0; p < P; ++p)
+      if (used[p])
         for (auto const& o : base[p].ops)
-          if (used[p] && (is_copy(o.kind) || is_storage(o.kind))) {
-            share = false;
-            again = true;
-            break;
-          }
-  }
+          if (is_copy(o.kind) || is_storage(o.kind)) return true;
+    return false;
+  };
+  if (how.buffers.share_phase_regions && copies()) build_all(false);
   auto const L = stack.layer_count();
   auto const& b0 = base[0];
   auto const& buf = how.buffers;
@@ -231,7 +225,6 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   };
   auto hst = [&](std::uint32_t i, std::size_t x) { return host_at[i] + x; };
   auto fil = [&](std::uint32_t i, std::size_t x) { return file_at[i] + x; };
-  auto grad_at = [&](std::uint32_t i) { return grad_of[i]; };
   auto const last_stage = stage.stage + 1 == stage.stages;
 
   // Layers and slots, per micro-batch.
@@ -341,7 +334,7 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
       // A backward updates its micro-batch's boundary gradient; the last stage's turn (in its
       // last layer's forward) seeds it.
       if (o.kind == op_kind::backward || (last_stage && o.kind == op_kind::forward && local_layer + 1 == L))
-        acc.push_back({device_space, grad_at(i), grad_at(i) + carry, true, true});
+        acc.push_back({device_space, grad_of[i], grad_of[i] + carry, true, true});
       where[j] = emit(o, m);
     }
   };
@@ -368,9 +361,9 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
       run_base(m, 0, split[p]);
       if (!last_stage) boundary(op_kind::send, carry_slot, m * L + L - 1, dev(p, i, b.carry.output_offset()), m);
     } else {
-      if (!last_stage) boundary(op_kind::receive, gradient_slot, m * L + L - 1, grad_at(i), m);
+      if (!last_stage) boundary(op_kind::receive, gradient_slot, m * L + L - 1, grad_of[i], m);
       run_base(m, split[p] + (led[m] ? lead[p] : 0), static_cast<std::uint32_t>(b.ops.size()));
-      boundary(op_kind::send, gradient_slot, m * L, grad_at(i), m);
+      boundary(op_kind::send, gradient_slot, m * L, grad_of[i], m);
       std::vector<std::uint32_t>().swap(at[m]);
     }
   }

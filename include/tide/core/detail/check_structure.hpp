@@ -291,6 +291,12 @@ inline checked_program check_program(schedule_view const& s) {
     if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, carry_out_state(s, o.layer));
     // The guard bytes the executor's debug checks write after a slot before the op (and check
     // after it): part of the op's accesses (no overflow: proven by check_bindings).
+    // Micro-batch `m`'s boundary gradient at `at` (a stage schedule): its data is the micro-batch's.
+    auto add_gradient = [&](bool write, std::size_t at, std::uint32_t m, bool rmw) {
+      access a{i, false, write, at, at + s.carry.bytes, m, gradient_slot, std::uint64_t{0} - at};
+      a.rmw = rmw;
+      p.accesses.push_back(a);
+    };
     auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
       if (guard == 0) return;
       p.accesses.push_back({i, false, true, slot_end, slot_end + guard, o.layer, k, 0, true});
@@ -374,7 +380,7 @@ inline checked_program check_program(schedule_view const& s) {
         bool const write = o.kind == op_kind::receive;
         auto const m = s.stage.micro_batch_of(o.layer);
         if (o.slot == gradient_slot)
-          p.accesses.push_back({i, false, write, o.device_offset, o.device_offset + o.bytes, m, gradient_slot, std::uint64_t{0} - o.device_offset});
+          add_gradient(write, o.device_offset, m, false);
         else
           add_carry(false, write, o.device_offset, write ? o.layer : carry_out_state(s, o.layer));
         break;
@@ -386,11 +392,7 @@ inline checked_program check_program(schedule_view const& s) {
       auto const m = s.stage.micro_batch_of(o.layer);
       auto const at = s.stage.gradient_at(m);
       bool const seeds = o.kind == op_kind::forward && s.last_layer(o.layer) && s.stage.spec.stage + 1 == s.stage.spec.stages;
-      if (o.kind == op_kind::backward || seeds) {
-        access a{i, false, true, at, at + s.carry.bytes, m, gradient_slot, std::uint64_t{0} - at};
-        a.rmw = o.kind == op_kind::backward;
-        p.accesses.push_back(a);
-      }
+      if (o.kind == op_kind::backward || seeds) add_gradient(true, at, m, o.kind == op_kind::backward);
     }
   }
   p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
