@@ -13,6 +13,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -366,6 +368,54 @@ TEST(HostPacedCopies, CopiesCompleteNoEarlierThanTheLinkAllows) {
       EXPECT_GE(stamps[i] - t0, link) << "step " << step << ", copy " << i << " completed "
                                       << std::chrono::duration<double, std::micro>(link - (stamps[i] - t0)).count()
                                       << " us early";
+    }
+  }
+}
+
+// Small copies queued back to back on one link run as a burst, with one wake-up (host_backend's
+// `burst_us`): each copy's event still completes no earlier than the link allows, every copy's
+// bytes arrive, and a wait that has not passed between two copies ends the burst (the copy after
+// it starts no earlier than the record it waits for).
+TEST(HostPacedCopies, BurstsOfSmallCopiesCompleteNoEarlierThanTheLinkAllows) {
+  using clock = std::chrono::steady_clock;
+  constexpr std::uint32_t copies = 24;
+  constexpr std::size_t bytes = 4 << 10;
+  static constexpr auto hold = std::chrono::milliseconds(20);  // the comm stream's task before the gate
+  host_backend_options o;
+  o.h2d = {.bytes_per_second = 1e8, .latency_us = 0};  // 41 us a copy: about six to a burst
+  host_backend b(o);
+  std::uint32_t const gate = copies;  // the event the second half of the copies waits for
+  auto const a = b.setup({.ops = 4 * copies, .events = copies + 1, .device_bytes = copies * bytes, .host_bytes = copies * bytes});
+  op const prefetch{.kind = op_kind::prefetch, .stream = stream_role::h2d};
+  std::array<clock::time_point, copies> stamps{};
+  auto const stamp = [](void* d, std::uint32_t i) noexcept { static_cast<clock::time_point*>(d)[i] = clock::now(); };
+  auto const sleep = [](void*, std::uint32_t) noexcept { std::this_thread::sleep_for(hold); };
+  for (int step = 0; step < 2; ++step) {
+    auto* const host = reinterpret_cast<unsigned char*>(a.host);
+    auto* const device = reinterpret_cast<unsigned char*>(a.device);
+    for (std::uint32_t i = 0; i < copies; ++i) std::memset(host + i * bytes, static_cast<int>(i + 1 + step), bytes);
+    std::memset(device, 0, copies * bytes);
+    auto const t0 = clock::now();
+    b.begin_step({});
+    b.host_task(stream_role::comm, {sleep, nullptr, 0});
+    b.record(stream_role::comm, gate);
+    for (std::uint32_t i = 0; i < copies; ++i) {
+      if (i == copies / 2) b.wait(stream_role::h2d, gate);
+      b.copy(stream_role::h2d, i, prefetch, device + i * bytes, host + i * bytes, bytes);
+      b.record(stream_role::h2d, i);
+      b.wait(stream_role::compute, i);
+      b.host_task(stream_role::compute, {stamp, stamps.data(), i});
+    }
+    b.end_step();
+    b.wait_step();
+    auto const link_us = o.h2d.time_us(bytes) - 1e-3;  // less 1 ns a copy: times are truncated to the clock's ticks
+    for (std::uint32_t i = 0; i < copies; ++i) {
+      auto const after = i < copies / 2 ? std::chrono::duration<double, std::micro>((i + 1) * link_us)
+                                        : std::chrono::duration<double, std::micro>(hold) +
+                                              std::chrono::duration<double, std::micro>((i + 1 - copies / 2) * link_us);
+      EXPECT_GE(stamps[i] - t0, after) << "step " << step << ", copy " << i << " completed "
+                                       << std::chrono::duration<double, std::micro>(after - (stamps[i] - t0)).count() << " us early";
+      for (std::size_t k = 0; k < bytes; k += 512) ASSERT_EQ(device[i * bytes + k], static_cast<unsigned char>(i + 1 + step)) << i;
     }
   }
 }

@@ -55,7 +55,7 @@ struct options {
   std::uint32_t micro_batches = 8, layers_per_stage = 2;
   int steps = 2, fail_rank = -1, kill_rank = -1, stall_rank = -1, longer_rank = -1;
   long timeout_ms = 60'000;
-  bool check = false, json = false;
+  bool check = false, json = false, no_debug_checks = false;
   double link_gbps = 0;  // 0: copies unpaced
   std::size_t batch = 2, length = 8, width = 32;
 };
@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
       .option("--timeout-ms", o.timeout_ms, "T", "the transport's longest wait for a neighbour")
       .option("--trace", o.trace, "PREFIX", "write each stage's last step as a Chrome trace, PREFIX.stage<s>.json")
       .flag("--check", o.check, "compare every stage's loss and gradients bitwise with one process")
-      .flag("--json", o.json, "print the result as JSON on rank 0");
+      .flag("--json", o.json, "print the result as JSON on rank 0")
+      .flag("--no-debug-checks", o.no_debug_checks, "run without the executor's debug checks (for timing: they poison and guard every copy)");
   cli.parse(argc, argv);
   if (o.order != "gpipe" && o.order != "1f1b") cli.fail("--pp-schedule must be gpipe or 1f1b");
   if (o.steps < 1 || o.layers_per_stage < 1) cli.fail("--steps and --layers-per-stage must be at least 1");
@@ -141,7 +142,9 @@ int main(int argc, char** argv) {
     if (o.link_gbps > 0) bo.d2h = bo.h2d = {o.link_gbps * 1e9, 0};
     tide::host_backend backend(bo);
     double const loss_scale = 1.0 / o.micro_batches;
-    tide::executor ex(backend, schedule, {.loss_scale = loss_scale});
+    tide::executor_options eo{.loss_scale = loss_scale};
+    if (o.no_debug_checks) eo.debug_checks = false;
+    tide::executor ex(backend, schedule, eo);
 
     auto const first = static_cast<std::size_t>(rank) * o.layers_per_stage;  // this stage's first layer in the model
     bool const last_stage = rank + 1 == S;

@@ -195,6 +195,16 @@ class host_backend {
   };
 
   void push_storage(stream_role r, std::uint32_t i, op const& o, bool write, void* at);
+  // A paced copy and the copies queued right behind it on its link, run with one wake-up
+  // (detail/host_backend_impl.hpp); times in the workers' clock's ticks.
+  struct burst_item {
+    item it;
+    std::int64_t start = 0, due = 0;  // on the link's schedule
+  };
+  static constexpr std::size_t max_burst_items = 64;
+  static constexpr double burst_us = 250;  // the most link time one burst takes: how late its first record can complete
+  void paced_burst(std::size_t s, item const& first, std::int64_t picked, std::int64_t& ready, double& memcpy_ns_per_byte,
+                   double& wake_late_ns);
   [[noreturn]] void throw_slow_copy(op const& o, std::size_t bytes) const;
   [[noreturn]] static void throw_unordered_record(std::uint32_t e, std::uint8_t last, stream_role r);
   static_assert(stream_count <= 8, "last_record::stream and ::ordered hold a bit per stream");
@@ -226,6 +236,7 @@ class host_backend {
   std::uint64_t step_serial_ = 0;  // counts begin_step and wait_step: a drain orders every record before it
   std::array<event, stream_count> joins_;  // run_after_all: each stream's end so far
   std::array<std::vector<op_span>, stream_count> spans_;
+  std::array<std::vector<burst_item>, stream_count> burst_;  // each worker's own
   std::array<std::vector<wait_span>, stream_count> wait_spans_;
   timeline* timeline_ = nullptr;
   std::optional<spill_file> file_;

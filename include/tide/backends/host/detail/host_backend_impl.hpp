@@ -71,6 +71,7 @@ TIDE_INLINE host_backend::host_backend(host_backend_options opt)
       device_("tide: host backend device arena", opt.device_budget),
       host_("tide: host backend pinned host arena", opt.host_budget),
       w_(std::make_unique<workers>()) {
+  for (auto& b : burst_) b.reserve(max_burst_items);  // a worker's burst never allocates
   std::size_t started = 0;
   try {
     for (; started < stream_count; ++started) w_->threads[started] = std::thread([this, s = started] { work(s); });
@@ -195,6 +196,108 @@ TIDE_INLINE void host_backend::push(stream_role r, item const& it) {
   q.ready.notify_one();
 }
 
+// A paced copy, with the copies on the same link queued right behind it (and the records between
+// them, and waits already passed) as one burst: one sleep and one wake-up for all of them, as a
+// copy engine runs its queue without waking for each copy. Each copy keeps its place on the link's
+// schedule (it starts when it was ready and the link free, and takes `time_us` of its bytes); the
+// burst's bytes all move in the second half of its last copy's time, and its records complete
+// when its last copy is due, none before its own copy is. A burst is at most `burst_us` of link
+// time, so a record completes at most that late. Without bursts, a step of many small copies pays
+// a wake-up or two per copy (docs/performance.md, "Pipeline stages").
+TIDE_INLINE void host_backend::paced_burst(std::size_t s, item const& first, std::int64_t picked_ticks, std::int64_t& ready_ticks,
+                                           double& memcpy_ns_per_byte, double& wake_late_ns) {
+  using clock = workers::clock;
+  auto const at = [](std::int64_t t) { return clock::time_point(clock::duration(t)); };
+  auto const picked = at(picked_ticks);
+  auto const ready_at = at(ready_ticks);
+  auto const role = static_cast<stream_role>(s);
+  auto& q = w_->queues[s];
+  auto const dur = [](item const& c) {
+    return std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(c.pace->time_us(c.bytes)));
+  };
+  auto const ns = [](clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); };
+  auto& link = w_->link_free[first.pace == &opt_.d2h ? 0 : 1];
+  auto& b = burst_[s];
+  b.clear();
+  // The first copy starts when it was ready (queued, its waits done) and the link free, not when
+  // this thread's sleep happened to end: wake-up lateness does not add up to a slower link.
+  auto const begin = std::max(ready_at, at(link.load(std::memory_order_relaxed)));
+  auto last_start = begin, due = begin + dur(first);
+  auto ready = due;  // when this stream could go on after the burst so far, nominally
+  std::size_t bytes = first.bytes;
+  auto const tick = [](clock::time_point t) { return static_cast<std::int64_t>(t.time_since_epoch().count()); };
+  b.push_back({first, tick(begin), tick(due)});
+  {
+    std::lock_guard lock(q.mutex);
+    while (q.head != q.tail && b.size() < max_burst_items) {
+      auto const& nx = q.items[q.head % q.items.size()];
+      auto const queued = at(nx.queued);
+      if (nx.kind == item::copy) {
+        if (nx.pace != first.pace) break;
+        auto const start = std::max({ready, queued, due});
+        auto const end = start + dur(nx);
+        if (end - begin > std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(burst_us))) break;
+        b.push_back({nx, tick(start), tick(end)});
+        last_start = start;
+        ready = due = end;
+        bytes += nx.bytes;
+      } else if (nx.kind == item::record) {
+        b.push_back({nx, tick(ready), tick(ready)});
+      } else if (nx.kind == item::wait) {
+        auto const& e = (nx.join ? joins_.data() : events_.data())[nx.index];
+        if (!reached(e.completed.load(std::memory_order_acquire), nx.target)) break;
+        ready = std::max(ready, at(e.at.load(std::memory_order_relaxed)));
+      } else {
+        break;
+      }
+      ++q.head;
+    }
+  }
+  // The memcpys start before `due` by what this worker's memcpys and wake-ups have lately taken,
+  // so that the burst is not late by both; but not before the second half of its last copy: a
+  // reader that misses a wait sees the old bytes until then (a source overwritten during a copy
+  // shows too).
+  auto const lead = std::chrono::duration_cast<clock::duration>(
+      std::chrono::duration<double, std::nano>(memcpy_ns_per_byte * static_cast<double>(bytes) + wake_late_ns));
+  auto const wake = std::max(last_start + (due - last_start) / 2, due - lead);
+  bool const slept = clock::now() < wake;  // not when the worker is behind: that is no wake-up's lateness
+  if (slept) std::this_thread::sleep_until(wake);
+  auto const moving = clock::now();
+  for (auto const& x : b)
+    if (x.it.kind == item::copy) std::memcpy(x.it.dst, x.it.src, x.it.bytes);
+  auto const copied = clock::now();
+  if (bytes >= (64u << 10))  // per byte, from copies large enough that memcpy's fixed cost is small
+    memcpy_ns_per_byte = 0.75 * memcpy_ns_per_byte + 0.25 * ns(copied - moving) / static_cast<double>(bytes);
+  if (slept) wake_late_ns = 0.75 * wake_late_ns + 0.25 * ns(moving - wake);
+  if (copied < due) {
+    // Complete at `due`: a sleep ends late by a wake-up, so the last stretch (at most 100 us) is spun.
+    auto const nap = due - std::chrono::duration_cast<clock::duration>(
+                               std::chrono::duration<double, std::nano>(std::min(wake_late_ns, 100e3)));
+    if (copied < nap) std::this_thread::sleep_until(nap);
+    while (clock::now() < due) {
+    }
+  }
+  auto const done = clock::now();
+  auto const end = std::max(due, last_start + (copied - moving));
+  link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
+  for (std::size_t k = 0; k < b.size(); ++k) {
+    auto const& x = b[k];
+    if (x.it.kind == item::record) {
+      auto& e = (x.it.join ? joins_.data() : events_.data())[x.it.index];
+      e.at.store(x.due, std::memory_order_relaxed);
+      e.completed.store(x.it.target, std::memory_order_release);
+      e.completed.notify_all();
+    } else if (timeline_) {
+      // From when this stream was on the copy to its due time on the link; the burst's last copy
+      // to when the burst's bytes became visible.
+      auto const from = std::max(at(x.start), picked);
+      bool const last = std::none_of(b.begin() + static_cast<std::ptrdiff_t>(k) + 1, b.end(), [](auto const& y) { return y.it.kind == item::copy; });
+      spans_[s].push_back({x.it.index, role, w_->us(from), w_->us(last ? done : std::max(from, at(x.due)))});
+    }
+  }
+  ready_ticks = tick(std::max(end, ready));
+}
+
 TIDE_INLINE void host_backend::work(std::size_t s) {
 #ifdef __linux__
   prctl(PR_SET_TIMERSLACK, 1UL);  // paced copies wake at their deadline, not up to 50 us late
@@ -233,47 +336,10 @@ TIDE_INLINE void host_backend::work(std::size_t s) {
       }
       case item::copy: {
         auto const picked = clock::now();
-        if (auto const copy_us = it.pace->time_us(it.bytes); copy_us > 0) {
-          // Pace against the link's own schedule, as a copy engine would run: a copy that was
-          // ready (queued, its waits done) when the link became free starts then, not when this
-          // thread's sleep happened to end, so wake-up lateness does not add up to a slower link.
-          auto& link = w_->link_free[it.pace == &opt_.d2h ? 0 : 1];
-          auto const start =
-              std::max(ready_at, clock::time_point(clock::duration(link.load(std::memory_order_relaxed))));
-          auto const due = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double, std::micro>(copy_us));
-          // The copy completes (its event can fire) at `due` on the link's schedule, as on a GPU,
-          // never before. The bytes move in the second half of the copy's nominal time (from
-          // `start`, which may be before this worker picked it up): a reader that misses a wait
-          // sees the old bytes until then, and a source overwritten during the copy shows too.
-          // The memcpy starts before `due` by what this worker's memcpys and wake-ups have lately
-          // taken (at most half the copy's time), so that the copy is not late by both.
-          auto const ns = [](clock::duration d) { return std::chrono::duration<double, std::nano>(d).count(); };
-          auto const lead = std::chrono::duration_cast<clock::duration>(
-              std::chrono::duration<double, std::nano>(memcpy_ns_per_byte * static_cast<double>(it.bytes) + wake_late_ns));
-          auto const wake = std::max(start + (due - start) / 2, due - lead);
-          bool const slept = clock::now() < wake;  // not when the worker is behind: that is no wake-up's lateness
-          if (slept) std::this_thread::sleep_until(wake);
-          auto const moving = clock::now();
-          std::memcpy(it.dst, it.src, it.bytes);
-          auto const copied = clock::now();
-          if (it.bytes >= (64u << 10))  // per byte, from copies large enough that memcpy's fixed cost is small
-            memcpy_ns_per_byte = 0.75 * memcpy_ns_per_byte + 0.25 * ns(copied - moving) / static_cast<double>(it.bytes);
-          if (slept) wake_late_ns = 0.75 * wake_late_ns + 0.25 * ns(moving - wake);
-          if (copied < due) {
-            // Complete at `due`: a sleep ends late by a wake-up, so the last stretch (at most
-            // 100 us) is spun.
-            auto const nap = due - std::chrono::duration_cast<clock::duration>(
-                                       std::chrono::duration<double, std::nano>(std::min(wake_late_ns, 100e3)));
-            if (copied < nap) std::this_thread::sleep_until(nap);
-            while (clock::now() < due) {
-            }
-          }
-          auto const done = clock::now();
-          auto const end = std::max(due, start + (copied - moving));
-          link.store(end.time_since_epoch().count(), std::memory_order_relaxed);
-          ready_at = end;
-          // The span: from when this stream was on the copy to when its data became visible.
-          if (timeline_) spans_[s].push_back({it.index, role, w_->us(std::max(start, picked)), w_->us(done)});
+        if (it.pace->time_us(it.bytes) > 0) {
+          auto ready = static_cast<std::int64_t>(ready_at.time_since_epoch().count());
+          paced_burst(s, it, static_cast<std::int64_t>(picked.time_since_epoch().count()), ready, memcpy_ns_per_byte, wake_late_ns);
+          ready_at = clock::time_point(clock::duration(ready));
         } else {
           std::memcpy(it.dst, it.src, it.bytes);
           ready_at = clock::now();
