@@ -4,11 +4,13 @@
 // every placement.
 #include <gtest/gtest.h>
 #include <tide/core/stage_schedule.hpp>
+#include <tide/core/static_stage_schedule.hpp>
 #include <tide/host.hpp>
 #include <tide/plan/stage_timeline.hpp>
 
 #include "workload.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -324,6 +326,62 @@ void reference(tide::stack_spec const& whole, std::uint32_t M, std::uint32_t ste
 
 }  // namespace
 
+namespace {
+
+// The S stages of a K-layer-a-stage chain on threads, each stage's schedule from `schedule_of`,
+// two steps of M micro-batches: the weight gradients of the whole chain and stage 0's input
+// gradient, with each stage's error (empty when none).
+template <class ScheduleOf>
+void train_on_threads(std::uint32_t S, std::uint32_t K, ScheduleOf&& schedule_of, std::vector<std::uint64_t>& grad,
+                      std::uint64_t& input_grad, std::vector<std::string>& errors) {
+  mailbox box;
+  errors.assign(S, "");
+  std::vector<std::thread> threads;
+  for (std::uint32_t st = 0; st < S; ++st)
+    threads.emplace_back([&, st] {
+      try {
+        auto const& s = schedule_of(st);
+        tide::host_backend b;
+        tide::executor ex(b, s, [] {
+          auto o = tide::executor_options::checked();
+          o.loss_scale = 0.2;
+          return o;
+        }());
+        chain_stage w{st * K, &grad, &input_grad};
+        struct queues {
+          mailbox* box;
+          std::uint32_t* step;
+          void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
+            if (c.peer() < 0) return;  // stage 0's input gradient: folded below by its turn
+            box->put(c.stage, static_cast<std::uint32_t>(c.peer()), c.gradient, c.span());
+          }
+          void receive(tide::transport_context<tide::host_backend::stream_type> const& c) {
+            if (c.peer() < 0) return write_input(c.span(), c.micro_batch, *step);
+            box->take(static_cast<std::uint32_t>(c.peer()), c.stage, c.gradient, c.span());
+          }
+        } q{&box, &w.step};
+        struct with_input_grad : queues {
+          std::uint64_t* input_grad;
+          void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
+            if (c.peer() < 0) *input_grad = fold(*input_grad, std::span<std::byte const>(c.span()));
+            queues::send(c);
+          }
+        } t{q, &input_grad};
+        for (std::uint32_t step = 0; step < 2; ++step) {
+          w.step = step;
+          ex.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); },
+                  tide::turn{[](auto const& c) { seed(c.gradient(), c.output(), c.loss_scale); }},
+                  tide::hooks{.transport = std::ref(t)});
+        }
+      } catch (std::exception const& e) {
+        errors[st] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+
 TEST(StageSchedule, StagesOnThreadsTrainBitwiseLikeOneProcessUnderEveryPlacement) {
   std::uint32_t const S = 3, K = 2;
   tide::stack_spec stage_stack;
@@ -344,58 +402,90 @@ TEST(StageSchedule, StagesOnThreadsTrainBitwiseLikeOneProcessUnderEveryPlacement
       SCOPED_TRACE(std::string(to_string(order)) + ", placement " + std::to_string(mixed));
       std::vector<std::uint64_t> grad(S * K, 0), want(S * K, 0);
       std::uint64_t input_grad = 0, want_input = 0;
-      mailbox box;
-      std::vector<std::string> errors(S);
-      std::vector<std::thread> threads;
-      for (std::uint32_t st = 0; st < S; ++st)
-        threads.emplace_back([&, st] {
-          try {
-            tide::stage_spec const sp{.stage = st, .stages = S, .micro_batches = M, .order = order};
-            tide::stage_policies pol{policies, {}};
-            for (std::uint32_t m = 0; m < M; ++m) pol.of_micro_batch.push_back(mixed < 4 ? mixed : (m + st) % 4);
-            auto const s = tide::build_stage_schedule(stage_stack, {.buffers = {.guard_bytes = 8}}, sp, pol);
-            tide::host_backend b;
-            tide::executor ex(b, s, [] {
-              auto o = tide::executor_options::checked();
-              o.loss_scale = 0.2;
-              return o;
-            }());
-            chain_stage w{st * K, &grad, &input_grad};
-            struct queues {
-              mailbox* box;
-              std::uint32_t* step;
-              void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
-                if (c.peer() < 0) return;  // stage 0's input gradient: folded below by its turn
-                box->put(c.stage, static_cast<std::uint32_t>(c.peer()), c.gradient, c.span());
-              }
-              void receive(tide::transport_context<tide::host_backend::stream_type> const& c) {
-                if (c.peer() < 0) return write_input(c.span(), c.micro_batch, *step);
-                box->take(static_cast<std::uint32_t>(c.peer()), c.stage, c.gradient, c.span());
-              }
-            } q{&box, &w.step};
-            struct with_input_grad : queues {
-              std::uint64_t* input_grad;
-              void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
-                if (c.peer() < 0) *input_grad = fold(*input_grad, std::span<std::byte const>(c.span()));
-                queues::send(c);
-              }
-            } t{q, &input_grad};
-            for (std::uint32_t step = 0; step < 2; ++step) {
-              w.step = step;
-              ex.step([&](auto const& c) { w.forward(c); }, [&](auto const& c) { w.backward(c); },
-                      tide::turn{[](auto const& c) { seed(c.gradient(), c.output(), c.loss_scale); }},
-                      tide::hooks{.transport = std::ref(t)});
-            }
-          } catch (std::exception const& e) {
-            errors[st] = e.what();
-          }
-        });
-      for (auto& t : threads) t.join();
+      std::vector<tide::schedule> built(S);
+      for (std::uint32_t st = 0; st < S; ++st) {
+        tide::stage_spec const sp{.stage = st, .stages = S, .micro_batches = M, .order = order};
+        tide::stage_policies pol{policies, {}};
+        for (std::uint32_t m = 0; m < M; ++m) pol.of_micro_batch.push_back(mixed < 4 ? mixed : (m + st) % 4);
+        built[st] = tide::build_stage_schedule(stage_stack, {.buffers = {.guard_bytes = 8}}, sp, pol);
+      }
+      std::vector<std::string> errors;
+      train_on_threads(S, K, [&](std::uint32_t st) -> tide::schedule const& { return built[st]; }, grad, input_grad, errors);
       for (std::uint32_t st = 0; st < S; ++st) EXPECT_EQ(errors[st], "") << "stage " << st;
       for (std::uint32_t step = 0; step < 2; ++step) reference(whole, M, step, want, want_input);
       EXPECT_EQ(grad, want);
       EXPECT_EQ(input_grad, want_input);
     }
+}
+
+// The compile-time form (core/static_stage_schedule.hpp): each stage's schedule is a constant,
+// equal field for field to the run-time build of the same stage and rule, its peaks constants a
+// static_assert can bound, and the stages train bitwise like one process from it.
+namespace {
+using chain_layer = tide::layer<"t", tide::slot<"a", 320>, tide::slot<"b", 96>>;
+using chain_stack = tide::stack<tide::carry<"x", 192>, tide::repeat<chain_layer, 2>>;
+using held_offload = tide::held_policy<tide::policy<tide::offload<>>>;
+template <std::uint32_t St>
+constexpr auto static_stage = tide::make_stage_schedule<chain_stack, tide::strategy_of<tide::debug_buffers>,
+                                                        tide::stage_spec{.stage = St, .stages = 3, .micro_batches = 5}, held_offload>();
+constexpr auto static_keep = tide::make_stage_schedule<chain_stack, tide::strategy_of<tide::debug_buffers>, tide::stage_spec{.stage = 0, .stages = 3, .micro_batches = 5}>();
+// Stage 0 holds three micro-batches in flight under 1F1B: offloading them costs less device memory.
+static_assert(static_stage<0>.peak_device_bytes() < static_keep.peak_device_bytes());
+static_assert(static_stage<0>.view().stage.instances == 3 && static_keep.view().stage.instances == 3);
+
+template <class Static>
+void expect_same(Static const& c, tide::schedule const& r) {
+  auto const a = c.view(), b = r.view();
+  EXPECT_TRUE(std::ranges::equal(a.ops, b.ops));
+  EXPECT_TRUE(std::ranges::equal(a.waits, b.waits));
+  EXPECT_TRUE(std::ranges::equal(a.stage.instance_of, b.stage.instance_of));
+  EXPECT_TRUE(std::ranges::equal(a.stage.gradient, b.stage.gradient));
+  EXPECT_TRUE(std::ranges::equal(a.stage.recompute_carry, b.stage.recompute_carry));
+  EXPECT_EQ(a.event_count, b.event_count);
+  EXPECT_EQ(a.peak_device_bytes(), b.peak_device_bytes());
+  EXPECT_EQ(a.peak_host_bytes(), b.peak_host_bytes());
+  EXPECT_EQ(a.stage.layers, b.stage.layers);
+  EXPECT_EQ(a.stage.instances, b.stage.instances);
+  ASSERT_EQ(a.slots.size(), b.slots.size());
+  for (std::size_t k = 0; k < a.slots.size(); ++k) {
+    EXPECT_EQ(a.slots[k].forward_offset, b.slots[k].forward_offset) << k;
+    EXPECT_EQ(a.slots[k].backward_offset, b.slots[k].backward_offset) << k;
+    EXPECT_EQ(a.slots[k].host_offset, b.slots[k].host_offset) << k;
+    EXPECT_EQ(a.slots[k].where, b.slots[k].where) << k;
+  }
+}
+}  // namespace
+
+TEST(StageSchedule, CompileTimeStagesEqualRunTimeOnesAndTrainBitwise) {
+  std::uint32_t const S = 3, K = 2, M = 5;
+  auto const off = tide::policy<tide::offload<>>::spec();
+  auto const runtime = [&](std::uint32_t st, bool held) {
+    tide::stage_spec const sp{.stage = st, .stages = S, .micro_batches = M};
+    return tide::build_stage_schedule(chain_stack::spec(), tide::strategy_of<tide::debug_buffers>::spec(), sp,
+                                      held ? tide::held_policies(sp, off) : tide::stage_policies{});
+  };
+  expect_same(static_stage<0>, runtime(0, true));
+  expect_same(static_stage<1>, runtime(1, true));
+  expect_same(static_stage<2>, runtime(2, true));
+  expect_same(static_keep, runtime(0, false));
+  EXPECT_NO_THROW(tide::check_schedule(static_stage<0>));
+
+  tide::stack_spec whole;
+  whole.carry = chain_stack::spec().carry;
+  for (std::uint32_t l = 0; l < S * K; ++l) whole.append(chain_layer::spec());
+  std::vector<std::uint64_t> grad(S * K, 0), want(S * K, 0);
+  std::uint64_t input_grad = 0, want_input = 0;
+  std::vector<std::string> errors;
+  train_on_threads(
+      S, K,
+      [](std::uint32_t st) -> tide::schedule_view {
+        return st == 0 ? static_stage<0>.view() : st == 1 ? static_stage<1>.view() : static_stage<2>.view();
+      },
+      grad, input_grad, errors);
+  for (std::uint32_t st = 0; st < S; ++st) EXPECT_EQ(errors[st], "") << "stage " << st;
+  for (std::uint32_t step = 0; step < 2; ++step) reference(whole, M, step, want, want_input);
+  EXPECT_EQ(grad, want);
+  EXPECT_EQ(input_grad, want_input);
 }
 
 TEST(StageSchedule, PipeOffloadsRuleFromTheTimeline) {

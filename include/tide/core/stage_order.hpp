@@ -94,7 +94,7 @@ constexpr stage_step stage_step_at(stage_spec const& s, std::uint32_t i) noexcep
 }  // namespace detail
 
 //! Throws `schedule_error` naming the field when `s` is not a stage of a pipeline it can order.
-inline void check_stage(stage_spec const& s) {
+constexpr void check_stage(stage_spec const& s) {
   if (auto const p = detail::stage_spec_problem(s); !p.empty()) throw schedule_error("tide: " + std::string(p));
 }
 

@@ -34,10 +34,10 @@ struct stage_policies {
 }
 
 //! `offloaded` for the warm-up micro-batches of `s` (`warmup_forwards`), `steady` for the others.
-[[nodiscard]] inline stage_policies warmup_policies(stage_spec const& s, policy_spec offloaded, policy_spec steady = {}) {
+[[nodiscard]] constexpr stage_policies warmup_policies(stage_spec const& s, policy_spec offloaded, policy_spec steady = {}) {
   auto const w = warmup_forwards(s);
   stage_policies r{{std::move(steady), std::move(offloaded)}, {}};
-  r.of_micro_batch.resize(s.micro_batches);
+  r.of_micro_batch.resize(s.micro_batches, 0);
   for (std::uint32_t m = 0; m < s.micro_batches; ++m) r.of_micro_batch[m] = m < w ? 1 : 0;
   return r;
 }
@@ -47,7 +47,7 @@ struct stage_policies {
 //! micro-batch of the last stage is the latter, its backward following its forward at once, so
 //! that an offload could hide behind nothing (PipeOffload leaves such micro-batches on the device:
 //! their forward-to-backward gap is under three round trips).
-[[nodiscard]] inline stage_policies held_policies(stage_spec const& s, policy_spec offloaded, policy_spec steady = {}) {
+[[nodiscard]] constexpr stage_policies held_policies(stage_spec const& s, policy_spec offloaded, policy_spec steady = {}) {
   check_stage(s);
   stage_policies r{{std::move(steady), std::move(offloaded)}, std::vector<std::uint32_t>(s.micro_batches, 1)};
   for (std::uint32_t k = 0; k + 1 < 2 * s.micro_batches; ++k) {

@@ -59,5 +59,5 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
 }  // namespace tide
 
 #if TIDE_DEFINITIONS
-#include <tide/core/detail/build_stage.hpp>
+#include <tide/core/detail/stage_schedule_impl.hpp>
 #endif

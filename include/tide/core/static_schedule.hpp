@@ -14,8 +14,9 @@
 
 namespace tide {
 
-//! A schedule whose sizes are template arguments; a literal type.
-template <std::size_t Layers, std::size_t Slots, std::size_t Ops, std::size_t Waits>
+//! A schedule whose sizes are template arguments; a literal type. `MicroBatches` > 0: a pipeline
+//! stage's step (`make_stage_schedule`, core/static_stage_schedule.hpp), with its stage tables.
+template <std::size_t Layers, std::size_t Slots, std::size_t Ops, std::size_t Waits, std::size_t MicroBatches = 0>
 struct static_schedule {
   std::array<layer_binding, Layers> layers{};  //!< one per layer, in forward order
   std::array<slot_binding, Slots> slots{};     //!< every layer's slots, each layer's contiguous
@@ -27,6 +28,11 @@ struct static_schedule {
   pipeline_spec pipeline{};                    //!< the pipeline the schedule was built with
   collective_spec collectives{};               //!< the collective hooks it makes room for
   carry_binding carry{};                       //!< where the carries live
+  //! A stage's step: its spec, layers and instances (the tables below are what `view()` spans)
+  stage_binding stage{};
+  std::array<std::size_t, MicroBatches> stage_recompute_carry{};  //!< storage of `stage_binding::recompute_carry`
+  std::array<std::uint32_t, MicroBatches> stage_instance_of{};    //!< storage of `stage_binding::instance_of`
+  std::array<std::size_t, MicroBatches> stage_gradient{};         //!< storage of `stage_binding::gradient`
 
   //! Predicted device peak: the whole device arena.
   constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
@@ -36,7 +42,14 @@ struct static_schedule {
   constexpr std::uint32_t layer_count() const noexcept { return static_cast<std::uint32_t>(Layers); }
   //! A view of this schedule, valid while it lives.
   constexpr schedule_view view() const& noexcept {
-    return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
+    schedule_view v{layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry};
+    if constexpr (MicroBatches > 0) {
+      v.stage = stage;
+      v.stage.recompute_carry = stage_recompute_carry;
+      v.stage.instance_of = stage_instance_of;
+      v.stage.gradient = stage_gradient;
+    }
+    return v;
   }
   //! Same as `view()`, so a static schedule passes where a `schedule_view` is taken.
   constexpr operator schedule_view() const& noexcept { return view(); }

@@ -1,7 +1,9 @@
 #pragma once
 //! \file
-//! `build_stage_schedule` (core/stage_schedule.hpp): one build per policy, laid side by side per
-//! micro-batch, with waits wherever two micro-batches touch the same bytes.
+//! `build_stage_schedule` (core/stage_schedule.hpp) and `make_stage_schedule`
+//! (core/static_stage_schedule.hpp): one build per policy, laid side by side per micro-batch, with
+//! waits wherever two micro-batches touch the same bytes. A constant expression, as
+//! `build_schedule` is.
 
 #include <algorithm>
 #include <array>
@@ -15,54 +17,82 @@
 #include <tide/core/check.hpp>
 #include <tide/core/detail/check_structure.hpp>
 #include <tide/core/error.hpp>
-#include <tide/core/stage_schedule.hpp>
+#include <tide/core/stage_order.hpp>
+#include <tide/core/stage_policies.hpp>
 
-namespace tide {
-namespace detail {
+namespace tide::detail {
 
 [[noreturn]] inline void stage_fail(std::string const& m) { throw schedule_error("tide::build_stage_schedule: " + m); }
 
-inline std::size_t stage_align(std::size_t x, std::size_t a) {
+constexpr std::size_t stage_align(std::size_t x, std::size_t a) {
   std::size_t r = 0;
   if (!checked_align_up(x, a, r)) stage_fail("a region size overflows size_t when aligned");
   return r;
 }
-inline std::size_t stage_add(std::size_t a, std::size_t b) {
+constexpr std::size_t stage_add(std::size_t a, std::size_t b) {
   std::size_t r = 0;
   if (!checked_add(a, b, r)) stage_fail("the arena overflows size_t");
   return r;
 }
 
-//! The waits two micro-batches' conflicting accesses need: per arena, every access so far (the
-//! op, its stream, its micro-batch); a new access waits on each other stream for the latest op of
-//! another micro-batch that wrote bytes it touches, or read bytes it writes.
+//! The waits two micro-batches' conflicting accesses need: a new access waits, on each other
+//! stream, for the latest op of another micro-batch that wrote bytes it touches, or read bytes it
+//! writes. Per arena, the accesses so far are kept by what they touch (the byte range, the stream,
+//! read or write, boundary or not), each with its latest op and the latest op of any other
+//! micro-batch: what a query can want of them. Their count is that of the distinct regions, not of
+//! the accesses, so a step of many micro-batches costs accesses times regions, not accesses squared.
 struct stage_hazards {
-  struct entry {
+  struct key {
     std::size_t begin, end;
-    std::uint32_t op, micro_batch;
     std::uint8_t stream;
     bool write, boundary;
+    std::uint32_t op = 0, micro_batch = 0;  // the latest access
+    bool older = false;                     // and, when there is one, the latest of another micro-batch
+    std::uint32_t older_op = 0;
   };
-  std::array<std::vector<entry>, space_count> seen{};
+  std::array<std::vector<key>, space_count> seen{};
   std::array<std::int64_t, stream_count> latest{};
-  void begin_op() { latest.fill(-1); }
+  constexpr void begin_op() { latest.fill(-1); }
   // One micro-batch's own build is ordered already, but not against its boundary transfers.
-  void touch(std::uint8_t space, std::size_t b, std::size_t e, bool write, std::uint32_t m, stream_role st, bool boundary) {
-    for (auto const& x : seen[space])
-      if ((x.micro_batch != m || x.boundary || boundary) && x.stream != static_cast<std::uint8_t>(st) && x.begin < e && b < x.end && (write || x.write))
-        latest[x.stream] = std::max<std::int64_t>(latest[x.stream], x.op);
+  constexpr void touch(std::uint8_t space, std::size_t b, std::size_t e, bool write, std::uint32_t m, stream_role st, bool boundary) {
+    for (auto const& x : seen[space]) {
+      if (x.stream == static_cast<std::uint8_t>(st) || !(x.begin < e && b < x.end) || !(write || x.write)) continue;
+      std::int64_t op = -1;  // none of another micro-batch
+      if (x.micro_batch != m || x.boundary || boundary) op = x.op;
+      else if (x.older) op = x.older_op;
+      latest[x.stream] = std::max(latest[x.stream], op);
+    }
   }
-  void record(std::uint8_t space, std::size_t b, std::size_t e, bool write, std::uint32_t m, stream_role st, std::uint32_t op,
-              bool boundary) {
-    seen[space].push_back({b, e, op, m, static_cast<std::uint8_t>(st), write, boundary});
+  // Ops are recorded in increasing order; returns the access's place, for `raise`.
+  constexpr std::size_t record(std::uint8_t space, std::size_t b, std::size_t e, bool write, std::uint32_t m, stream_role st,
+                               std::uint32_t op, bool boundary) {
+    auto& v = seen[space];
+    auto const s = static_cast<std::uint8_t>(st);
+    std::size_t k = 0;
+    while (k < v.size() && !(v[k].begin == b && v[k].end == e && v[k].stream == s && v[k].write == write && v[k].boundary == boundary)) ++k;
+    if (k == v.size()) {
+      v.push_back({b, e, s, write, boundary, op, m});
+      return k;
+    }
+    auto& x = v[k];
+    if (x.micro_batch != m) {
+      x.older = true;
+      x.older_op = x.op;
+    }
+    x.op = op;
+    x.micro_batch = m;
+    return k;
   }
+  // The latest access at `k` is now op `op` (a send completed by the receive after it, which no
+  // other op on its stream comes between).
+  constexpr void raise(std::uint8_t space, std::size_t k, std::uint32_t op) { seen[space][k].op = op; }
 };
 
-}  // namespace detail
-
-TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy const& how, stage_spec const& stage,
-                                          stage_policies const& policies) {
-  using namespace detail;
+//! The stage schedule `build_stage_schedule` returns, in a constant expression too.
+// Vectors of trivial types are sized with an explicit value: libstdc++ 12 value-initializes
+// `vector(n)` with `fill_n` over storage whose lifetime has not begun, which Clang refuses in a
+// constant expression.
+constexpr schedule build_stage(stack_spec const& stack, strategy const& how, stage_spec const& stage, stage_policies const& policies) {
   check_stage(stage);
   if (!stack.has_carry())
     stage_fail("the stack has no carry: a stage passes its carry (the boundary tensor) to the next stage and its gradient "
@@ -90,8 +120,8 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   // between micro-batches are derived from).
   std::vector<schedule> base(P);
   std::vector<checked_program> prog(P);
-  std::vector<std::uint32_t> split(P);
-  std::vector<std::uint32_t> lead(P);  // per build: the prefetches and loads that open its backward
+  std::vector<std::uint32_t> split(P, 0);
+  std::vector<std::uint32_t> lead(P, 0);  // per build: the prefetches and loads that open its backward
   std::vector<std::uint8_t> used(P, 0);
   for (auto p : pol) used[p] = 1;
   auto build_all = [&](bool share) {
@@ -199,7 +229,8 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   forward_region = stage_align(forward_region, dalign);
   auto const area = stage_add(forward_region, stage_align(backward_region, dalign));
   auto const grad_region = stage_align(stage_add(carry, guard), dalign);
-  std::vector<std::size_t> region(instances), kept_of(instances), host_at(instances), file_at(instances), grad_of(instances);
+  std::vector<std::size_t> region(instances, 0), kept_of(instances, 0), host_at(instances, 0), file_at(instances, 0),
+      grad_of(instances, 0);
   std::size_t device_bytes = area, host_end = 0, file_end = 0;
   for (std::uint32_t i = 0; i < instances; ++i) {
     region[i] = device_bytes;
@@ -284,13 +315,13 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
       snd.chunks = o.chunks = 2;
       snd.chunk = 0;
       o.chunk = 1;
-      for (auto [sp, k] : send_entries) hz.seen[sp][k].op = idx;
+      for (auto [sp, k] : send_entries) hz.raise(sp, k, idx);
     }
     s.ops.push_back(o);
     if (o.stream == stream_role::comm) send_entries.clear();  // ops on other streams may come between a pair's two
     for (auto const& a : acc) {
-      if (o.kind == op_kind::send) send_entries.push_back({a.space, hz.seen[a.space].size()});
-      hz.record(a.space, a.begin, a.end, a.write, m, o.stream, idx, is_boundary(o.kind) || a.extra);
+      auto const k = hz.record(a.space, a.begin, a.end, a.write, m, o.stream, idx, is_boundary(o.kind) || a.extra);
+      if (o.kind == op_kind::send) send_entries.push_back({a.space, k});
     }
     if (o.stream == stream_role::comm) last_comm = idx;
     acc.clear();
@@ -310,7 +341,7 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
     auto const& b = base[p];
     auto const& pr = prog[p];
     auto& where = at[m];
-    where.resize(b.ops.size());
+    where.resize(b.ops.size(), 0);
     for (std::uint32_t j = from; j < to; ++j) {
       op o = b.ops[j];
       auto const local_layer = o.layer;
@@ -394,9 +425,9 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   s.carry.device_area = dev(0, 0, b0.carry.device_area);
   s.stage = {.spec = stage, .layers = L, .instances = instances};
   s.stage_instance_of = inst;
-  s.stage_gradient.resize(M);
+  s.stage_gradient.resize(M, 0);
   for (std::uint32_t m = 0; m < M; ++m) s.stage_gradient[m] = grad_of[inst[m]];
-  s.stage_recompute_carry.resize(M);
+  s.stage_recompute_carry.resize(M, 0);
   for (std::uint32_t m = 0; m < M; ++m) {
     auto const r = base[pol[m]].arena.recompute_carry_offset;
     s.stage_recompute_carry[m] = r == no_carry ? no_carry : dev(pol[m], inst[m], r);
@@ -404,4 +435,4 @@ TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy cons
   return s;
 }
 
-}  // namespace tide
+}  // namespace tide::detail

@@ -20,7 +20,7 @@ namespace tide::detail {
 
 //! `a + b`, or a failure: the checker takes hostile programs, whose offsets may sit near SIZE_MAX.
 template <class Message>
-std::size_t add_or_fail(std::size_t a, std::size_t b, Message const& what) {
+constexpr std::size_t add_or_fail(std::size_t a, std::size_t b, Message const& what) {
   if (a > std::numeric_limits<std::size_t>::max() - b) check_fail(what() + " overflows size_t");
   return a + b;
 }
@@ -56,7 +56,7 @@ struct checked_program {
   std::vector<access> accesses{};                               //!< in op order
   std::vector<std::uint32_t> first_access{};                    //!< per op (and one past): its accesses
   //! `a` happens before `b`.
-  bool before(std::uint32_t a, std::uint32_t b) const noexcept {
+  constexpr bool before(std::uint32_t a, std::uint32_t b) const noexcept {
     return a != b && clock[b][static_cast<std::size_t>(ops[a].stream)] >= static_cast<std::int64_t>(a);
   }
 };
@@ -64,7 +64,7 @@ struct checked_program {
 //! The carry state op layer `v`'s carry out holds: the next layer's input, or, for the last layer
 //! of a micro-batch in a stage schedule, that micro-batch's output (its own state after every
 //! layer's, so that it is never taken for the next micro-batch's input).
-inline std::uint32_t carry_out_state(schedule_view const& s, std::uint32_t v) {
+constexpr std::uint32_t carry_out_state(schedule_view const& s, std::uint32_t v) {
   if (s.stage.present() && s.last_layer(v))
     return static_cast<std::uint32_t>(s.layers.size()) + s.stage.micro_batch_of(v);
   return v + 1;

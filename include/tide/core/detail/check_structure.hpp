@@ -23,7 +23,7 @@
 namespace tide::detail {
 
 //! Structure, vector clocks and completeness; collects every op's byte accesses.
-inline checked_program check_program(schedule_view const& s) {
+constexpr checked_program check_program(schedule_view const& s) {
   check_bindings(s);
   if (s.stage.present()) check_stage_tables(s);
   checked_program p;
@@ -37,7 +37,7 @@ inline checked_program check_program(schedule_view const& s) {
   auto const str = [](auto v) { return std::to_string(v); };
 
   // Structure and vector clocks.
-  p.clock.resize(n);
+  p.clock.resize(n, {});  // with a value: see build_stage.hpp on libstdc++ 12, Clang and constant expressions
   std::array<std::int32_t, stream_count> none{};
   none.fill(-1);
   std::array<std::array<std::int32_t, stream_count>, stream_count> tail{};
@@ -150,9 +150,9 @@ inline checked_program check_program(schedule_view const& s) {
       check_fail("ordering: " + op_name(s, b) + " is not ordered after " + op_name(s, a) + " (" + what + ")");
   };
   for (std::uint32_t l = 0; l < L; ++l) {
-    auto const layer = "layer " + str(l);
-    if (fwd[l] == absent) check_fail("completeness: " + layer + " has no forward op");
-    if (bwd[l] == absent) check_fail("completeness: " + layer + " has no backward op: its gradient would never be computed");
+    auto const layer = [&] { return "layer " + str(l); };  // built only for a message
+    if (fwd[l] == absent) check_fail("completeness: " + layer() + " has no forward op");
+    if (bwd[l] == absent) check_fail("completeness: " + layer() + " has no backward op: its gradient would never be computed");
     ordered(fwd[l], bwd[l], "a layer's backward follows its forward");
     if (s.stage.layer_of(l) > 0) {
       ordered(fwd[l - 1], fwd[l], "forwards run in layer order");
@@ -161,7 +161,7 @@ inline checked_program check_program(schedule_view const& s) {
     auto const slots = s.slots_of(l);
     auto const remat = std::find_if(slots.begin(), slots.end(), [](auto const& b) { return b.where == placement::remat; });
     if (remat != slots.end() && rec[l] == absent)
-      check_fail("completeness: " + layer + " has remat slot '" + std::string(remat->name) +
+      check_fail("completeness: " + layer() + " has remat slot '" + std::string(remat->name) +
                  "' but no recompute op: its backward would read a slot nothing rebuilt");
     if (remat == slots.end() && rec[l] != absent)
       check_fail("completeness: " + op_name(s, rec[l]) + " recomputes a layer that has no remat slot");
@@ -170,12 +170,12 @@ inline checked_program check_program(schedule_view const& s) {
       ordered(rec[l], bwd[l], "a layer's backward follows its recompute");
     }
     if (s.collectives.before_forward && gat[l] == absent)
-      check_fail("completeness: " + layer + " has no gather op though the schedule's collectives gather before forward");
+      check_fail("completeness: " + layer() + " has no gather op though the schedule's collectives gather before forward");
     if (!s.collectives.before_forward && gat[l] != absent)
       check_fail("completeness: " + op_name(s, gat[l]) + " gathers though the schedule's collectives do not");
     if (gat[l] != absent) ordered(gat[l], fwd[l], "a layer's forward follows its gather");
     if (s.collectives.before_backward && reg[l] == absent)
-      check_fail("completeness: " + layer + " has no regather op though the schedule's collectives regather before backward");
+      check_fail("completeness: " + layer() + " has no regather op though the schedule's collectives regather before backward");
     if (!s.collectives.before_backward && reg[l] != absent)
       check_fail("completeness: " + op_name(s, reg[l]) + " regathers though the schedule's collectives do not");
     if (reg[l] != absent) {
@@ -183,7 +183,7 @@ inline checked_program check_program(schedule_view const& s) {
       if (rec[l] != absent) ordered(reg[l], rec[l], "a layer's recompute follows its regather");
     }
     if (s.collectives.after_backward && col[l] == absent)
-      check_fail("completeness: " + layer + " has no reduce op though the schedule's collectives reduce after backward");
+      check_fail("completeness: " + layer() + " has no reduce op though the schedule's collectives reduce after backward");
     if (!s.collectives.after_backward && col[l] != absent)
       check_fail("completeness: " + op_name(s, col[l]) + " reduces though the schedule's collectives do not");
     if (col[l] != absent) ordered(bwd[l], col[l], "a layer's reduce follows its backward");
@@ -197,7 +197,7 @@ inline checked_program check_program(schedule_view const& s) {
     bool prefetch;
     std::uint32_t chunk;
     std::uint32_t op;
-    bool operator<(copy_key const& o) const noexcept {
+    constexpr bool operator<(copy_key const& o) const noexcept {
       return std::tie(slot, prefetch, chunk, op) < std::tie(o.slot, o.prefetch, o.chunk, o.op);
     }
   };

@@ -1,0 +1,8 @@
+// expect: Rule must give the micro-batches' policies
+#include <tide/tide.hpp>
+#include <tide/core/static_stage_schedule.hpp>
+using blk = tide::layer<"blk", tide::slot<"h", 64>>;
+using net = tide::stack<tide::carry<"x", 64>, tide::repeat<blk, 2>>;
+// A policy where a rule that gives each micro-batch its policy belongs.
+constexpr auto s = tide::make_stage_schedule<net, tide::strategy_of<>, tide::stage_spec{.stage = 0, .stages = 2, .micro_batches = 4},
+                                             tide::policy<tide::offload<>>>();

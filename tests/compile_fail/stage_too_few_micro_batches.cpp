@@ -1,0 +1,6 @@
+// expect: 1F1B needs micro_batches >= stages
+#include <tide/tide.hpp>
+#include <tide/core/static_stage_schedule.hpp>
+using blk = tide::layer<"blk", tide::slot<"h", 64>>;
+using net = tide::stack<tide::carry<"x", 64>, tide::repeat<blk, 2>>;
+constexpr auto s = tide::make_stage_schedule<net, tide::strategy_of<>, tide::stage_spec{.stage = 0, .stages = 4, .micro_batches = 2}>();
