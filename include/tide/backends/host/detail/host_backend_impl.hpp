@@ -182,7 +182,10 @@ TIDE_INLINE void host_backend::stop_workers() noexcept {
 
 TIDE_INLINE void host_backend::push(stream_role r, item const& it) {
   auto& q = w_->queues[static_cast<std::size_t>(r)];
-  std::lock_guard lock(q.mutex);
+  std::unique_lock lock(q.mutex);
+  // The worker sleeps only on an empty queue (it looks under this lock first): a push onto a queue
+  // that holds items wakes no one, so enqueuing a step costs a wake-up per stream, not per item.
+  bool const was_empty = q.head == q.tail;
   if (q.tail - q.head == q.items.size()) {  // full: grow (only before steady state)
     std::vector<item> bigger(q.items.size() * 2 + 16);
     for (std::size_t i = q.head; i < q.tail; ++i) bigger[i - q.head] = q.items[i % q.items.size()];
@@ -193,7 +196,8 @@ TIDE_INLINE void host_backend::push(stream_role r, item const& it) {
   auto& slot = q.items[q.tail++ % q.items.size()];
   slot = it;
   if (paced_) slot.queued = workers::clock::now().time_since_epoch().count();
-  q.ready.notify_one();
+  lock.unlock();  // the woken worker takes the lock at once
+  if (was_empty) q.ready.notify_one();
 }
 
 // A paced copy, with the copies on the same link queued right behind it (and the records between
