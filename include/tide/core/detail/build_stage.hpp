@@ -116,8 +116,9 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
                  std::to_string(P) + " policies");
   }
 
-  // One build per policy, each proven by the checker (its byte accesses are what the waits
-  // between micro-batches are derived from).
+  // One build per policy, with its byte accesses (the checker's, `collect_accesses`): what the
+  // waits between micro-batches are derived from. The stage's program is proven whole by
+  // `check_schedule` (executor_options::check_schedule), not each build on its own.
   std::vector<schedule> base(P);
   std::vector<checked_program> prog(P);
   std::vector<std::uint32_t> split(P, 0);
@@ -134,7 +135,9 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
       } catch (schedule_error const& e) {
         stage_fail(std::string(given.empty() ? "the strategy" : "policy " + std::to_string(p)) + ": " + e.what());
       }
-      prog[p] = check_program(base[p].view());
+      auto const v = base[p].view();
+      prog[p] = {};  // built again when the phase regions are unshared
+      collect_accesses(v, prog[p], access_count(v));
       auto const& ops = base[p].ops;
       auto const n = static_cast<std::uint32_t>(ops.size());
       std::uint32_t k = 0;

@@ -17,7 +17,7 @@
 namespace tide::detail {
 
 //! Bindings: the slot table and every slot's ranges, before anything indexes through them.
-constexpr void check_bindings(schedule_view const& s) {
+inline void check_bindings(schedule_view const& s) {
   auto pow2 = [](std::size_t a) { return a > 0 && (a & (a - 1)) == 0; };
   if (!pow2(s.buffers.device_alignment) || !pow2(s.buffers.host_alignment) || !pow2(s.buffers.storage_alignment))
     check_fail("buffers: the device alignment " + std::to_string(s.buffers.device_alignment) + ", host alignment " +

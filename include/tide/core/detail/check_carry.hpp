@@ -17,7 +17,7 @@ namespace tide::detail {
 //! The carry fields of op `i` (layer and stream proven in range): present exactly where the
 //! executor hands the lambdas a carry, at the fixed input and output buffers where the user
 //! writes and reads them, and inside `size_t`.
-constexpr void check_carry_fields(schedule_view const& s, std::uint32_t i) {
+inline void check_carry_fields(schedule_view const& s, std::uint32_t i) {
   auto const& o = s.ops[i];
   auto const& c = s.carry;
   auto const L = static_cast<std::uint32_t>(s.layers.size());
@@ -76,7 +76,7 @@ constexpr void check_carry_fields(schedule_view const& s, std::uint32_t i) {
 //! buffer, which is the user's, and only the last layer's forward writes the output buffer, which
 //! the user reads after the step. Only for schedules with a carry (without one, check_bindings and
 //! check_layout prove the first).
-constexpr void check_disjoint_accesses(schedule_view const& s, checked_program const& p) {
+inline void check_disjoint_accesses(schedule_view const& s, checked_program const& p) {
   auto const in_begin = s.carry.input_offset(), in_end = in_begin + s.carry.bytes;  // no overflow: proven
   auto const out_begin = s.carry.output_offset(), out_end = out_begin + s.carry.bytes;
   auto const last = static_cast<std::uint32_t>(s.layers.size()) - 1;

@@ -20,7 +20,7 @@ namespace tide::detail {
 
 //! `a + b`, or a failure: the checker takes hostile programs, whose offsets may sit near SIZE_MAX.
 template <class Message>
-constexpr std::size_t add_or_fail(std::size_t a, std::size_t b, Message const& what) {
+std::size_t add_or_fail(std::size_t a, std::size_t b, Message const& what) {
   if (a > std::numeric_limits<std::size_t>::max() - b) check_fail(what() + " overflows size_t");
   return a + b;
 }

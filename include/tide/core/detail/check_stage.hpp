@@ -18,7 +18,7 @@ namespace tide::detail {
 
 //! Send or receive op `i` (kind proven): a stage's, on the communication stream, moving a whole
 //! carry or boundary gradient inside `size_t`.
-constexpr void check_boundary_op(schedule_view const& s, std::uint32_t i) {
+inline void check_boundary_op(schedule_view const& s, std::uint32_t i) {
   auto const& o = s.ops[i];
   auto const what = [&] { return "boundary: op #" + std::to_string(i) + " (" + std::string(to_string(o.kind)) + " L" + std::to_string(o.layer) + ")"; };
   if (!s.stage.present()) check_fail(what() + " is a boundary transfer, but the schedule is no stage's (schedule_view::stage)");
@@ -37,7 +37,7 @@ constexpr void check_boundary_op(schedule_view const& s, std::uint32_t i) {
 }
 
 //! A stage schedule's tables (before any op is looked at: the carry and access passes index them).
-constexpr void check_stage_tables(schedule_view const& s) {
+inline void check_stage_tables(schedule_view const& s) {
   auto const& st = s.stage;
   auto const str = [](auto v) { return std::to_string(v); };
   if (auto const why = stage_spec_problem(st.spec); !why.empty()) check_fail("stage: " + std::string(why));
@@ -59,7 +59,7 @@ constexpr void check_stage_tables(schedule_view const& s) {
 
 //! A stage schedule's own invariants (structure, clocks and completeness proven; `fwd` and `bwd`
 //! give each schedule layer's forward and backward).
-constexpr void check_stage_program(schedule_view const& s, checked_program const& p, std::vector<std::uint32_t> const& fwd,
+inline void check_stage_program(schedule_view const& s, checked_program const& p, std::vector<std::uint32_t> const& fwd,
                                 std::vector<std::uint32_t> const& bwd) {
   auto const& st = s.stage;
   auto const str = [](auto v) { return std::to_string(v); };

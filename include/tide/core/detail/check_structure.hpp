@@ -22,8 +22,156 @@
 
 namespace tide::detail {
 
+//! Every op's byte accesses, in op order, into `p` (`total` of them: reserved at once). For a
+//! program whose structure is proven, or the builder's own (`build_stage_schedule` derives the
+//! waits between micro-batches from them): `constexpr`, so that the stage builder runs at compile
+//! time, while the checking passes stay out of the constant evaluator (they would cost every
+//! translation unit of the header-only umbrella 8% more to compile).
+constexpr void collect_accesses(schedule_view const& s, checked_program& p, std::uint64_t total) {
+  auto const n = static_cast<std::uint32_t>(s.ops.size());
+  auto const guard = s.buffers.guard_bytes;
+  auto const chunk_bytes = s.pipeline.chunk_bytes;
+  p.accesses.reserve(static_cast<std::size_t>(total));
+  p.first_access.reserve(std::size_t{n} + 1);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+    auto const& o = s.ops[i];
+    auto const slots = s.slots_of(o.layer);
+    auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * chunk_bytes : 0;
+    auto const slot = static_cast<std::uint16_t>(o.slot);
+    auto add = [&](std::uint8_t host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
+      p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
+    };
+    // Carry `state` at `addr`: its data is the state's, wherever it lies.
+    auto add_carry = [&](std::uint8_t host, bool write, std::size_t addr, std::uint32_t state) {
+      p.accesses.push_back({i, host, write, addr, addr + s.carry.bytes, state, carry_slot, std::uint64_t{0} - addr});
+    };
+    if (o.carry_in != no_carry) add_carry(false, false, o.carry_in, o.layer);
+    if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, carry_out_state(s, o.layer));
+    // The guard bytes the executor's debug checks write after a slot before the op (and check
+    // after it): part of the op's accesses (no overflow: proven by check_bindings).
+    // Micro-batch `m`'s boundary gradient at `at` (a stage schedule): its data is the micro-batch's.
+    auto add_gradient = [&](bool write, std::size_t at, std::uint32_t m, bool rmw) {
+      access a{i, false, write, at, at + s.carry.bytes, m, gradient_slot, std::uint64_t{0} - at};
+      a.rmw = rmw;
+      p.accesses.push_back(a);
+    };
+    auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
+      if (guard == 0) return;
+      p.accesses.push_back({i, false, true, slot_end, slot_end + guard, o.layer, k, 0, true});
+    };
+    switch (o.kind) {
+      case op_kind::forward:
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, true, slots[k].forward_offset, slots[k].bytes, k, 0);
+          add_guard(slots[k].forward_offset + slots[k].bytes, k);
+        }
+        break;
+      case op_kind::recompute:
+        // It reads the saved slots, rebuilds the remat ones, and may write the scratch it is lent
+        // for the others and for its carry out (nothing reads those).
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, slots[k].where == placement::remat, slots[k].backward_offset, slots[k].bytes, k, 0);
+          if (slots[k].where == placement::remat) add_guard(slots[k].backward_offset + slots[k].bytes, k);
+          if (auto const at = slots[k].recompute_offset; at != slot_binding::no_scratch) {
+            add(false, true, at, slots[k].bytes, k, 0);
+            add_guard(at + slots[k].bytes, k);
+          }
+        }
+        if (s.carry.present() && s.recompute_carry_offset(o.layer) != no_carry)
+          add_carry(false, true, s.recompute_carry_offset(o.layer), carry_out_state(s, o.layer));
+        break;
+      case op_kind::backward:
+        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
+        break;
+      case op_kind::advance:  // the carry, and its slots as scratch the lambda may write
+        for (std::uint16_t k = 0; k < slots.size(); ++k) {
+          add(false, true, slots[k].advance_offset, slots[k].bytes, k, 0);
+          add_guard(slots[k].advance_offset + slots[k].bytes, k);
+        }
+        break;
+      case op_kind::offload:
+        if (o.slot == carry_slot) {
+          add_carry(false, false, o.device_offset, o.layer);
+          add_carry(true, true, o.host_offset, o.layer);
+          break;
+        }
+        add(false, false, o.device_offset, o.bytes, slot, chunk_start);
+        add(true, true, o.host_offset, o.bytes, slot, chunk_start);
+        break;
+      case op_kind::prefetch:
+        if (o.slot == carry_slot) {
+          add_carry(true, false, o.host_offset, o.layer);
+          add_carry(false, true, o.device_offset, o.layer);
+          break;
+        }
+        add(true, false, o.host_offset, o.bytes, slot, chunk_start);
+        add(false, true, o.device_offset, o.bytes, slot, chunk_start);
+        break;
+      case op_kind::store:
+      case op_kind::load: {
+        // The slot's bytes, and its region's padding to the storage alignment (which the transfer
+        // moves too: data of its own, as guard bytes are). No overflow: proven by check_bindings.
+        auto const salign = s.buffers.storage_alignment;
+        auto const pad = (salign - o.bytes % salign) % salign;
+        bool const store = o.kind == op_kind::store;
+        auto const from = store ? host_space : storage_space, to = store ? storage_space : host_space;
+        if (o.slot == carry_slot) {  // a disk snapshot: carry `layer`, whole
+          add_carry(from, false, store ? o.host_offset : o.file_offset, o.layer);
+          add_carry(to, true, store ? o.file_offset : o.host_offset, o.layer);
+        } else {
+          add(from, false, store ? o.host_offset : o.file_offset, o.bytes, slot, 0);
+          add(to, true, store ? o.file_offset : o.host_offset, o.bytes, slot, 0);
+        }
+        if (pad > 0) {
+          auto const at = (store ? o.file_offset : o.host_offset) + o.bytes;
+          p.accesses.push_back({i, static_cast<std::uint8_t>(to), true, at, at + pad, o.layer, slot, 0, true});
+        }
+        break;
+      }
+      case op_kind::gather:
+      case op_kind::regather:
+      case op_kind::reduce: break;
+      case op_kind::send:
+      case op_kind::receive: {
+        // A receive writes a micro-batch's input (or its output's gradient); a send reads its
+        // output (or its input's gradient).
+        bool const write = o.kind == op_kind::receive;
+        auto const m = s.stage.micro_batch_of(o.layer);
+        if (o.slot == gradient_slot)
+          add_gradient(write, o.device_offset, m, false);
+        else
+          add_carry(false, write, o.device_offset, write ? o.layer : carry_out_state(s, o.layer));
+        break;
+      }
+    }
+    // In a stage schedule a backward updates its micro-batch's boundary gradient in place, and the
+    // last stage's turn (in its last layer's forward) seeds it.
+    if (s.stage.present() && s.carry.present()) {
+      auto const m = s.stage.micro_batch_of(o.layer);
+      auto const at = s.stage.gradient_at(m);
+      bool const seeds = o.kind == op_kind::forward && s.last_layer(o.layer) && s.stage.spec.stage + 1 == s.stage.spec.stages;
+      if (o.kind == op_kind::backward || seeds) add_gradient(true, at, m, o.kind == op_kind::backward);
+    }
+  }
+  p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+}
+
+//! The number of byte accesses `collect_accesses` records for `s`'s ops (layers proven in range).
+constexpr std::uint64_t access_count(schedule_view const& s) {
+  std::uint64_t total = 0;
+  auto const guard = s.buffers.guard_bytes;
+  for (auto const& o : s.ops)
+    total += is_storage(o.kind)                                             ? 4
+             : is_copy(o.kind)                                              ? 2
+             : is_collective(o.kind)                                  ? 0
+             : is_boundary(o.kind)                                    ? 1
+                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 4u : 2u) + 4;
+  return total;
+}
+
 //! Structure, vector clocks and completeness; collects every op's byte accesses.
-constexpr checked_program check_program(schedule_view const& s) {
+inline checked_program check_program(schedule_view const& s) {
   check_bindings(s);
   if (s.stage.present()) check_stage_tables(s);
   checked_program p;
@@ -263,139 +411,10 @@ constexpr checked_program check_program(schedule_view const& s) {
   }
 
   // Byte accesses, in op order (their count is bounded first: indices into them are 32-bit).
-  std::uint64_t total = 0;
-  for (auto const& o : s.ops)
-    total += is_storage(o.kind)                                             ? 4
-             : is_copy(o.kind)                                              ? 2
-             : is_collective(o.kind)                                  ? 0
-             : is_boundary(o.kind)                                    ? 1
-                                                                          : s.layers[o.layer].slot_count * (guard > 0 ? 4u : 2u) + 4;
+  auto const total = access_count(s);
   if (total >= static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
     check_fail("structure: the ops touch " + str(total) + " slot ranges, more than 31-bit indices name");
-  p.accesses.reserve(total);
-  p.first_access.reserve(std::size_t{n} + 1);
-  for (std::uint32_t i = 0; i < n; ++i) {
-    p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
-    auto const& o = s.ops[i];
-    auto const slots = s.slots_of(o.layer);
-    auto const chunk_start = o.chunks > 1 ? std::size_t{o.chunk} * chunk_bytes : 0;
-    auto const slot = static_cast<std::uint16_t>(o.slot);
-    auto add = [&](std::uint8_t host, bool write, std::size_t addr, std::size_t bytes, std::uint16_t k, std::size_t data) {
-      p.accesses.push_back({i, host, write, addr, addr + bytes, o.layer, k, std::uint64_t{data} - addr});
-    };
-    // Carry `state` at `addr`: its data is the state's, wherever it lies.
-    auto add_carry = [&](std::uint8_t host, bool write, std::size_t addr, std::uint32_t state) {
-      p.accesses.push_back({i, host, write, addr, addr + s.carry.bytes, state, carry_slot, std::uint64_t{0} - addr});
-    };
-    if (o.carry_in != no_carry) add_carry(false, false, o.carry_in, o.layer);
-    if (o.carry_out != no_carry) add_carry(false, o.kind != op_kind::backward, o.carry_out, carry_out_state(s, o.layer));
-    // The guard bytes the executor's debug checks write after a slot before the op (and check
-    // after it): part of the op's accesses (no overflow: proven by check_bindings).
-    // Micro-batch `m`'s boundary gradient at `at` (a stage schedule): its data is the micro-batch's.
-    auto add_gradient = [&](bool write, std::size_t at, std::uint32_t m, bool rmw) {
-      access a{i, false, write, at, at + s.carry.bytes, m, gradient_slot, std::uint64_t{0} - at};
-      a.rmw = rmw;
-      p.accesses.push_back(a);
-    };
-    auto add_guard = [&](std::size_t slot_end, std::uint16_t k) {
-      if (guard == 0) return;
-      p.accesses.push_back({i, false, true, slot_end, slot_end + guard, o.layer, k, 0, true});
-    };
-    switch (o.kind) {
-      case op_kind::forward:
-        for (std::uint16_t k = 0; k < slots.size(); ++k) {
-          add(false, true, slots[k].forward_offset, slots[k].bytes, k, 0);
-          add_guard(slots[k].forward_offset + slots[k].bytes, k);
-        }
-        break;
-      case op_kind::recompute:
-        // It reads the saved slots, rebuilds the remat ones, and may write the scratch it is lent
-        // for the others and for its carry out (nothing reads those).
-        for (std::uint16_t k = 0; k < slots.size(); ++k) {
-          add(false, slots[k].where == placement::remat, slots[k].backward_offset, slots[k].bytes, k, 0);
-          if (slots[k].where == placement::remat) add_guard(slots[k].backward_offset + slots[k].bytes, k);
-          if (auto const at = slots[k].recompute_offset; at != slot_binding::no_scratch) {
-            add(false, true, at, slots[k].bytes, k, 0);
-            add_guard(at + slots[k].bytes, k);
-          }
-        }
-        if (s.carry.present() && s.recompute_carry_offset(o.layer) != no_carry)
-          add_carry(false, true, s.recompute_carry_offset(o.layer), carry_out_state(s, o.layer));
-        break;
-      case op_kind::backward:
-        for (std::uint16_t k = 0; k < slots.size(); ++k) add(false, false, slots[k].backward_offset, slots[k].bytes, k, 0);
-        break;
-      case op_kind::advance:  // the carry, and its slots as scratch the lambda may write
-        for (std::uint16_t k = 0; k < slots.size(); ++k) {
-          add(false, true, slots[k].advance_offset, slots[k].bytes, k, 0);
-          add_guard(slots[k].advance_offset + slots[k].bytes, k);
-        }
-        break;
-      case op_kind::offload:
-        if (o.slot == carry_slot) {
-          add_carry(false, false, o.device_offset, o.layer);
-          add_carry(true, true, o.host_offset, o.layer);
-          break;
-        }
-        add(false, false, o.device_offset, o.bytes, slot, chunk_start);
-        add(true, true, o.host_offset, o.bytes, slot, chunk_start);
-        break;
-      case op_kind::prefetch:
-        if (o.slot == carry_slot) {
-          add_carry(true, false, o.host_offset, o.layer);
-          add_carry(false, true, o.device_offset, o.layer);
-          break;
-        }
-        add(true, false, o.host_offset, o.bytes, slot, chunk_start);
-        add(false, true, o.device_offset, o.bytes, slot, chunk_start);
-        break;
-      case op_kind::store:
-      case op_kind::load: {
-        // The slot's bytes, and its region's padding to the storage alignment (which the transfer
-        // moves too: data of its own, as guard bytes are). No overflow: proven by check_bindings.
-        auto const salign = s.buffers.storage_alignment;
-        auto const pad = (salign - o.bytes % salign) % salign;
-        bool const store = o.kind == op_kind::store;
-        auto const from = store ? host_space : storage_space, to = store ? storage_space : host_space;
-        if (o.slot == carry_slot) {  // a disk snapshot: carry `layer`, whole
-          add_carry(from, false, store ? o.host_offset : o.file_offset, o.layer);
-          add_carry(to, true, store ? o.file_offset : o.host_offset, o.layer);
-        } else {
-          add(from, false, store ? o.host_offset : o.file_offset, o.bytes, slot, 0);
-          add(to, true, store ? o.file_offset : o.host_offset, o.bytes, slot, 0);
-        }
-        if (pad > 0) {
-          auto const at = (store ? o.file_offset : o.host_offset) + o.bytes;
-          p.accesses.push_back({i, static_cast<std::uint8_t>(to), true, at, at + pad, o.layer, slot, 0, true});
-        }
-        break;
-      }
-      case op_kind::gather:
-      case op_kind::regather:
-      case op_kind::reduce: break;
-      case op_kind::send:
-      case op_kind::receive: {
-        // A receive writes a micro-batch's input (or its output's gradient); a send reads its
-        // output (or its input's gradient).
-        bool const write = o.kind == op_kind::receive;
-        auto const m = s.stage.micro_batch_of(o.layer);
-        if (o.slot == gradient_slot)
-          add_gradient(write, o.device_offset, m, false);
-        else
-          add_carry(false, write, o.device_offset, write ? o.layer : carry_out_state(s, o.layer));
-        break;
-      }
-    }
-    // In a stage schedule a backward updates its micro-batch's boundary gradient in place, and the
-    // last stage's turn (in its last layer's forward) seeds it.
-    if (s.stage.present() && s.carry.present()) {
-      auto const m = s.stage.micro_batch_of(o.layer);
-      auto const at = s.stage.gradient_at(m);
-      bool const seeds = o.kind == op_kind::forward && s.last_layer(o.layer) && s.stage.spec.stage + 1 == s.stage.spec.stages;
-      if (o.kind == op_kind::backward || seeds) add_gradient(true, at, m, o.kind == op_kind::backward);
-    }
-  }
-  p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
+  collect_accesses(s, p, total);
   if (s.carry.present()) check_disjoint_accesses(s, p);
   return p;
 }
