@@ -1,8 +1,8 @@
 """A pipeline rank that fails must not hang the job: run `pipeline_parallel` under mpirun with
 --fail-rank 2 (every other rank must exit non-zero naming rank 2, within 30 s), with --stall-rank 2
 and a short timeout (its neighbours time out naming it), with --longer-rank 2 (boundaries of
-another size, refused by name) and with --kill-rank 2 (rank 2 killed by SIGKILL: the job must end,
-non-zero, within 30 s).
+another size, refused by name), with hostile partitions (refused by name on every rank) and with
+--kill-rank 2 (rank 2 killed by SIGKILL: the job must end, non-zero, within 30 s).
 
     python3 check_failures.py MPIRUN PIPELINE_PARALLEL
 """
@@ -49,6 +49,16 @@ if not re.search(r"timed out after 1500 ms waiting for .* stage 2 \(rank 2\)", o
 out = run(["--longer-rank", "2"])
 if not re.search(r"stage [123] \(rank [123]\) sent (more than the )?\d+ bytes.*must agree on the carry's size", out):
     failed.append("no rank refused a boundary of another size by name")
+
+# Hostile partitions: every rank refuses them, naming what is wrong.
+for extra, want in ((["--partition", "1,2,2"], r"stage_partition::layers has 3 entries for 4 stages"),
+                    (["--partition", "1,2,0,1"], r"stage 2 gets no layer"),
+                    (["--partition", "1,2,2,1", "--layers", "8"], r"gives 6 layers to its stages, but the model has 8"),
+                    (["--partition", "1,x,2,1"], r"--partition: 'x' is not a layer count")):
+    out = run(extra)
+    for r in range(4):
+        if not any(l.startswith(f"pipeline_parallel: rank {r}:") and re.search(want, l) for l in out.splitlines()):
+            failed.append(f"{' '.join(extra)}: rank {r} did not say /{want}/")
 
 run(["--kill-rank", "2"], tail=2000)
 

@@ -6,7 +6,7 @@
 //
 //   mpirun -np S pipeline_parallel --pp-schedule gpipe|1f1b --micro-batches M
 //          --policy keep-all|offload-all|offload-warmup|remat [--steps N] [--check] [--json]
-//          [--fail-rank R] [--kill-rank R]
+//          [--fail-rank R] [--kill-rank R] [--partition K0,K1,... [--layers N]]
 //
 // Policies: keep-all; offload-all, every in-flight micro-batch's saved data (one held while
 // another pass runs: under 1F1B not the last stage's, whose backward follows its forward at once,
@@ -23,12 +23,15 @@
 // every rank exits non-zero, the others naming rank R. --kill-rank R makes rank R kill itself
 // (SIGKILL) in the second step: mpirun ends the job. --stall-rank R (with a short --timeout-ms)
 // makes its neighbours time out naming it; --longer-rank R gives rank R's boundary tensors another
-// size than its neighbours': they refuse them by name.
+// size than its neighbours': they refuse them by name. --partition K0,K1,... gives stage s Ks of
+// the model's layers (uneven, as Llama 3 405B's first and last stages are a layer lighter;
+// tide::check_partition refuses one that does not cover --layers, default their sum).
 #include "example.hpp"
 #include "../transformer/task.hpp"
 #include "../transformer/tide_model.hpp"
 
 #include <tide/collectives/mpi_transport.hpp>
+#include <tide/core/stage_partition.hpp>
 #include <tide/core/stage_schedule.hpp>
 #include <tide/tide.hpp>
 
@@ -51,8 +54,8 @@ using clock_type = std::chrono::steady_clock;
 double ms_since(clock_type::time_point t) { return std::chrono::duration<double, std::milli>(clock_type::now() - t).count(); }
 
 struct options {
-  std::string order = "1f1b", policy = "keep-all", trace;
-  std::uint32_t micro_batches = 8, layers_per_stage = 2;
+  std::string order = "1f1b", policy = "keep-all", trace, partition;
+  std::uint32_t micro_batches = 8, layers_per_stage = 2, layers = 0;
   int steps = 2, fail_rank = -1, kill_rank = -1, stall_rank = -1, longer_rank = -1;
   long timeout_ms = 60'000;
   bool check = false, json = false, no_debug_checks = false;
@@ -89,6 +92,28 @@ data sample(transformer::copy_task const& task, std::size_t batch, std::uint32_t
 
 std::uint64_t fnv(std::span<float const> x) { return transformer::fnv1a(std::as_bytes(x)); }
 
+//! "3,5,5,3" as layer counts; throws naming an entry that is not one.
+tide::stage_partition parse_partition(std::string const& text) {
+  tide::stage_partition p;
+  std::size_t at = 0;
+  for (;;) {
+    auto const comma = text.find(',', at);
+    auto const item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::size_t used = 0;
+    unsigned long v = 0;
+    try {
+      v = std::stoul(item, &used);
+    } catch (std::exception const&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || item[0] == '-' || v > 1'000'000)
+      throw std::invalid_argument("--partition: '" + item + "' is not a layer count (give counts like 3,5,5,3)");
+    p.layers.push_back(static_cast<std::uint32_t>(v));
+    if (comma == std::string::npos) return p;
+    at = comma + 1;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,6 +127,8 @@ int main(int argc, char** argv) {
       .option("--policy", o.policy, "NAME", "keep-all, offload-all, offload-warmup or remat")
       .option("--steps", o.steps, "N", "training steps")
       .option("--layers-per-stage", o.layers_per_stage, "K", "decoder layers on each stage")
+      .option("--partition", o.partition, "K0,K1,...", "decoder layers per stage, uneven if you like (instead of --layers-per-stage)")
+      .option("--layers", o.layers, "N", "the model's decoder layers, which --partition must cover (default: its sum)")
       .option("--width", o.width, "D", "the model's width (its MLP's hidden width is 2D)")
       .option("--link-gbps", o.link_gbps, "G", "pace the host link at G GB/s each way (0: unpaced)")
       .option("--fail-rank", o.fail_rank, "R", "rank R's forward throws in the second step")
@@ -124,13 +151,20 @@ int main(int argc, char** argv) {
     transformer::copy_task task{o.length + (rank == o.longer_rank ? 1 : 0), 16, false};
     auto const shape = task.batch_shape(o.batch);
     transformer::config cfg;
-    cfg.layers = static_cast<std::size_t>(S) * o.layers_per_stage;
+    // The partition: --partition's counts, checked against the model, or --layers-per-stage each.
+    tide::stage_partition part{std::vector<std::uint32_t>(static_cast<std::size_t>(S), o.layers_per_stage)};
+    if (!o.partition.empty()) part = parse_partition(o.partition);
+    std::uint32_t model_layers = o.layers;
+    if (model_layers == 0)
+      for (auto k : part.layers) model_layers += k;
+    tide::check_partition(part, static_cast<std::uint32_t>(S), model_layers);
+    cfg.layers = model_layers;
     cfg.width = o.width;
     cfg.mlp_hidden = 2 * o.width;
     cfg.dense_layers = cfg.layers;  // dense layers only: every stage has the same layer type
     transformer::model net(cfg, 7);  // every rank holds the same initial weights
     auto stage_cfg = cfg;
-    stage_cfg.layers = stage_cfg.dense_layers = o.layers_per_stage;
+    stage_cfg.layers = stage_cfg.dense_layers = part.layers[static_cast<std::size_t>(rank)];
     auto const stack = transformer::make_stack(stage_cfg, shape);
     auto const slots = transformer::make_slot_map(stack);
     tide::stage_spec const st{.stage = static_cast<std::uint32_t>(rank), .stages = static_cast<std::uint32_t>(S),
@@ -146,7 +180,7 @@ int main(int argc, char** argv) {
     if (o.no_debug_checks) eo.debug_checks = false;
     tide::executor ex(backend, schedule, eo);
 
-    auto const first = static_cast<std::size_t>(rank) * o.layers_per_stage;  // this stage's first layer in the model
+    std::size_t const first = tide::first_layer(part, static_cast<std::uint32_t>(rank));  // this stage's first layer in the model
     bool const last_stage = rank + 1 == S;
     auto const emb = net.embedding_tensor();
     std::vector<float> head_emb(emb.size);  // the last stage's share of the embedding's gradient
@@ -210,7 +244,7 @@ int main(int argc, char** argv) {
       if (name == "embedding") return 0;
       if (name == "final_norm") return S - 1;
       auto const l = std::stoul(name.substr(std::strlen("layers.")));
-      return static_cast<int>(l / o.layers_per_stage);
+      return static_cast<int>(tide::stage_of_layer(part, static_cast<std::uint32_t>(l)));
     };
     tide::timeline tl;
     for (step = 0; step < o.steps; ++step) {

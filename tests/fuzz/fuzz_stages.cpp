@@ -8,7 +8,13 @@
 //   byte 0: order (low bit: 0 gpipe, 1 1f1b; 0xFF: an invalid enumerator); bytes 1-2: stages;
 //   bytes 3-4: stage; bytes 5-7: micro-batches; then per stage (at most 8 read) three times, each
 //   one byte: 0xFF NaN, 0xFE -1, 0xFD 1e13, 0xFC infinity, else the byte / 4 microseconds.
+// The bytes left over are a partition's input (plan/partition.hpp): two times for the first and
+// last stage's ends, then one per layer (at most 48), as above; the partition over the pipeline's
+// stages (at most 64 read) must be refused with a tide::error or cover the layers, no stage empty,
+// and be no slower than the even partition; check_partition must refuse the counts read as a
+// partition (each byte a stage's layers) unless they add up.
 #include <tide/core/stage_order.hpp>
+#include <tide/plan/partition.hpp>
 #include <tide/plan/stage_timeline.hpp>
 
 #include <cmath>
@@ -105,5 +111,46 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     std::fprintf(stderr, "fuzz_stages: an undocumented exception: %s\n", e.what());
     std::abort();
   }
+
+  // Partitions, from the bytes left.
+  tide::partition_ends const ends{time_of(r.byte()), time_of(r.byte())};
+  std::vector<double> layer_us;
+  std::vector<std::uint32_t> counts;
+  while (r.at < r.size && layer_us.size() < 48) {
+    auto const b = r.byte();
+    layer_us.push_back(time_of(b));
+    counts.push_back(b % 8);
+  }
+  auto const stages = std::min<std::uint32_t>(s.stages, 64);
+  auto const slowest = [&](tide::stage_partition const& p) {
+    double worst = 0;
+    for (std::uint32_t st = 0, at = 0; st < stages; at += p.layers[st++]) {
+      double t = (st == 0 ? ends.first_stage_us : 0) + (st + 1 == stages ? ends.last_stage_us : 0);
+      for (std::uint32_t l = at; l < at + p.layers[st]; ++l) t += layer_us[l];
+      worst = std::max(worst, t);
+    }
+    return worst;
+  };
+  try {
+    auto const p = tide::partition_by_cost(layer_us, stages, ends);
+    tide::check_partition(p, stages, static_cast<std::uint32_t>(layer_us.size()));
+    auto const even = tide::even_partition(static_cast<std::uint32_t>(layer_us.size()), stages);
+    if (slowest(p) > slowest(even) * (1 + 1e-12)) finding("the cost-based partition is slower than the even one", s);
+  } catch (tide::error const&) {
+    // refused: fine
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "fuzz_stages: an undocumented exception from a partition: %s\n", e.what());
+    std::abort();
+  }
+  std::uint64_t sum = 0;
+  for (auto c : counts) sum += c;
+  bool refused = false;
+  try {
+    tide::check_partition({counts}, static_cast<std::uint32_t>(counts.size()), static_cast<std::uint32_t>(sum));
+  } catch (tide::error const&) {
+    refused = true;
+  }
+  if (refused != std::any_of(counts.begin(), counts.end(), [](auto c) { return c == 0; }))
+    finding("check_partition refused a partition with no empty stage, or took one with an empty stage", s);
   return 0;
 }
