@@ -106,7 +106,7 @@ tide::stage_partition parse_partition(std::string const& text) {
     } catch (std::exception const&) {
       used = 0;
     }
-    if (item.empty() || used != item.size() || item[0] == '-' || v > 1'000'000)
+    if (item.empty() || used != item.size() || item[0] < '0' || item[0] > '9' || v > 1'000'000)
       throw std::invalid_argument("--partition: '" + item + "' is not a layer count (give counts like 3,5,5,3)");
     p.layers.push_back(static_cast<std::uint32_t>(v));
     if (comma == std::string::npos) return p;

@@ -78,7 +78,6 @@ inline constexpr bool strategy_has_collectives = [] {
 
 struct stage_probe {
   int rule = 0;                   // stage_rule_problem
-  std::uint32_t policy = 0;       // the policy whose own build has `issue`
   schedule_issue_code issue{};    // the first issue of a policy's build, or none
   issue_name layer_type{}, slot{};
   schedule_extent extent{};
@@ -92,14 +91,18 @@ inline constexpr stage_probe stage_probe_of = [] {
   r.rule = stage_rule_problem(pol, S.micro_batches);
   if (r.rule != 0) return r;
   auto const how = Strategy::spec();
-  for (std::size_t p = 0; p < (pol.policies.empty() ? 1 : pol.policies.size()); ++p) {
+  // With the strategy's phase regions, and unshared (as the stage builds where a policy copies).
+  for (std::size_t k = 0; k < 2 * (pol.policies.empty() ? 1 : pol.policies.size()); ++k) {
+    auto const p = k / 2;
     strategy h = how;
     if (!pol.policies.empty()) h.policy = pol.policies[p];
-    h.buffers.share_phase_regions = false;  // as the stage builds a policy that copies
+    if (k % 2 == 1) {
+      if (!h.buffers.share_phase_regions) continue;
+      h.buffers.share_phase_regions = false;
+    }
     schedule s;
     auto const issue = try_build_schedule_into(s, Stack::spec(), h);
     if (issue.code != schedule_issue_code::none) {
-      r.policy = static_cast<std::uint32_t>(p);
       r.issue = issue.code;
       r.layer_type = issue_name::of(issue.type_name);
       r.slot = issue_name::of(issue.slot_name);
@@ -133,7 +136,8 @@ consteval auto make_stage_schedule() {
   static_assert(!detail::strategy_has_collectives<Strategy>,
                 "tide::make_stage_schedule: collective hooks are not taken in a stage schedule yet: reduce a "
                 "data-parallel stage's gradients after the step, and build the stage without them");
-  if constexpr (stage_policy_rule<Rule> && detail::stage_spec_problem(Stage).empty() && detail::stack_has_carry<Stack>) {
+  if constexpr (stage_policy_rule<Rule> && detail::stage_spec_problem(Stage).empty() && detail::stack_has_carry<Stack> &&
+                !detail::strategy_has_collectives<Strategy>) {
     constexpr auto probe = detail::stage_probe_of<Stack, Strategy, Stage, Rule>;
     static_assert(probe.rule != 1, "tide::make_stage_schedule: the rule's stage_policies::of_micro_batch has not one entry "
                                    "per micro-batch: give one per micro-batch, or none");

@@ -4,7 +4,9 @@
 //! its stages whose slowest stage is fastest, counting the embedding on the first stage and the
 //! head on the last (what makes Llama 3 405B's first and last stages a layer lighter).
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <limits>
 #include <span>
@@ -24,7 +26,8 @@ struct partition_ends {
 
 //! The partition of `layer_us.size()` layers (each a layer's forward plus backward time, in
 //! microseconds) over `stages` stages that minimizes the slowest stage's time, `ends` included;
-//! among equally good ones, the one whose earlier stages take fewer layers. Exact (dynamic
+//! among equally good ones, the one whose earlier stages take fewer layers (the first stage as few
+//! as it can, then the second, and so on). Exact (dynamic
 //! programming, stages times layers squared: refused past 1e9 steps). Throws `schedule_error`
 //! naming a cost that is negative, not finite or past 1e12 us, no stages, more stages than layers,
 //! or a search too long.
@@ -32,6 +35,11 @@ struct partition_ends {
                                                        partition_ends ends = {}) {
   auto const fail = [](std::string const& m) { throw schedule_error("tide::partition_by_cost: " + m); };
   auto const bad = [](double x) { return !(x >= 0 && x <= 1e12); };  // NaN fails both
+  auto const number = [](double x) {  // as printf's %g: -1e-09, not to_string's -0.000000
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", x);
+    return std::string(b);
+  };
   if (stages == 0) fail("no stages: give at least 1");
   auto const L = layer_us.size();
   if (L < stages)
@@ -43,7 +51,7 @@ struct partition_ends {
          "adding their costs, and partition the blocks");
   for (std::size_t i = 0; i < L; ++i)
     if (bad(layer_us[i]))
-      fail("layer " + std::to_string(i) + "'s cost is " + std::to_string(layer_us[i]) +
+      fail("layer " + std::to_string(i) + "'s cost is " + number(layer_us[i]) +
            " us: give each layer a finite time from 0 to 1e12 us");
   if (bad(ends.first_stage_us) || bad(ends.last_stage_us))
     fail("partition_ends holds a time that is negative, not finite or past 1e12 us");
@@ -52,26 +60,26 @@ struct partition_ends {
   auto const stage_us = [&](std::uint32_t s, std::size_t from, std::size_t to) {
     return prefix[to] - prefix[from] + (s == 0 ? ends.first_stage_us : 0) + (s + 1 == stages ? ends.last_stage_us : 0);
   };
-  // best[s][i]: the slowest of stages 0..s when they run layers [0, i); cut[s][i]: where stage s starts.
+  // rest[s][i]: the slowest of stages s..S-1 when they run layers [i, L), at best.
   auto const inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(stages, std::vector<double>(L + 1, inf));
-  std::vector<std::vector<std::size_t>> cut(stages, std::vector<std::size_t>(L + 1, 0));
-  for (std::size_t i = 1; i <= L; ++i) best[0][i] = stage_us(0, 0, i);
-  for (std::uint32_t s = 1; s < stages; ++s)
-    for (std::size_t i = s + 1; i <= L; ++i)
-      for (std::size_t j = s; j < i; ++j) {  // stage s runs [j, i): at least one layer each
-        auto const t = std::max(best[s - 1][j], stage_us(s, j, i));
-        if (t < best[s][i]) {  // strictly: the earliest cut wins a tie, so earlier stages take fewer
-          best[s][i] = t;
-          cut[s][i] = j;
-        }
-      }
+  std::vector<std::vector<double>> rest(stages, std::vector<double>(L + 1, inf));
+  for (std::size_t i = 0; i + 1 <= L; ++i) rest[stages - 1][i] = stage_us(stages - 1, i, L);
+  for (std::uint32_t s = stages - 1; s-- > 0;)
+    for (std::size_t i = s; i + (stages - s) <= L; ++i)
+      for (std::size_t j = i + 1; j + (stages - s - 1) <= L; ++j)  // stage s runs [i, j): at least one layer each
+        rest[s][i] = std::min(rest[s][i], std::max(stage_us(s, i, j), rest[s + 1][j]));
+  // The best bottleneck, then from the first stage on the fewest layers that keep it: the same
+  // expressions as above, so the optimum compares equal to itself.
+  auto const bound = rest[0][0];
   stage_partition p{std::vector<std::uint32_t>(stages, 0)};
-  for (std::size_t s = stages, end = L; s-- > 0;) {
-    auto const begin = s == 0 ? 0 : cut[s][end];
-    p.layers[s] = static_cast<std::uint32_t>(end - begin);
-    end = begin;
+  std::size_t i = 0;
+  for (std::uint32_t s = 0; s + 1 < stages; ++s) {
+    auto j = i + 1;
+    while (std::max(stage_us(s, i, j), rest[s + 1][j]) > bound) ++j;
+    p.layers[s] = static_cast<std::uint32_t>(j - i);
+    i = j;
   }
+  p.layers[stages - 1] = static_cast<std::uint32_t>(L - i);
   return p;
 }
 

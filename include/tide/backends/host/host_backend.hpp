@@ -101,9 +101,11 @@ class host_backend {
   //! `r` itself: host work for stream `r` runs on its worker.
   stream_type stream(stream_role r) const noexcept { return r; }
 
-  //! Records event `e` on `r`: it completes when `r`'s worker reaches it. Throws `error` when `e`
-  //! was last recorded on another stream in this step and `r` has not waited for that record: an
-  //! event's records complete in order only so (wait for it on `r` first, or record another event).
+  //! Records event `e` on `r`: it completes when `r`'s worker reaches it (in a burst of paced
+  //! copies, when the burst's last copy is due: at most `burst_us` after its own copy). Throws
+  //! `error` when `e` was last recorded on another stream in this step and `r` has not waited for
+  //! that record: an event's records complete in order only so (wait for it on `r` first, or record
+  //! another event).
   void record(stream_role r, std::uint32_t e) {
     auto& last = last_record_[e];
     // Unordered records on two streams: the later could complete first and the earlier then set
@@ -202,7 +204,9 @@ class host_backend {
     std::int64_t start = 0, due = 0;  // on the link's schedule
   };
   static constexpr std::size_t max_burst_items = 64;
-  static constexpr double burst_us = 250;  // the most link time one burst takes: how late its first record can complete
+  //! The most link time one burst of paced copies takes: how much later than its own copy's due
+  //! time a record in the burst can complete.
+  static constexpr double burst_us = 250;
   void paced_burst(std::size_t s, item const& first, std::int64_t picked, std::int64_t& ready, double& memcpy_ns_per_byte,
                    double& wake_late_ns);
   [[noreturn]] void throw_slow_copy(op const& o, std::size_t bytes) const;

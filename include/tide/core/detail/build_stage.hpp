@@ -117,8 +117,9 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   }
 
   // One build per policy, with its byte accesses (the checker's, `collect_accesses`): what the
-  // waits between micro-batches are derived from. The stage's program is proven whole by
-  // `check_schedule` (executor_options::check_schedule), not each build on its own.
+  // waits between micro-batches are derived from. The builds are the builder's, not proven one by
+  // one here; the stage's program is proven whole by `check_schedule` (the executor runs it
+  // unless NDEBUG: executor_options::check_schedule) and, over random stages, by the tests.
   std::vector<schedule> base(P);
   std::vector<checked_program> prog(P);
   std::vector<std::uint32_t> split(P, 0);

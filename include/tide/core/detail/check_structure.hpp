@@ -185,7 +185,7 @@ inline checked_program check_program(schedule_view const& s) {
   auto const str = [](auto v) { return std::to_string(v); };
 
   // Structure and vector clocks.
-  p.clock.resize(n, {});  // with a value: see build_stage.hpp on libstdc++ 12, Clang and constant expressions
+  p.clock.resize(n);
   std::array<std::int32_t, stream_count> none{};
   none.fill(-1);
   std::array<std::array<std::int32_t, stream_count>, stream_count> tail{};

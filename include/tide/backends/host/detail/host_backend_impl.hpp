@@ -246,11 +246,12 @@ TIDE_INLINE void host_backend::paced_burst(std::size_t s, item const& first, std
         ready = due = end;
         bytes += nx.bytes;
       } else if (nx.kind == item::record) {
+        ready = std::max(ready, queued);  // as work() takes an item's enqueue time
         b.push_back({nx, tick(ready), tick(ready)});
       } else if (nx.kind == item::wait) {
         auto const& e = (nx.join ? joins_.data() : events_.data())[nx.index];
         if (!reached(e.completed.load(std::memory_order_acquire), nx.target)) break;
-        ready = std::max(ready, at(e.at.load(std::memory_order_relaxed)));
+        ready = std::max({ready, queued, at(e.at.load(std::memory_order_relaxed))});
       } else {
         break;
       }
