@@ -78,6 +78,29 @@ constexpr void check_composition() {
                 "example tide::strategy_of<tide::policy<...>, tide::pipeline<...>>)");
 }
 
+//! `s` in fixed-size arrays, its sizes `E` (and, for a stage, `M` micro-batches' tables).
+template <schedule_extent E, std::size_t M = 0>
+constexpr static_schedule<E.layers, E.slots, E.ops, E.waits, M> freeze(schedule const& s) {
+  static_schedule<E.layers, E.slots, E.ops, E.waits, M> out;
+  out.layers = to_array<layer_binding, E.layers>(s.layers);
+  out.slots = to_array<slot_binding, E.slots>(s.slots);
+  out.ops = to_array<op, E.ops>(s.ops);
+  out.waits = to_array<std::uint32_t, E.waits>(s.waits);
+  out.event_count = s.event_count;
+  out.arena = s.arena;
+  out.buffers = s.buffers;
+  out.pipeline = s.pipeline;
+  out.collectives = s.collectives;
+  out.carry = s.carry;
+  if constexpr (M > 0) {
+    out.stage = {.spec = s.stage.spec, .layers = s.stage.layers, .instances = s.stage.instances};
+    out.stage_recompute_carry = to_array<std::size_t, M>(s.stage_recompute_carry);
+    out.stage_instance_of = to_array<std::uint32_t, M>(s.stage_instance_of);
+    out.stage_gradient = to_array<std::size_t, M>(s.stage_gradient);
+  }
+  return out;
+}
+
 //! The first issue and, when there is none, the sizes of the arrays: one build in a constant
 //! expression (make_schedule's second build fills the arrays).
 struct schedule_probe {
@@ -105,20 +128,7 @@ consteval auto make_schedule() {
   if constexpr (probe.issue != schedule_issue_code::none) {
     return static_schedule<0, 0, 0, 0>{};
   } else {
-    constexpr auto ext = probe.extent;
-    auto s = build_schedule(Stack::spec(), Strategy::spec());
-    static_schedule<ext.layers, ext.slots, ext.ops, ext.waits> out;
-    out.layers = detail::to_array<layer_binding, ext.layers>(s.layers);
-    out.slots = detail::to_array<slot_binding, ext.slots>(s.slots);
-    out.ops = detail::to_array<op, ext.ops>(s.ops);
-    out.waits = detail::to_array<std::uint32_t, ext.waits>(s.waits);
-    out.event_count = s.event_count;
-    out.arena = s.arena;
-    out.buffers = s.buffers;
-    out.pipeline = s.pipeline;
-    out.collectives = s.collectives;
-    out.carry = s.carry;
-    return out;
+    return detail::freeze<probe.extent>(build_schedule(Stack::spec(), Strategy::spec()));
   }
 }
 

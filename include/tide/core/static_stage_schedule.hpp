@@ -149,25 +149,8 @@ consteval auto make_stage_schedule() {
     if constexpr (probe.rule != 0 || probe.issue != schedule_issue_code::none) {
       return static_schedule<0, 0, 0, 0>{};
     } else {
-      constexpr auto ext = probe.extent;
-      constexpr auto M = std::size_t{Stage.micro_batches};
-      auto s = detail::build_stage(Stack::spec(), Strategy::spec(), Stage, Rule::of(Stage));
-      static_schedule<ext.layers, ext.slots, ext.ops, ext.waits, M> out;
-      out.layers = detail::to_array<layer_binding, ext.layers>(s.layers);
-      out.slots = detail::to_array<slot_binding, ext.slots>(s.slots);
-      out.ops = detail::to_array<op, ext.ops>(s.ops);
-      out.waits = detail::to_array<std::uint32_t, ext.waits>(s.waits);
-      out.event_count = s.event_count;
-      out.arena = s.arena;
-      out.buffers = s.buffers;
-      out.pipeline = s.pipeline;
-      out.collectives = s.collectives;
-      out.carry = s.carry;
-      out.stage = {.spec = s.stage.spec, .layers = s.stage.layers, .instances = s.stage.instances};
-      out.stage_recompute_carry = detail::to_array<std::size_t, M>(s.stage_recompute_carry);
-      out.stage_instance_of = detail::to_array<std::uint32_t, M>(s.stage_instance_of);
-      out.stage_gradient = detail::to_array<std::size_t, M>(s.stage_gradient);
-      return out;
+      return detail::freeze<probe.extent, Stage.micro_batches>(
+          detail::build_stage(Stack::spec(), Strategy::spec(), Stage, Rule::of(Stage)));
     }
   } else {
     return static_schedule<0, 0, 0, 0>{};
