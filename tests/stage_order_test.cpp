@@ -85,6 +85,72 @@ TEST(StageOrder, EveryOrderIsWellFormed) {
   EXPECT_GT(checked, 2000);
 }
 
+std::string units(std::vector<stage_step> const& v) {
+  std::string r;
+  for (auto const& x : v) r += (x.pass == stage_pass::forward ? "F" : "B") + std::to_string(x.chunk) + std::to_string(x.micro_batch) + " ";
+  return r;
+}
+
+// Megatron-LM's interleaved 1F1B, 2 stages of 2 chunks, 4 micro-batches: forwards in groups of
+// 2 micro-batches per chunk, backwards from the last chunk; (S - s - 1) * 2 + (v - 1) * S warm-up
+// forwards (4 on stage 0, 2 on stage 1); all forwards first when M == S.
+TEST(StageOrder, InterleavedWrittenOutByHand) {
+  stage_spec const a{.stage = 0, .stages = 2, .micro_batches = 4, .order = stage_order::interleaved, .virtual_stages = 2};
+  EXPECT_EQ(units(stage_steps(a)), "F00 F01 F10 F11 F02 B10 F03 B11 F12 B00 F13 B01 B12 B13 B02 B03 ");
+  auto b = a;
+  b.stage = 1;
+  EXPECT_EQ(units(stage_steps(b)), "F00 F01 F10 B10 F11 B11 F02 B00 F03 B01 F12 B12 F13 B13 B02 B03 ");
+  auto c = a;
+  c.micro_batches = 2;
+  EXPECT_EQ(units(stage_steps(c)), "F00 F01 F10 F11 B10 B11 B00 B01 ");
+  EXPECT_EQ(to_string(stage_order::interleaved), "interleaved");
+  EXPECT_EQ(peak_in_flight(a), 5u);  // the 4 warm-up units and the first steady one
+  EXPECT_EQ(stage_unit(a, 1, 3), 7u);
+}
+
+// Every interleaved order up to 8 stages, 4 chunks, 4 groups of micro-batches: each unit once
+// forward and once backward, forward first; each chunk's forwards and backwards in micro-batch
+// order; a unit's forward on chunk c + 1 after its forward on chunk c, its backward before; the
+// peak in flight one more than the warm-up (or every unit).
+TEST(StageOrder, EveryInterleavedOrderIsWellFormed) {
+  int checked = 0;
+  for (std::uint32_t S = 2; S <= 8; ++S)
+    for (std::uint32_t V = 2; V <= 4; ++V)
+      for (std::uint32_t M = S; M <= 4 * S; M += S)
+        for (std::uint32_t s = 0; s < S; ++s) {
+          stage_spec const spec{.stage = s, .stages = S, .micro_batches = M, .order = stage_order::interleaved, .virtual_stages = V};
+          auto const v = stage_steps(spec);
+          ASSERT_EQ(v.size(), 2u * M * V);
+          std::vector<int> fwd_at(M * V, -1), bwd_at(M * V, -1);
+          std::vector<std::uint32_t> next_f(V, 0), next_b(V, 0);
+          std::uint32_t live = 0, peak = 0;
+          for (std::size_t i = 0; i < v.size(); ++i) {
+            auto const u = stage_unit(spec, v[i].chunk, v[i].micro_batch);
+            ASSERT_LT(v[i].chunk, V);
+            ASSERT_LT(v[i].micro_batch, M);
+            if (v[i].pass == stage_pass::forward) {
+              ASSERT_EQ(v[i].micro_batch, next_f[v[i].chunk]++) << "a chunk's forwards out of order";
+              ASSERT_EQ(fwd_at[u], -1);
+              if (v[i].chunk > 0) ASSERT_GE(fwd_at[u - M], 0) << "chunk c + 1's forward before chunk c's";
+              fwd_at[u] = static_cast<int>(i);
+              peak = std::max(peak, ++live);
+            } else {
+              ASSERT_EQ(v[i].micro_batch, next_b[v[i].chunk]++) << "a chunk's backwards out of micro-batch order";
+              ASSERT_GE(fwd_at[u], 0) << "a backward before its forward";
+              if (v[i].chunk + 1 < V) ASSERT_GE(bwd_at[u + M], 0) << "chunk c's backward before chunk c + 1's";
+              bwd_at[u] = static_cast<int>(i);
+              --live;
+            }
+          }
+          EXPECT_EQ(live, 0u);
+          auto const w = std::min((S - s - 1) * 2 + (V - 1) * S, M * V);
+          EXPECT_EQ(peak, M == S ? M * V : std::min(w + 1, M * V));
+          EXPECT_EQ(peak_in_flight(spec), peak);
+          ++checked;
+        }
+  EXPECT_GT(checked, 300);
+}
+
 TEST(StageOrder, CompileTimeFormEqualsRunTime) {
   constexpr auto v = stage_steps_v<stage_spec{.stage = 1, .stages = 4, .micro_batches = 8}>;
   static_assert(v.size() == 16);
@@ -113,6 +179,20 @@ TEST(StageOrder, HostileStagesAreRefusedByName) {
                 .find("not a stage_order"),
             std::string::npos);
   EXPECT_THROW((void)peak_in_flight({.stage = 2, .stages = 2}), schedule_error);
+  // Interleaving: v > 1 only with its order, at least 2 chunks and 2 stages, M a multiple of S.
+  auto const refused = [](stage_spec const& sp) { return what([&] { (void)stage_steps(sp); }); };
+  auto m2 = refused({.stages = 2, .micro_batches = 4, .virtual_stages = 2});
+  EXPECT_NE(m2.find("only stage_order::interleaved runs several chunks"), std::string::npos) << m2;
+  m2 = refused({.stages = 2, .micro_batches = 4, .order = stage_order::interleaved});
+  EXPECT_NE(m2.find("virtual_stages of 2 or more"), std::string::npos) << m2;
+  m2 = refused({.stages = 1, .micro_batches = 4, .order = stage_order::interleaved, .virtual_stages = 2});
+  EXPECT_NE(m2.find("needs 2 stages or more"), std::string::npos) << m2;
+  m2 = refused({.stages = 4, .micro_batches = 6, .order = stage_order::interleaved, .virtual_stages = 2});
+  EXPECT_NE(m2.find("a multiple of stages"), std::string::npos) << m2;
+  m2 = refused({.stages = 2, .micro_batches = 4, .order = stage_order::interleaved, .virtual_stages = 0});
+  EXPECT_NE(m2.find("virtual_stages is 0"), std::string::npos) << m2;
+  m2 = refused({.stages = 2, .micro_batches = 4, .order = stage_order::interleaved, .virtual_stages = max_virtual_stages + 1});
+  EXPECT_NE(m2.find("max_virtual_stages"), std::string::npos) << m2;
 }
 
 // The timeline of equal stages without transfer time: the step is (M + S - 1)(f + b) under both

@@ -69,15 +69,28 @@ struct random_stage {
   tide::strategy how;
   tide::stage_spec spec;
   tide::stage_policies policies;
+  tide::stage_chunks chunks;
 };
 
+// A random stage of a random pipeline: GPipe, 1F1B, or interleaved with 2 or 3 chunks of 1 to 3
+// layers each (uneven, as Meta's first and last stages are lighter).
 random_stage draw(std::mt19937_64& r) {
   random_stage x;
-  x.stack = random_stack(r, 1 + static_cast<std::uint32_t>(r() % 4));
-  auto const S = 1 + static_cast<std::uint32_t>(r() % 5);
-  auto const order = r() % 2 ? tide::stage_order::gpipe : tide::stage_order::one_f_one_b;
-  auto const M = (order == tide::stage_order::one_f_one_b ? S : 1) + static_cast<std::uint32_t>(r() % 6);
-  x.spec = {.stage = static_cast<std::uint32_t>(r() % S), .stages = S, .micro_batches = M, .order = order};
+  auto const kind = r() % 3;
+  auto const order = kind == 0 ? tide::stage_order::gpipe : kind == 1 ? tide::stage_order::one_f_one_b : tide::stage_order::interleaved;
+  if (order == tide::stage_order::interleaved) {
+    auto const S = 2 + static_cast<std::uint32_t>(r() % 4), V = 2 + static_cast<std::uint32_t>(r() % 2);
+    x.spec = {.stage = static_cast<std::uint32_t>(r() % S), .stages = S, .micro_batches = S * (1 + static_cast<std::uint32_t>(r() % 3)),
+              .order = order, .virtual_stages = V};
+    std::uint32_t L = 0;
+    for (std::uint32_t c = 0; c < V; ++c) L += x.chunks.layers.emplace_back(1 + static_cast<std::uint32_t>(r() % 3));
+    x.stack = random_stack(r, L);
+  } else {
+    x.stack = random_stack(r, 1 + static_cast<std::uint32_t>(r() % 4));
+    auto const S = 1 + static_cast<std::uint32_t>(r() % 5);
+    auto const M = (order == tide::stage_order::one_f_one_b ? S : 1) + static_cast<std::uint32_t>(r() % 6);
+    x.spec = {.stage = static_cast<std::uint32_t>(r() % S), .stages = S, .micro_batches = M, .order = order};
+  }
   x.how.pipeline.latency_hiding = r() % 4 != 0;
   x.how.pipeline.prefetch_distance = static_cast<std::uint32_t>(r() % 3);
   x.how.pipeline.chunk_bytes = r() % 3 == 0 ? 128 : 0;
@@ -85,40 +98,56 @@ random_stage draw(std::mt19937_64& r) {
   x.how.buffers.guard_bytes = r() % 2 ? 16 : 0;
   auto const P = 1 + r() % 3;
   for (std::size_t p = 0; p < P; ++p) x.policies.policies.push_back(random_policy(r));
-  for (std::uint32_t m = 0; m < M; ++m) x.policies.of_micro_batch.push_back(static_cast<std::uint32_t>(r() % P));
+  for (std::uint32_t u = 0; u < x.spec.units(); ++u) x.policies.of_micro_batch.push_back(static_cast<std::uint32_t>(r() % P));
   return x;
 }
 
 TEST(StageSchedule, EveryStageOfRandomPipelinesIsProven) {
   std::mt19937_64 r(55);
-  for (int trial = 0; trial < 1000; ++trial) {
+  int interleaved = 0, grouped = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
     auto const x = draw(r);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": stage " + std::to_string(x.spec.stage) + " of " +
                  std::to_string(x.spec.stages) + ", " + std::to_string(x.spec.micro_batches) + " micro-batches, " +
-                 std::string(to_string(x.spec.order)));
-    auto const s = tide::build_stage_schedule(x.stack, x.how, x.spec, x.policies);
+                 std::string(to_string(x.spec.order)) + ", " + std::to_string(x.spec.virtual_stages) + " chunks");
+    auto const s = tide::build_stage_schedule(x.stack, x.how, x.spec, x.policies, x.chunks);
     auto const report = tide::check_schedule(s);
     EXPECT_EQ(report.replayed_device_bytes, s.peak_device_bytes());
     auto const v = s.view();
     EXPECT_EQ(v.stage.instances, tide::peak_in_flight(x.spec));
     EXPECT_EQ(v.layer_count(), x.spec.micro_batches * x.stack.layer_count());
+    interleaved += x.spec.virtual_stages > 1;
     // The compute stream runs the passes in the stage order (independently of the checker).
     std::vector<tide::stage_step> seen;
-    auto const L = x.stack.layer_count();
     for (auto const& o : s.ops) {
-      auto const m = v.stage.micro_batch_of(o.layer), l = v.stage.layer_of(o.layer);
-      if (o.kind == tide::op_kind::forward && l == 0) seen.push_back({tide::stage_pass::forward, m});
-      if (o.kind == tide::op_kind::backward && l == L - 1) seen.push_back({tide::stage_pass::backward, m});
+      auto const m = v.stage.micro_batch_of(o.layer), c = v.stage.chunk_of(o.layer);
+      if (o.kind == tide::op_kind::forward && v.first_layer(o.layer)) seen.push_back({tide::stage_pass::forward, m, c});
+      if (o.kind == tide::op_kind::backward && v.last_layer(o.layer)) seen.push_back({tide::stage_pass::backward, m, c});
+      grouped += tide::is_boundary(o.kind) && o.chunks > 2;
     }
     EXPECT_EQ(seen, tide::stage_steps(x.spec));
-    // Every micro-batch's saved data is placed by its own policy.
-    for (std::uint32_t m = 0; m < x.spec.micro_batches; ++m) {
-      auto const one = tide::build_schedule(x.stack, {.policy = x.policies.policies[x.policies.of_micro_batch[m]]});
-      for (std::uint32_t l = 0; l < L; ++l)
-        for (std::size_t k = 0; k < one.view().slots_of(l).size(); ++k)
-          ASSERT_EQ(v.slots_of(m * L + l)[k].where, one.view().slots_of(l)[k].where);
+    // Every unit's saved data is placed by its own policy, over its chunk's layers.
+    std::uint32_t begin = 0;
+    for (std::uint32_t c = 0; c < x.spec.virtual_stages; ++c) {
+      auto const n = x.chunks.layers.empty() ? x.stack.layer_count() : x.chunks.layers[c];
+      EXPECT_EQ(v.stage.chunk_begin(c), begin);
+      EXPECT_EQ(v.stage.chunk_end(c), begin + n);
+      tide::stack_spec part = x.stack;
+      part.layer_types.assign(x.stack.layer_types.begin() + begin, x.stack.layer_types.begin() + begin + n);
+      for (std::uint32_t m = 0; m < x.spec.micro_batches; ++m) {
+        auto const u = tide::stage_unit(x.spec, c, m);
+        auto const one = tide::build_schedule(part, {.policy = x.policies.policies[x.policies.of_micro_batch[u]]});
+        for (std::uint32_t l = 0; l < n; ++l) {
+          auto const at = m * x.stack.layer_count() + begin + l;
+          ASSERT_EQ(v.stage.unit_of(at), u);
+          for (std::size_t k = 0; k < one.view().slots_of(l).size(); ++k) ASSERT_EQ(v.slots_of(at)[k].where, one.view().slots_of(l)[k].where);
+        }
+      }
+      begin += n;
     }
   }
+  EXPECT_GT(interleaved, 300);
+  EXPECT_GT(grouped, 300);  // rounds post more than a send and a receive together
 }
 
 TEST(StageSchedule, OffloadingEveryMicroBatchCutsStageZerosPeak) {
@@ -166,7 +195,7 @@ TEST(StageSchedule, TheCheckerRefusesBrokenStagePrograms) {
         break;
       }
   });
-  EXPECT_TRUE(has(m, "opens a pair but records an event")) << m;
+  EXPECT_TRUE(has(m, "of a group of 2 but records an event")) << m;
   m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::receive, tide::carry_slot, 0)].bytes = 128; });
   EXPECT_TRUE(has(m, "not the whole carry")) << m;
   m = broken([&](tide::schedule& s) { s.ops[find(s, tide::op_kind::receive, tide::gradient_slot, 3 * L + 1)].slot = tide::carry_slot; });
@@ -239,30 +268,49 @@ namespace {
 // Stages on threads: a transport of queues between neighbours (the MPI one is proven under
 // mpirun by examples/pipeline_parallel), and a chain workload whose layer i + 1 reads layer i's
 // output, whose recompute is its unchanged forward, and whose backward reads every slot, the
-// input and the boundary gradient.
+// input and the boundary gradient. The queues are rendezvous, as NCCL's transfers are: a group of
+// transfers completes only once its peers took every send, so an order that deadlocks a transport
+// without buffering deadlocks here (and times out).
 struct mailbox {
+  using key = std::tuple<std::uint32_t, std::uint32_t, bool>;  // (from, to, gradient)
   std::mutex mu;
   std::condition_variable cv;
-  std::map<std::tuple<std::uint32_t, std::uint32_t, bool>, std::deque<std::vector<std::byte>>> q;  // (from, to, gradient)
-  void put(std::uint32_t from, std::uint32_t to, bool grad, std::span<std::byte const> x) {
+  std::map<key, std::deque<std::vector<std::byte>>> q;
+  std::map<key, std::uint64_t> puts, takes;
+  // Posts a send; returns its place on its queue.
+  std::pair<key, std::uint64_t> put(std::uint32_t from, std::uint32_t to, bool grad, std::span<std::byte const> x) {
+    std::pair<key, std::uint64_t> r{{from, to, grad}, 0};
     {
       std::lock_guard l(mu);
-      q[{from, to, grad}].emplace_back(x.begin(), x.end());
+      q[r.first].emplace_back(x.begin(), x.end());
+      r.second = puts[r.first]++;
+    }
+    cv.notify_all();
+    return r;
+  }
+  void take(std::uint32_t from, std::uint32_t to, bool grad, std::span<std::byte> x) {
+    {
+      std::unique_lock l(mu);
+      auto& d = q[{from, to, grad}];
+      if (!cv.wait_for(l, std::chrono::seconds(30), [&] { return !d.empty(); })) throw std::runtime_error("mailbox: timed out");
+      if (d.front().size() != x.size()) throw std::runtime_error("mailbox: a boundary of another size");
+      std::copy(d.front().begin(), d.front().end(), x.begin());
+      d.pop_front();
+      ++takes[{from, to, grad}];
     }
     cv.notify_all();
   }
-  void take(std::uint32_t from, std::uint32_t to, bool grad, std::span<std::byte> x) {
+  // Waits until the peers took the sends `sent`.
+  void taken(std::vector<std::pair<key, std::uint64_t>>& sent) {
     std::unique_lock l(mu);
-    auto& d = q[{from, to, grad}];
-    if (!cv.wait_for(l, std::chrono::seconds(30), [&] { return !d.empty(); })) throw std::runtime_error("mailbox: timed out");
-    if (d.front().size() != x.size()) throw std::runtime_error("mailbox: a boundary of another size");
-    std::copy(d.front().begin(), d.front().end(), x.begin());
-    d.pop_front();
+    for (auto const& [k, i] : sent)
+      if (!cv.wait_for(l, std::chrono::seconds(30), [&] { return takes[k] > i; })) throw std::runtime_error("mailbox: a send timed out");
+    sent.clear();
   }
 };
 
 struct chain_stage {
-  std::uint32_t first = 0;                // this stage's first layer in the whole chain
+  std::vector<std::uint32_t> model;       // per stage layer: its layer in the whole chain
   std::vector<std::uint64_t>* grad = nullptr;  // per layer of the whole chain
   std::uint64_t* input_grad = nullptr;    // stage 0: the fold of every input gradient
   std::uint32_t step = 0;
@@ -271,7 +319,7 @@ struct chain_stage {
   template <class Ctx>
   void forward(Ctx const& c) const {
     auto const x = c.carry_in();
-    auto const h = fold(param(first + c.layer, step), x);
+    auto const h = fold(param(model[c.layer], step), x);
     for (std::uint16_t k = 0; k < c.slot_count(); ++k) derive(c.slot(k), h + 0x9E3779B97F4A7C15ull * (k + 1), x);
     derive(c.carry_out(), h, x);
   }
@@ -279,9 +327,9 @@ struct chain_stage {
   void backward(Ctx const& c) const {
     auto const g = c.gradient();
     auto const x = c.carry_in();
-    auto h = fold(fold(param(first + c.layer, step), std::span<std::byte const>(g)), x);
+    auto h = fold(fold(param(model[c.layer], step), std::span<std::byte const>(g)), x);
     for (std::uint16_t k = 0; k < c.slot_count(); ++k) h = fold(h ^ k, c.slot(k));
-    (*grad)[first + c.layer] = mix((*grad)[first + c.layer] + h);
+    (*grad)[model[c.layer]] = mix((*grad)[model[c.layer]] + h);
     for (std::size_t i = 0, n = words(g.size()); i < n; ++i) store_word(g, i, mix(h + i) ^ load_word(x, i) ^ load_word(g, i));
   }
 };
@@ -328,12 +376,22 @@ void reference(tide::stack_spec const& whole, std::uint32_t M, std::uint32_t ste
 
 namespace {
 
-// The S stages of a K-layer-a-stage chain on threads, each stage's schedule from `schedule_of`,
-// two steps of M micro-batches: the weight gradients of the whole chain and stage 0's input
-// gradient, with each stage's error (empty when none).
+// Per stage, its layers' places in the whole chain under `p` (one entry per virtual stage: stage
+// s's chunk c is entry c * S + s).
+std::vector<std::vector<std::uint32_t>> model_layers(tide::stage_partition const& p, std::uint32_t S) {
+  std::vector<std::vector<std::uint32_t>> r(S);
+  for (std::uint32_t j = 0; j < p.layers.size(); ++j)
+    for (std::uint32_t l = 0; l < p.layers[j]; ++l) r[j % S].push_back(tide::first_layer(p, j) + l);
+  return r;
+}
+
+// The S stages of a chain on threads (stage s's layers at `model[s]` in the chain), each stage's
+// schedule from `schedule_of`, two steps of M micro-batches: the weight gradients of the whole
+// chain and stage 0's input gradient, with each stage's error (empty when none).
 template <class ScheduleOf>
-void train_on_threads(std::uint32_t S, std::uint32_t K, ScheduleOf&& schedule_of, std::vector<std::uint64_t>& grad,
+void train_on_threads(std::vector<std::vector<std::uint32_t>> const& model, ScheduleOf&& schedule_of, std::vector<std::uint64_t>& grad,
                       std::uint64_t& input_grad, std::vector<std::string>& errors) {
+  auto const S = static_cast<std::uint32_t>(model.size());
   mailbox box;
   errors.assign(S, "");
   std::vector<std::thread> threads;
@@ -342,22 +400,24 @@ void train_on_threads(std::uint32_t S, std::uint32_t K, ScheduleOf&& schedule_of
       try {
         auto const& s = schedule_of(st);
         tide::host_backend b;
-        tide::executor ex(b, s, [] {
+        tide::executor ex(b, s, [&] {
           auto o = tide::executor_options::checked();
-          o.loss_scale = 0.2;
+          o.loss_scale = 1.0 / tide::schedule_view(s).stage.spec.micro_batches;  // the reference's mean
           return o;
         }());
-        chain_stage w{st * K, &grad, &input_grad};
+        chain_stage w{model[st], &grad, &input_grad};
         struct queues {
           mailbox* box;
           std::uint32_t* step;
+          std::vector<std::pair<mailbox::key, std::uint64_t>> sent{};  // the open group's sends
           void send(tide::transport_context<tide::host_backend::stream_type> const& c) {
-            if (c.peer() < 0) return;  // stage 0's input gradient: folded below by its turn
-            box->put(c.stage, static_cast<std::uint32_t>(c.peer()), c.gradient, c.span());
+            if (c.peer() >= 0) sent.push_back(box->put(c.stage, static_cast<std::uint32_t>(c.peer()), c.gradient, c.span()));
+            if (c.pair != 1) box->taken(sent);  // stage 0's input gradient: folded below
           }
           void receive(tide::transport_context<tide::host_backend::stream_type> const& c) {
-            if (c.peer() < 0) return write_input(c.span(), c.micro_batch, *step);
-            box->take(static_cast<std::uint32_t>(c.peer()), c.stage, c.gradient, c.span());
+            if (c.peer() < 0) write_input(c.span(), c.micro_batch, *step);
+            else box->take(static_cast<std::uint32_t>(c.peer()), c.stage, c.gradient, c.span());
+            if (c.pair != 1) box->taken(sent);
           }
         } q{&box, &w.step};
         struct with_input_grad : queues {
@@ -410,7 +470,7 @@ TEST(StageSchedule, StagesOnThreadsTrainBitwiseLikeOneProcessUnderEveryPlacement
         built[st] = tide::build_stage_schedule(stage_stack, {.buffers = {.guard_bytes = 8}}, sp, pol);
       }
       std::vector<std::string> errors;
-      train_on_threads(S, K, [&](std::uint32_t st) -> tide::schedule const& { return built[st]; }, grad, input_grad, errors);
+      train_on_threads(model_layers(tide::even_partition(S * K, S), S), [&](std::uint32_t st) -> tide::schedule const& { return built[st]; }, grad, input_grad, errors);
       for (std::uint32_t st = 0; st < S; ++st) EXPECT_EQ(errors[st], "") << "stage " << st;
       for (std::uint32_t step = 0; step < 2; ++step) reference(whole, M, step, want, want_input);
       EXPECT_EQ(grad, want);
@@ -477,7 +537,7 @@ TEST(StageSchedule, CompileTimeStagesEqualRunTimeOnesAndTrainBitwise) {
   std::uint64_t input_grad = 0, want_input = 0;
   std::vector<std::string> errors;
   train_on_threads(
-      S, K,
+      model_layers(tide::even_partition(S * K, S), S),
       [](std::uint32_t st) -> tide::schedule_view {
         return st == 0 ? static_stage<0>.view() : st == 1 ? static_stage<1>.view() : static_stage<2>.view();
       },
@@ -522,4 +582,106 @@ TEST(StageSchedule, PipeOffloadsRuleRefusesHostileValues) {
   EXPECT_NE(m.find("must be finite and not negative"), std::string::npos) << m;
   m = what([&] { (void)tide::offload_by_wait(t, 2, 1, {}); });
   EXPECT_NE(m.find("stage 2 of a 2-stage timeline"), std::string::npos) << m;
+}
+
+// Interleaved stages on threads (2 and 3 stages of 2 chunks, the first and last virtual stages a
+// layer lighter, as Meta's), each (chunk, micro-batch) unit under its own placement: the same
+// gradients as one process, bitwise, over rendezvous queues.
+TEST(StageSchedule, InterleavedStagesOnThreadsTrainBitwiseLikeOneProcess) {
+  using tide::placement;
+  std::vector<tide::policy_spec> const policies{{},
+                                                {tide::rule_spec{.where = placement::offload}},
+                                                {tide::rule_spec{.where = placement::remat}},
+                                                {tide::rule_spec{.where = placement::offload, .slots = {"a"}},
+                                                 tide::rule_spec{.where = placement::remat}}};
+  for (std::uint32_t S : {2u, 3u})
+    for (std::uint32_t V : {2u, 3u})
+      for (int mixed = 0; mixed < 5; ++mixed) {
+        std::uint32_t const M = 2 * S;
+        SCOPED_TRACE(std::to_string(S) + " stages of " + std::to_string(V) + " chunks, placement " + std::to_string(mixed));
+        tide::stage_partition p{std::vector<std::uint32_t>(S * V, 2)};
+        p.layers.front() = p.layers.back() = 1;
+        std::uint32_t total = 0;
+        for (auto n : p.layers) total += n;
+        tide::stack_spec whole;
+        whole.carry = {"x", 192};
+        for (std::uint32_t l = 0; l < total; ++l) whole.append(tide::layer_spec{"t", {{"a", 320}, {"b", 96}}});
+        std::vector<tide::schedule> built(S);
+        for (std::uint32_t st = 0; st < S; ++st) {
+          tide::stage_spec const sp{.stage = st, .stages = S, .micro_batches = M, .order = tide::stage_order::interleaved, .virtual_stages = V};
+          auto const chunks = tide::chunks_of(p, st, S, V);
+          tide::stack_spec stack;
+          stack.carry = whole.carry;
+          for (auto n : chunks.layers)
+            for (std::uint32_t l = 0; l < n; ++l) stack.append(tide::layer_spec{"t", {{"a", 320}, {"b", 96}}});
+          tide::stage_policies pol{policies, {}};
+          for (std::uint32_t u = 0; u < sp.units(); ++u) pol.of_micro_batch.push_back(mixed < 4 ? mixed : (u + st) % 4);
+          built[st] = tide::build_stage_schedule(stack, {.buffers = {.guard_bytes = 8}}, sp, pol, chunks);
+        }
+        std::vector<std::uint64_t> grad(total, 0), want(total, 0);
+        std::uint64_t input_grad = 0, want_input = 0;
+        std::vector<std::string> errors;
+        train_on_threads(model_layers(p, S), [&](std::uint32_t st) -> tide::schedule const& { return built[st]; }, grad, input_grad, errors);
+        for (std::uint32_t st = 0; st < S; ++st) EXPECT_EQ(errors[st], "") << "stage " << st;
+        for (std::uint32_t step = 0; step < 2; ++step) reference(whole, M, step, want, want_input);
+        EXPECT_EQ(grad, want);
+        EXPECT_EQ(input_grad, want_input);
+      }
+}
+
+// Interleaved builds refuse chunks that do not split the stack; broken interleaved programs are
+// refused by name.
+TEST(StageSchedule, InterleavedHostileInputsAndBrokenProgramsAreRefused) {
+  tide::stack_spec st;
+  st.carry = {"x", 256};
+  for (int l = 0; l < 5; ++l) st.append(tide::layer_spec{"t", {{"a", 512}}});
+  tide::stage_spec const sp{.stage = 0, .stages = 2, .micro_batches = 4, .order = tide::stage_order::interleaved, .virtual_stages = 2};
+  auto has = [](std::string const& m, char const* part) { return m.find(part) != std::string::npos; };
+  auto m = what([&] { (void)tide::build_stage_schedule(st, {}, sp); });
+  EXPECT_TRUE(has(m, "do not split evenly into its 2 chunks")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, sp, {}, {{1, 2, 2}}); });
+  EXPECT_TRUE(has(m, "stage_chunks::layers has 3 entries for 2 chunks")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, sp, {}, {{0, 5}}); });
+  EXPECT_TRUE(has(m, "chunk 0 of the stage gets no layer")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, sp, {}, {{2, 2}}); });
+  EXPECT_TRUE(has(m, "gives the chunks 4 layers, but the stage's stack has 5")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, sp, {}, {{4, 0xFFFFFFFFu}}); });
+  EXPECT_TRUE(has(m, "more layers than the stage's stack has")) << m;
+  m = what([&] { (void)tide::build_stage_schedule(st, {}, sp, {{{}}, {0, 0, 0, 0}}, {{2, 3}}); });
+  EXPECT_TRUE(has(m, "of_micro_batch has 4 entries for 8 (chunk, micro-batch) units")) << m;
+  m = what([&] { (void)tide::chunks_of({{1, 2, 3}}, 0, 2, 2); });
+  EXPECT_TRUE(has(m, "3 entries, not one per chunk of 2 stages of 2 chunks")) << m;
+  m = what([&] { (void)tide::chunks_of({{1, 2, 3, 4}}, 2, 2, 2); });
+  EXPECT_TRUE(has(m, "stage 2 of 2")) << m;
+  EXPECT_EQ(tide::chunks_of({{1, 2, 3, 4}}, 1, 2, 2).layers, (std::vector<std::uint32_t>{2, 4}));
+
+  auto const good = tide::build_stage_schedule(st, {.policy = {tide::rule_spec{.where = tide::placement::offload}}}, sp, {}, {{2, 3}});
+  EXPECT_NO_THROW((void)tide::check_schedule(good));
+  auto broken = [&](auto&& f) {
+    auto s = good;
+    f(s);
+    return what([&] { (void)tide::check_schedule(s); });
+  };
+  m = broken([](tide::schedule& s) {
+    for (auto& o : s.ops)
+      if (tide::is_boundary(o.kind) && o.chunks > 2 && o.chunk == 1 && o.event < 0) {
+        o.event = static_cast<std::int32_t>(s.event_count++);
+        break;
+      }
+  });
+  EXPECT_TRUE(has(m, "records an event: it is posted, not completed")) << m;
+  m = broken([](tide::schedule& s) {
+    for (auto& o : s.ops)
+      if (tide::is_boundary(o.kind) && o.chunks > 2 && o.chunk == 1) {
+        o.chunk = 2;
+        break;
+      }
+  });
+  EXPECT_TRUE(has(m, "is not the group's next transfer")) << m;
+  m = broken([](tide::schedule& s) { s.stage_chunk_first[1] = 0; });
+  EXPECT_TRUE(has(m, "does not split the stage's layers into non-empty chunks")) << m;
+  m = broken([](tide::schedule& s) { s.stage_chunk_first.pop_back(); });
+  EXPECT_TRUE(has(m, "chunk table has 2 entries for 2 chunks")) << m;
+  m = broken([](tide::schedule& s) { s.stage_gradient.pop_back(); });
+  EXPECT_TRUE(has(m, "not one per unit (8)")) << m;
 }

@@ -136,29 +136,53 @@ struct arena_layout {
 
 //! What makes a schedule a pipeline stage's step (core/stage_schedule.hpp): its layers are the
 //! stage's `layers` for each micro-batch in turn (schedule layer `v` is layer `v % layers` of
-//! micro-batch `v / layers`), run in the order of `spec`, with boundary sends and receives. Each
-//! micro-batch in flight holds an instance region (its kept slots, carries and boundary gradient;
-//! pinned host and storage regions too); the copy rings and scratch are shared. `layers == 0`: not
-//! a stage schedule.
+//! micro-batch `v / layers`), run in the order of `spec`, with boundary sends and receives.
+//! Interleaved, the stage's layers are its chunks' in turn (`chunk_first`), and what the tables
+//! hold per micro-batch they hold per (chunk, micro-batch) unit (`stage_unit`). Each unit in
+//! flight holds an instance region (its kept slots, carries and boundary gradient; pinned host
+//! and storage regions too); the copy rings and scratch are shared. `layers == 0`: not a stage
+//! schedule.
 struct stage_binding {
   stage_spec spec{};                //!< the stage, its pipeline's stages and micro-batches, and the order
   std::uint32_t layers = 0;         //!< the stage's layers (per micro-batch); 0: not a stage schedule
-  std::uint32_t instances = 0;      //!< instance regions: the most micro-batches in flight at once
-  //! Per micro-batch: the device offset of the carry scratch its recomputes are lent, or `no_carry`
+  std::uint32_t instances = 0;      //!< instance regions: the most units in flight at once
+  //! Per unit: the device offset of the carry scratch its recomputes are lent, or `no_carry`
   //! (`arena_layout::recompute_carry_offset` of its policy's layout)
   std::span<std::size_t const> recompute_carry{};
-  //! Per micro-batch: its instance region
+  //! Per unit: its instance region
   std::span<std::uint32_t const> instance_of{};
-  //! Per micro-batch: the device offset of its boundary gradient (the carry's size)
+  //! Per unit: the device offset of its boundary gradient (the carry's size)
   std::span<std::size_t const> gradient{};
+  //! Interleaved: the first of the stage's layers of each chunk, then `layers` (virtual stages + 1
+  //! entries); empty: one chunk of every layer
+  std::span<std::uint32_t const> chunk_first{};
   //! True for a stage schedule.
   [[nodiscard]] constexpr bool present() const noexcept { return layers != 0; }
   //! Which micro-batch schedule layer `v` belongs to (0 outside a stage schedule).
   [[nodiscard]] constexpr std::uint32_t micro_batch_of(std::uint32_t v) const noexcept { return layers ? v / layers : 0; }
   //! Which of the stage's layers schedule layer `v` is (`v` outside a stage schedule).
   [[nodiscard]] constexpr std::uint32_t layer_of(std::uint32_t v) const noexcept { return layers ? v % layers : v; }
-  //! Device offset of micro-batch `m`'s boundary gradient (the carry's size).
-  [[nodiscard]] constexpr std::size_t gradient_at(std::uint32_t m) const noexcept { return gradient[m]; }
+  //! Which of the stage's chunks schedule layer `v` is in (0 but interleaved).
+  [[nodiscard]] constexpr std::uint32_t chunk_of(std::uint32_t v) const noexcept {
+    std::uint32_t c = 0;
+    if (chunk_first.size() > 2)
+      for (auto const l = layer_of(v); c + 2 < chunk_first.size() && chunk_first[c + 1] <= l;) ++c;
+    return c;
+  }
+  //! The first of the stage's layers in chunk `c`.
+  [[nodiscard]] constexpr std::uint32_t chunk_begin(std::uint32_t c) const noexcept { return chunk_first.empty() ? 0 : chunk_first[c]; }
+  //! One past the last of the stage's layers in chunk `c`.
+  [[nodiscard]] constexpr std::uint32_t chunk_end(std::uint32_t c) const noexcept { return chunk_first.empty() ? layers : chunk_first[c + 1]; }
+  //! The (chunk, micro-batch) unit schedule layer `v` belongs to: its index in the per-unit tables.
+  [[nodiscard]] constexpr std::uint32_t unit_of(std::uint32_t v) const noexcept {
+    return stage_unit(spec, chunk_of(v), micro_batch_of(v));
+  }
+  //! True when schedule layer `v` is the model's last layer: the last stage's, of its last chunk.
+  [[nodiscard]] constexpr bool ends_model(std::uint32_t v) const noexcept {
+    return present() && spec.stage + 1 == spec.stages && layer_of(v) + 1 == layers;
+  }
+  //! Device offset of unit `u`'s boundary gradient (the carry's size).
+  [[nodiscard]] constexpr std::size_t gradient_at(std::uint32_t u) const noexcept { return gradient[u]; }
 };
 
 //! A non-owning view of any schedule (run-time or static); what executors and checkers take.
@@ -193,11 +217,15 @@ struct schedule_view {
   }
   //! The carry scratch a recompute of layer `layer` is lent, or `no_carry`.
   [[nodiscard]] constexpr std::size_t recompute_carry_offset(std::uint32_t layer) const {
-    return stage.present() ? stage.recompute_carry[stage.micro_batch_of(layer)] : arena.recompute_carry_offset;
+    return stage.present() ? stage.recompute_carry[stage.unit_of(layer)] : arena.recompute_carry_offset;
   }
-  //! True when layer `layer` is the last of its stack (of its micro-batch's, in a stage schedule).
+  //! True when layer `layer` is the last of its stack (of its unit's chunk, in a stage schedule).
   [[nodiscard]] constexpr bool last_layer(std::uint32_t layer) const noexcept {
-    return stage.present() ? stage.layer_of(layer) + 1 == stage.layers : layer + 1 == layers.size();
+    return stage.present() ? stage.layer_of(layer) + 1 == stage.chunk_end(stage.chunk_of(layer)) : layer + 1 == layers.size();
+  }
+  //! True when layer `layer` is the first of its stack (of its unit's chunk, in a stage schedule).
+  [[nodiscard]] constexpr bool first_layer(std::uint32_t layer) const noexcept {
+    return stage.present() ? stage.layer_of(layer) == stage.chunk_begin(stage.chunk_of(layer)) : layer == 0;
   }
 };
 
@@ -217,6 +245,7 @@ struct schedule {
   std::vector<std::size_t> stage_recompute_carry{};  //!< storage of `stage.recompute_carry`
   std::vector<std::uint32_t> stage_instance_of{};    //!< storage of `stage.instance_of`
   std::vector<std::size_t> stage_gradient{};         //!< storage of `stage.gradient`
+  std::vector<std::uint32_t> stage_chunk_first{};    //!< storage of `stage.chunk_first`
 
   //! Predicted device peak: the whole device arena.
   [[nodiscard]] constexpr std::size_t peak_device_bytes() const noexcept { return arena.device_bytes; }
@@ -232,6 +261,7 @@ struct schedule {
     st.recompute_carry = stage_recompute_carry;
     st.instance_of = stage_instance_of;
     st.gradient = stage_gradient;
+    st.chunk_first = stage_chunk_first;
     return {layers, slots, ops, waits, event_count, arena, buffers, pipeline, collectives, carry, st};
   }
   //! Same as `view()`, so a schedule passes where a `schedule_view` is taken.
@@ -243,7 +273,8 @@ struct schedule {
 };
 
 //! `write_op_label` with the slot's name from the schedule: "prefetch L3 q_proj 2/4"; in a stage
-//! schedule the stage's layer and the micro-batch: "prefetch L1 q_proj mb5".
+//! schedule the stage's layer and the micro-batch: "prefetch L1 q_proj mb5" (interleaved, with the
+//! chunk: "prefetch L3 q_proj mb5 chunk1").
 inline std::string op_label(schedule_view const& s, op const& o) {
   if (s.stage.present() && o.layer < s.layers.size()) {
     auto local = o;
@@ -253,7 +284,8 @@ inline std::string op_label(schedule_view const& s, op const& o) {
       name = std::string(s.slots_of(o.layer)[o.slot].name.view());
     char buf[160];
     write_op_label(buf, local, o.slot == gradient_slot ? std::string_view{} : std::string_view(name));
-    return std::string(buf) + " mb" + std::to_string(s.stage.micro_batch_of(o.layer));
+    return std::string(buf) + " mb" + std::to_string(s.stage.micro_batch_of(o.layer)) +
+           (s.stage.chunk_first.empty() ? std::string() : " chunk" + std::to_string(s.stage.chunk_of(o.layer)));
   }
   char buf[160];
   std::string_view name;

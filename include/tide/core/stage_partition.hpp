@@ -17,9 +17,11 @@
 namespace tide {
 
 //! The model's layers per stage, in pipeline order: stage `s` runs `layers[s]` consecutive layers,
-//! after those of the stages before it.
+//! after those of the stages before it. Interleaved (v chunks a stage), one entry per virtual
+//! stage, in model order: stage s's chunk c is entry `c * stages + s` (stage 0's chunks 0 and 1 of
+//! a 2-stage pipeline are entries 0 and 2); check it with `stages * v` stages.
 struct stage_partition {
-  std::vector<std::uint32_t> layers{};  //!< per stage: how many of the model's layers it runs
+  std::vector<std::uint32_t> layers{};  //!< per (virtual) stage: how many of the model's layers it runs
 };
 
 //! Throws `schedule_error` naming what is wrong when `p` does not split `model_layers` layers over
@@ -39,7 +41,35 @@ constexpr void check_partition(stage_partition const& p, std::uint32_t stages, s
          std::to_string(model_layers) + ": the counts must add up to the model's layers");
 }
 
-//! The first of the model's layers stage `stage` runs (`p` checked, `stage` below its stages).
+namespace detail {
+constexpr void check_partition_size(stage_partition const& p, std::uint32_t stages, std::uint32_t virtual_stages) {
+  if (stages == 0 || virtual_stages == 0 || p.layers.size() != std::size_t{stages} * virtual_stages)
+    throw schedule_error("tide::chunks_of: the partition has " + std::to_string(p.layers.size()) + " entries, not one per chunk of " +
+                         std::to_string(stages) + " stages of " + std::to_string(virtual_stages) +
+                         " chunks: give stages x virtual_stages layer counts");
+}
+}  // namespace detail
+
+//! How a stage's layers split into its chunks under `stage_order::interleaved`
+//! (`build_stage_schedule`): chunk c runs `layers[c]` of them, after the chunks before it. Empty:
+//! as many to each chunk.
+struct stage_chunks {
+  std::vector<std::uint32_t> layers{};  //!< per chunk: how many of the stage's layers it runs
+};
+
+//! Stage `stage`'s chunks in an interleaved partition `p` of `stages * virtual_stages` entries
+//! (checked): entries `stage`, `stages + stage`, ...
+[[nodiscard]] constexpr stage_chunks chunks_of(stage_partition const& p, std::uint32_t stage, std::uint32_t stages,
+                                               std::uint32_t virtual_stages) {
+  detail::check_partition_size(p, stages, virtual_stages);
+  if (stage >= stages)
+    throw schedule_error("tide::chunks_of: stage " + std::to_string(stage) + " of " + std::to_string(stages) + ": stages count from 0");
+  stage_chunks r;
+  for (std::uint32_t c = 0; c < virtual_stages; ++c) r.layers.push_back(p.layers[std::size_t{c} * stages + stage]);
+  return r;
+}
+
+//! The first of the model's layers (virtual) stage `stage` runs (`p` checked, `stage` below its stages).
 [[nodiscard]] constexpr std::uint32_t first_layer(stage_partition const& p, std::uint32_t stage) noexcept {
   std::uint32_t first = 0;
   for (std::uint32_t s = 0; s < stage; ++s) first += p.layers[s];

@@ -29,7 +29,16 @@
 //!   turn seeds it) and sends its input's gradient after. A send and the receive right after it on
 //!   the communication stream are posted together (`op::chunks` 2), as Megatron-LM's
 //!   `send_forward_recv_backward` pairs them, so neighbouring stages cannot deadlock in 1F1B's
-//!   steady state.
+//!   steady state;
+//! - interleaved (`stage_order::interleaved`, v chunks a stage), the units are (chunk,
+//!   micro-batch) pairs: schedule layer `v` is still the stage's layer `v % L` of micro-batch
+//!   `v / L`, the stage's layers its chunks' in turn (`stage_chunks`), and each unit has its own
+//!   policy, instance region, transfers and build (chunks of the same layer types share one). The
+//!   transfers go in rounds, as Megatron-LM's interleaved schedule posts them: after a warm-up
+//!   forward, a forward and backward pair, or a cool-down backward, its sends and the next
+//!   round's receives are one group (`op::chunks` up to 4), which no neighbour can deadlock on
+//!   even when every transfer waits for its peer (the ring of the last stage back to stage 0
+//!   deadlocks pairs).
 //!
 //! What a stage schedule does not take yet: collective hooks (`collective_spec`): reduce a data
 //! parallel stage's gradients after the step.
@@ -43,6 +52,7 @@
 #include <tide/core/schedule.hpp>
 #include <tide/core/stack.hpp>
 #include <tide/core/stage_order.hpp>
+#include <tide/core/stage_partition.hpp>
 #include <tide/core/stage_policies.hpp>
 #include <tide/core/strategy.hpp>
 
@@ -50,11 +60,13 @@ namespace tide {
 
 //! The schedule of stage `stage`'s step: `stack` (the stage's layers; it must have a carry, the
 //! boundary tensor) run for each micro-batch in the stage order, under `how` (its policy for every
-//! micro-batch unless `policies` gives them their own). Throws `schedule_error` naming what is
-//! wrong: a stage `check_stage` refuses, a stack without a carry, collective hooks, a policy
-//! index out of range, or what `build_schedule` refuses for a micro-batch's policy.
+//! micro-batch unless `policies` gives them their own). Interleaved, `stack` holds the stage's
+//! chunks' layers in turn, `chunks` says how many each (empty: as many to each). Throws
+//! `schedule_error` naming what is wrong: a stage `check_stage` refuses, a stack without a carry,
+//! collective hooks, a policy index out of range, chunks that do not split the stack, or what
+//! `build_schedule` refuses for a micro-batch's policy.
 TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy const& how, stage_spec const& stage,
-                                          stage_policies const& policies = {});
+                                          stage_policies const& policies = {}, stage_chunks const& chunks = {});
 
 }  // namespace tide
 

@@ -130,6 +130,9 @@ consteval auto make_stage_schedule() {
   static_assert(detail::stage_spec_problem(Stage).empty(),
                 "tide::make_stage_schedule: the stage_spec is refused (tide::check_stage names why; 1F1B needs "
                 "micro_batches >= stages)");
+  static_assert(Stage.virtual_stages == 1,
+                "tide::make_stage_schedule: interleaved stages (virtual_stages > 1) are built at run time: call "
+                "tide::build_stage_schedule(stack, how, stage, policies, chunks)");
   static_assert(detail::stack_has_carry<Stack>,
                 "tide::make_stage_schedule: the stack has no carry: a stage passes its carry (the boundary tensor) to the "
                 "next stage and its gradient back; give the stack one (tide::carry<...>)");

@@ -115,6 +115,9 @@ struct layer_context {
   //! The micro-batch the op works for: in a stage schedule (core/stage_schedule.hpp), its index
   //! among the step's micro-batches; 0 otherwise
   std::uint32_t micro_batch = 0;
+  //! Interleaved stages: the stage's chunk the layer is in (`layer` counts the stage's layers over
+  //! all its chunks); 0 otherwise
+  std::uint32_t chunk = 0;
   Stream stream{};                           //!< the stream to enqueue the layer's work on
   std::span<slot_binding const> bindings{};  //!< the layer's slots: names, sizes, placements, offsets
   tide::name type_name{};                    //!< the name of the layer's type

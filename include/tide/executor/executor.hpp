@@ -384,6 +384,7 @@ class executor {
     Ctx c;
     c.layer = s_.stage.layer_of(layer);
     c.micro_batch = s_.stage.micro_batch_of(layer);
+    c.chunk = s_.stage.chunk_of(layer);
     c.stream = backend_.stream(role);
     c.bindings = s_.slots_of(layer);
     c.type_name = s_.layers[layer].type_name;
@@ -402,7 +403,7 @@ class executor {
       c.carry_out_data = arenas_.device + s_.recompute_carry_offset(o.layer);
     c.carry_bytes = s_.carry.bytes;
     if constexpr (requires { c.gradient_data; })
-      if (s_.stage.present()) c.gradient_data = arenas_.device + s_.stage.gradient_at(s_.stage.micro_batch_of(o.layer));
+      if (s_.stage.present()) c.gradient_data = arenas_.device + s_.stage.gradient_at(s_.stage.unit_of(o.layer));
     return c;
   }
 

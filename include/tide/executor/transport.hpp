@@ -29,20 +29,23 @@ struct transport_context {
   std::uint32_t stages = 1;        //!< stages in the pipeline
   std::byte* data = nullptr;       //!< the bytes to send, or where the received ones go
   std::size_t bytes = 0;           //!< their size: the stack's carry's
-  //! 0: a transfer alone (complete it before returning); 1: a send posted with the receive that
-  //! follows (post it and return); 2: that receive (complete both before returning). Stage
-  //! schedules pair a send with the next receive so that neighbours cannot deadlock.
+  //! 0: a transfer alone (complete it before returning); 1: a transfer posted with the ones that
+  //! follow (post it and return); 2: the last of such a group (complete them all before
+  //! returning). Stage schedules post a send with the next receive, and interleaved ones a round's
+  //! sends with the next round's receives, so that neighbours cannot deadlock.
   std::uint8_t pair = 0;
   bool step_failed = false;  //!< an op of this step failed on this rank: tell the peers rather than move data
   //! Becomes true while the op runs if another op of the step fails (a transport polls it while it
   //! waits for a peer, so that a rank whose step failed is not left waiting)
   std::atomic<bool> const* failing = nullptr;
+  std::uint32_t chunk = 0;           //!< whose chunk (0 but interleaved)
+  std::uint32_t virtual_stages = 1;  //!< chunks per stage
 
   //! The neighbour this transfer goes to or comes from, or -1 at the pipeline's ends.
   [[nodiscard]] constexpr std::int64_t peer() const noexcept {
     bool const down = (kind == op_kind::send) != gradient;  // toward the last stage
-    if (down) return stage + 1 < stages ? std::int64_t{stage} + 1 : -1;
-    return stage > 0 ? std::int64_t{stage} - 1 : -1;
+    if (down) return stage + 1 < stages ? std::int64_t{stage} + 1 : chunk + 1 < virtual_stages ? 0 : -1;
+    return stage > 0 ? std::int64_t{stage} - 1 : chunk > 0 ? std::int64_t{stages} - 1 : -1;
   }
   //! The bytes, writable (a receive writes them; a send reads them).
   [[nodiscard]] std::span<std::byte> span() const noexcept { return {data, bytes}; }

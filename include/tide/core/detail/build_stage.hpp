@@ -18,6 +18,7 @@
 #include <tide/core/detail/check_structure.hpp>
 #include <tide/core/error.hpp>
 #include <tide/core/stage_order.hpp>
+#include <tide/core/stage_partition.hpp>
 #include <tide/core/stage_policies.hpp>
 
 namespace tide::detail {
@@ -83,16 +84,22 @@ struct stage_hazards {
     x.micro_batch = m;
     return k;
   }
-  // The latest access at `k` is now op `op` (a send completed by the receive after it, which no
-  // other op on its stream comes between).
-  constexpr void raise(std::uint8_t space, std::size_t k, std::uint32_t op) { seen[space][k].op = op; }
+  // A group of boundary transfers completes at its last op, `last`: what its members' accesses
+  // at `k` name (as the latest, or the latest of another micro-batch) becomes `last`.
+  constexpr void raise(std::uint8_t space, std::size_t k, std::vector<std::uint32_t> const& members, std::uint32_t last) {
+    auto& x = seen[space][k];
+    auto const member = [&](std::uint32_t o) { return std::find(members.begin(), members.end(), o) != members.end(); };
+    if (member(x.op)) x.op = last;
+    if (x.older && member(x.older_op)) x.older_op = last;
+  }
 };
 
 //! The stage schedule `build_stage_schedule` returns, in a constant expression too.
 // Vectors of trivial types are sized with an explicit value: libstdc++ 12 value-initializes
 // `vector(n)` with `fill_n` over storage whose lifetime has not begun, which Clang refuses in a
 // constant expression.
-constexpr schedule build_stage(stack_spec const& stack, strategy const& how, stage_spec const& stage, stage_policies const& policies) {
+constexpr schedule build_stage(stack_spec const& stack, strategy const& how, stage_spec const& stage, stage_policies const& policies,
+                               stage_chunks const& chunks = {}) {
   check_stage(stage);
   if (!stack.has_carry())
     stage_fail("the stack has no carry: a stage passes its carry (the boundary tensor) to the next stage and its gradient "
@@ -101,45 +108,102 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
     stage_fail("collective hooks (collective_spec) are not taken in a stage schedule yet: reduce a data-parallel stage's "
                "gradients after the step, and build the stage without them");
   auto const M = stage.micro_batches;
-  std::vector<policy_spec> const& given = policies.policies;
-  auto const P = given.empty() ? std::size_t{1} : given.size();
-  if (!policies.of_micro_batch.empty() && policies.of_micro_batch.size() != M)
-    stage_fail("stage_policies::of_micro_batch has " + std::to_string(policies.of_micro_batch.size()) +
-               " entries for " + std::to_string(M) + " micro-batches: give one per micro-batch, or none");
-  if (given.empty() && !policies.of_micro_batch.empty())
-    stage_fail("stage_policies::of_micro_batch is given but stage_policies::policies is empty: list the policies it indexes");
-  std::vector<std::uint32_t> pol(M, 0);
-  for (std::uint32_t m = 0; m < M && !policies.of_micro_batch.empty(); ++m) {
-    pol[m] = policies.of_micro_batch[m];
-    if (pol[m] >= P)
-      stage_fail("stage_policies::of_micro_batch[" + std::to_string(m) + "] is " + std::to_string(pol[m]) + ", but there are " +
-                 std::to_string(P) + " policies");
+  auto const V = stage.virtual_stages;
+  auto const U = stage.units();
+  auto const L = stack.layer_count();
+  auto const str = [](std::uint64_t x) { return std::to_string(x); };
+
+  // The chunks: v groups of the stage's layers, in turn.
+  std::vector<std::uint32_t> first(V + 1, 0);
+  if (chunks.layers.empty()) {
+    if (L % V != 0)
+      stage_fail("the stage's " + str(L) + " layers do not split evenly into its " + str(V) +
+                 " chunks: give each chunk's layer count (stage_chunks, or tide::chunks_of a partition)");
+    for (std::uint32_t c = 0; c < V; ++c) first[c + 1] = first[c] + L / V;
+  } else {
+    if (chunks.layers.size() != V)
+      stage_fail("stage_chunks::layers has " + str(chunks.layers.size()) + " entries for " + str(V) +
+                 " chunks (stage_spec::virtual_stages): give one layer count per chunk");
+    for (std::uint32_t c = 0; c < V; ++c) {
+      if (chunks.layers[c] == 0) stage_fail("chunk " + str(c) + " of the stage gets no layer (stage_chunks): give every chunk at least one");
+      if (chunks.layers[c] > L - first[c])
+        stage_fail("stage_chunks gives the chunks more layers than the stage's stack has (" + str(L) + ")");
+      first[c + 1] = first[c] + chunks.layers[c];
+    }
+    if (first[V] != L)
+      stage_fail("stage_chunks gives the chunks " + str(first[V]) + " layers, but the stage's stack has " + str(L) +
+                 ": the counts must add up to the stack's layers");
+  }
+  // Chunks with the same layer types share their builds.
+  std::vector<std::uint32_t> shape(V, 0);
+  std::uint32_t shapes = 0;
+  for (std::uint32_t c = 0; c < V; ++c) {
+    shape[c] = shapes;
+    for (std::uint32_t d = 0; d < c; ++d)
+      if (first[d + 1] - first[d] == first[c + 1] - first[c] &&
+          std::equal(stack.layer_types.begin() + first[d], stack.layer_types.begin() + first[d + 1], stack.layer_types.begin() + first[c])) {
+        shape[c] = shape[d];
+        break;
+      }
+    if (shape[c] == shapes) ++shapes;
   }
 
-  // One build per policy, with its byte accesses (the checker's, `collect_accesses`): what the
-  // waits between micro-batches are derived from. The builds are the builder's, not proven one by
-  // one here; the stage's program is proven whole by `check_schedule` (the executor runs it
-  // unless NDEBUG: executor_options::check_schedule) and, over random stages, by the tests.
-  std::vector<schedule> base(P);
-  std::vector<checked_program> prog(P);
-  std::vector<std::uint32_t> split(P, 0);
-  std::vector<std::uint32_t> lead(P, 0);  // per build: the prefetches and loads that open its backward
-  std::vector<std::uint8_t> used(P, 0);
-  for (auto p : pol) used[p] = 1;
+  std::vector<policy_spec> const& given = policies.policies;
+  auto const P = given.empty() ? std::size_t{1} : given.size();
+  auto const per = V > 1 ? " (chunk, micro-batch) units" : " micro-batches";
+  if (!policies.of_micro_batch.empty() && policies.of_micro_batch.size() != U)
+    stage_fail("stage_policies::of_micro_batch has " + str(policies.of_micro_batch.size()) + " entries for " + str(U) + per +
+               ": give one per" + (V > 1 ? " unit (chunk-major: tide::stage_unit)" : " micro-batch") + ", or none");
+  if (given.empty() && !policies.of_micro_batch.empty())
+    stage_fail("stage_policies::of_micro_batch is given but stage_policies::policies is empty: list the policies it indexes");
+  std::vector<std::uint32_t> pol(U, 0);
+  for (std::uint32_t u = 0; u < U && !policies.of_micro_batch.empty(); ++u) {
+    pol[u] = policies.of_micro_batch[u];
+    if (pol[u] >= P)
+      stage_fail("stage_policies::of_micro_batch[" + str(u) + "] is " + str(pol[u]) + ", but there are " + str(P) + " policies");
+  }
+  auto const chunk_of_unit = [&](std::uint32_t u) { return u / M; };
+  auto const mb_of_unit = [&](std::uint32_t u) { return u % M; };
+
+  // One build per (policy, chunk shape), with its byte accesses (the checker's,
+  // `collect_accesses`): what the waits between units are derived from. The builds are the
+  // builder's, not proven one by one here; the stage's program is proven whole by `check_schedule`
+  // (the executor runs it unless NDEBUG: executor_options::check_schedule) and, over random
+  // stages, by the tests.
+  auto const B = P * shapes;
+  std::vector<stack_spec> part(V > 1 ? shapes : 0);  // one chunk: the stack itself
+  for (std::uint32_t c = 0; c < V && V > 1; ++c)
+    if (part[shape[c]].layer_types.empty()) {
+      part[shape[c]].types = stack.types;
+      part[shape[c]].carry = stack.carry;
+      part[shape[c]].independent_layers = stack.independent_layers;
+      part[shape[c]].layer_types.assign(stack.layer_types.begin() + first[c], stack.layer_types.begin() + first[c + 1]);
+    }
+  std::vector<schedule> base(B);
+  std::vector<checked_program> prog(B);
+  std::vector<std::uint32_t> split(B, 0);
+  std::vector<std::uint32_t> lead(B, 0);  // per build: the prefetches and loads that open its backward
+  std::vector<std::uint8_t> used(B, 0);
+  std::vector<std::uint32_t> bld(U, 0);  // per unit: its build
+  for (std::uint32_t u = 0; u < U; ++u) {
+    bld[u] = static_cast<std::uint32_t>(pol[u] * shapes + shape[chunk_of_unit(u)]);
+    used[bld[u]] = 1;
+  }
   auto build_all = [&](bool share) {
-    for (std::size_t p = 0; p < P; ++p) {
+    for (std::size_t b = 0; b < B; ++b) {
+      auto const p = b / shapes;
       strategy h = how;
       if (!given.empty()) h.policy = given[p];
       h.buffers.share_phase_regions = share;
       try {
-        base[p] = build_schedule(stack, h);
+        base[b] = build_schedule(V == 1 ? stack : part[b % shapes], h);
       } catch (schedule_error const& e) {
-        stage_fail(std::string(given.empty() ? "the strategy" : "policy " + std::to_string(p)) + ": " + e.what());
+        stage_fail(std::string(given.empty() ? "the strategy" : "policy " + str(p)) + ": " + e.what());
       }
-      auto const v = base[p].view();
-      prog[p] = {};  // built again when the phase regions are unshared
-      collect_accesses(v, prog[p], access_count(v));
-      auto const& ops = base[p].ops;
+      auto const v = base[b].view();
+      prog[b] = {};  // built again when the phase regions are unshared
+      collect_accesses(v, prog[b], access_count(v));
+      auto const& ops = base[b].ops;
       auto const n = static_cast<std::uint32_t>(ops.size());
       std::uint32_t k = 0;
       while (k < n && !(ops[k].kind == op_kind::backward || ops[k].kind == op_kind::recompute || ops[k].kind == op_kind::prefetch ||
@@ -147,68 +211,68 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
         ++k;
       for (std::uint32_t j = k; j < n; ++j)
         if (ops[j].kind == op_kind::forward) stage_fail("internal: a forward after the first backward-phase op");  // the builder's order
-      split[p] = k;
+      split[b] = k;
       while (k < n && (ops[k].kind == op_kind::prefetch || ops[k].kind == op_kind::load)) ++k;
-      lead[p] = k - split[p];
-      auto const& a = base[p].arena;
-      if (base[p].carry.device_area + a.carry_bytes != a.device_bytes || a.backward_area < a.kept_bytes ||
-          base[p].carry.device_area < a.backward_area)
+      lead[b] = k - split[b];
+      auto const& a = base[b].arena;
+      if (base[b].carry.device_area + a.carry_bytes != a.device_bytes || a.backward_area < a.kept_bytes ||
+          base[b].carry.device_area < a.backward_area)
         stage_fail("internal: the arena is not kept, forward, backward, carries in order");  // build_arena.hpp's layout
     }
   };
-  // A stage runs one micro-batch's backward beside another's forward: where any of them copies,
-  // the staging ring and the offload ring cannot share their bytes (buffer_spec::
-  // share_phase_regions); where none does, only the compute stream touches the scratch they share.
+  // A stage runs one unit's backward beside another's forward: where any of them copies, the
+  // staging ring and the offload ring cannot share their bytes (buffer_spec::share_phase_regions);
+  // where none does, only the compute stream touches the scratch they share.
   build_all(how.buffers.share_phase_regions);
   auto const copies = [&] {
-    for (std::size_t p = 0; p < P; ++p)
-      if (used[p])
-        for (auto const& o : base[p].ops)
+    for (std::size_t b = 0; b < B; ++b)
+      if (used[b])
+        for (auto const& o : base[b].ops)
           if (is_copy(o.kind) || is_storage(o.kind)) return true;
     return false;
   };
   if (how.buffers.share_phase_regions && copies()) build_all(false);
-  auto const L = stack.layer_count();
   auto const& b0 = base[0];
   auto const& buf = how.buffers;
   auto const guard = buf.guard_bytes;
   auto const carry = b0.carry.bytes;
 
-  // Instance regions: a micro-batch takes a free one at its forward (one its policy used before,
-  // else one large enough, else any) and gives it back after its backward; as many as are in
-  // flight at once, each as large as the largest micro-batch it holds.
-  std::vector<std::uint32_t> inst(M, 0);
+  // Instance regions: a unit takes a free one at its forward (one its build used before, else
+  // one large enough, else any) and gives it back after its backward; as many as are in flight at
+  // once, each as large as the largest unit it holds.
+  std::vector<std::uint32_t> inst(U, 0);
   std::vector<std::size_t> need_kept, need_carries, need_host, need_file;
+  auto const unit_at = [&](stage_step const& e) { return stage_unit(stage, e.chunk, e.micro_batch); };
   {
     std::vector<std::uint8_t> busy;
-    std::vector<std::int64_t> last_policy;
-    for (std::uint32_t k = 0; k < 2 * M; ++k) {
+    std::vector<std::int64_t> last_build;
+    for (std::uint32_t k = 0; k < 2 * U; ++k) {
       auto const e = stage_step_at(stage, k);
-      auto const m = e.micro_batch;
+      auto const u = unit_at(e);
       if (e.pass == stage_pass::backward) {
-        busy[inst[m]] = 0;
+        busy[inst[u]] = 0;
         continue;
       }
-      auto const p = pol[m];
-      auto const& a = base[p].arena;
+      auto const b = bld[u];
+      auto const& a = base[b].arena;
       std::size_t pick = busy.size();
       for (std::size_t i = 0; i < busy.size() && pick == busy.size(); ++i)
-        if (!busy[i] && last_policy[i] == p) pick = i;
+        if (!busy[i] && last_build[i] == b) pick = i;
       for (std::size_t i = 0; i < busy.size() && pick == busy.size(); ++i)
         if (!busy[i] && need_kept[i] >= a.kept_bytes && need_carries[i] >= a.carry_bytes) pick = i;
       for (std::size_t i = 0; i < busy.size() && pick == busy.size(); ++i)
         if (!busy[i]) pick = i;
       if (pick == busy.size()) {
         busy.push_back(0);
-        last_policy.push_back(-1);
+        last_build.push_back(-1);
         need_kept.push_back(0);
         need_carries.push_back(0);
         need_host.push_back(0);
         need_file.push_back(0);
       }
       busy[pick] = 1;
-      last_policy[pick] = p;
-      inst[m] = static_cast<std::uint32_t>(pick);
+      last_build[pick] = b;
+      inst[u] = static_cast<std::uint32_t>(pick);
       need_kept[pick] = std::max(need_kept[pick], a.kept_bytes);
       need_carries[pick] = std::max(need_carries[pick], a.carry_bytes);
       need_host[pick] = std::max(need_host[pick], a.host_bytes);
@@ -219,14 +283,14 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
 
   // Layout: the shared area at 0, every build's forward area (offload sources, forward remat
   // scratch) in one region and its backward area (staging ring, recompute scratch) in the next, so
-  // that a micro-batch's forward never writes where another's backward reads, whatever their
-  // policies; then the instance regions: kept slots, carries, the boundary gradient. Host and
-  // storage: a region per instance.
+  // that a unit's forward never writes where another's backward reads, whatever their policies;
+  // then the instance regions: kept slots, carries, the boundary gradient. Host and storage: a
+  // region per instance.
   std::size_t forward_region = 0, backward_region = 0;
-  for (std::size_t p = 0; p < P; ++p) {
-    if (!used[p]) continue;  // a policy no micro-batch has takes no room
-    forward_region = std::max(forward_region, base[p].arena.backward_area - base[p].arena.kept_bytes);
-    backward_region = std::max(backward_region, base[p].carry.device_area - base[p].arena.backward_area);
+  for (std::size_t b = 0; b < B; ++b) {
+    if (!used[b]) continue;  // a build no unit has takes no room
+    forward_region = std::max(forward_region, base[b].arena.backward_area - base[b].arena.kept_bytes);
+    backward_region = std::max(backward_region, base[b].carry.device_area - base[b].arena.backward_area);
   }
   auto const dalign = buf.device_alignment;
   auto const halign = std::max(buf.host_alignment, buf.storage_alignment);
@@ -251,40 +315,47 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   s.buffers = how.buffers;
   s.pipeline = how.pipeline;
   s.collectives = how.collectives;
-  auto dev = [&](std::size_t p, std::uint32_t i, std::size_t x) {
-    auto const& b = base[p];
-    if (x < b.arena.kept_bytes) return region[i] + x;
-    if (x < b.arena.backward_area) return x - b.arena.kept_bytes;
-    if (x < b.carry.device_area) return forward_region + (x - b.arena.backward_area);
-    return region[i] + kept_of[i] + (x - b.carry.device_area);
+  auto dev = [&](std::size_t b, std::uint32_t i, std::size_t x) {
+    auto const& a = base[b];
+    if (x < a.arena.kept_bytes) return region[i] + x;
+    if (x < a.arena.backward_area) return x - a.arena.kept_bytes;
+    if (x < a.carry.device_area) return forward_region + (x - a.arena.backward_area);
+    return region[i] + kept_of[i] + (x - a.carry.device_area);
   };
   auto hst = [&](std::uint32_t i, std::size_t x) { return host_at[i] + x; };
   auto fil = [&](std::uint32_t i, std::size_t x) { return file_at[i] + x; };
   auto const last_stage = stage.stage + 1 == stage.stages;
+  // Unit u's chunk's layer `l` as a schedule layer.
+  auto const layer_at = [&](std::uint32_t u, std::uint32_t l) { return mb_of_unit(u) * L + first[chunk_of_unit(u)] + l; };
+  auto const chunk_layers = [&](std::uint32_t u) { return first[chunk_of_unit(u) + 1] - first[chunk_of_unit(u)]; };
+  // The unit that ends the model (the last stage's last chunk) turns; the others send on.
+  auto const ends_model = [&](std::uint32_t u) { return last_stage && chunk_of_unit(u) + 1 == V; };
 
-  // Layers and slots, per micro-batch.
+  // Layers and slots: per micro-batch, the stage's layers (its chunks' in turn).
   if (std::uint64_t{M} * L >= std::numeric_limits<std::uint32_t>::max()) stage_fail("micro-batches times layers exceed 32-bit layer indices");
   s.layers.reserve(std::size_t{M} * L);
-  for (std::uint32_t m = 0; m < M; ++m) {
-    auto const p = pol[m];
-    auto const i = inst[m];
-    for (std::uint32_t l = 0; l < L; ++l) {
-      auto lb = base[p].layers[l];
-      auto const first = lb.first_slot;
-      lb.first_slot = static_cast<std::uint32_t>(s.slots.size());
-      s.layers.push_back(lb);
-      for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
-        auto b = base[p].slots[first + k];
-        b.forward_offset = dev(p, i, b.forward_offset);
-        b.backward_offset = dev(p, i, b.backward_offset);
-        b.advance_offset = dev(p, i, b.advance_offset);
-        if (b.recompute_offset != slot_binding::no_scratch) b.recompute_offset = dev(p, i, b.recompute_offset);
-        if (b.where == placement::offload || b.where == placement::spill) b.host_offset = hst(i, b.host_offset);
-        if (b.file_offset != slot_binding::not_stored) b.file_offset = fil(i, b.file_offset);
-        s.slots.push_back(b);
+  for (std::uint32_t m = 0; m < M; ++m)
+    for (std::uint32_t c = 0; c < V; ++c) {
+      auto const u = stage_unit(stage, c, m);
+      auto const b = bld[u];
+      auto const i = inst[u];
+      for (std::uint32_t l = 0; l < first[c + 1] - first[c]; ++l) {
+        auto lb = base[b].layers[l];
+        auto const f = lb.first_slot;
+        lb.first_slot = static_cast<std::uint32_t>(s.slots.size());
+        s.layers.push_back(lb);
+        for (std::uint32_t k = 0; k < lb.slot_count; ++k) {
+          auto x = base[b].slots[f + k];
+          x.forward_offset = dev(b, i, x.forward_offset);
+          x.backward_offset = dev(b, i, x.backward_offset);
+          x.advance_offset = dev(b, i, x.advance_offset);
+          if (x.recompute_offset != slot_binding::no_scratch) x.recompute_offset = dev(b, i, x.recompute_offset);
+          if (x.where == placement::offload || x.where == placement::spill) x.host_offset = hst(i, x.host_offset);
+          if (x.file_offset != slot_binding::not_stored) x.file_offset = fil(i, x.file_offset);
+          s.slots.push_back(x);
+        }
       }
     }
-  }
 
   // The program, in stage order.
   struct touched {
@@ -296,12 +367,40 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   std::vector<touched> acc;       // the op being emitted: its byte accesses
   std::vector<std::uint32_t> ws;  // ... and its waits
   stage_hazards hz;
-  std::vector<std::vector<std::uint32_t>> at(M);  // per micro-batch: where its base ops went
-  std::int64_t last_comm = -1;                     // the last op on the comm stream
-  std::vector<std::pair<std::uint8_t, std::size_t>> send_entries;  // the hazard entries of the last op if a send
-  auto emit = [&](op o, std::uint32_t m) {
+  std::vector<std::vector<std::uint32_t>> at(U);  // per unit: where its base ops went
+  // The open group of boundary transfers (posted together on the comm stream, complete at the
+  // last), and its members' hazard entries.
+  std::vector<std::uint32_t> group;
+  std::vector<std::pair<std::uint8_t, std::size_t>> group_entries;
+  auto close_group = [&] {
+    if (group.empty()) return;
+    auto const n = static_cast<std::uint16_t>(group.size());
+    for (std::uint16_t k = 0; k < n; ++k) {
+      s.ops[group[k]].chunks = n;
+      s.ops[group[k]].chunk = k;
+    }
+    for (auto [sp, k] : group_entries) hz.raise(sp, k, group, group.back());
+    group.clear();
+    group_entries.clear();
+  };
+  auto waits_now = [&](op const& o, std::uint32_t u) {
     hz.begin_op();
-    for (auto const& a : acc) hz.touch(a.space, a.begin, a.end, a.write, m, o.stream, is_boundary(o.kind) || a.extra);
+    for (auto const& a : acc) hz.touch(a.space, a.begin, a.end, a.write, u, o.stream, is_boundary(o.kind) || a.extra);
+  };
+  // `joins`: a boundary transfer posted with the open group (which it opens if none is).
+  auto emit = [&](op o, std::uint32_t u, bool joins = false) {
+    waits_now(o, u);
+    bool on_member = false;  // a wait on a member of the open group, which completes only at its end
+    for (std::size_t t = 0; t < stream_count; ++t)
+      if (hz.latest[t] >= 0 && std::find(group.begin(), group.end(), static_cast<std::uint32_t>(hz.latest[t])) != group.end())
+        on_member = true;
+    // The group ends before an op that waits on a member, and before a comm-stream op that does
+    // not join it (a group's ops are consecutive on the comm stream); ops on other streams may come
+    // between its members.
+    if (!group.empty() && (on_member || (!joins && o.stream == stream_role::comm))) {
+      close_group();
+      if (on_member) waits_now(o, u);
+    }
     for (std::size_t t = 0; t < stream_count; ++t)
       if (hz.latest[t] >= 0) ws.push_back(static_cast<std::uint32_t>(hz.latest[t]));
     std::sort(ws.begin(), ws.end());
@@ -311,97 +410,147 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
     s.waits.insert(s.waits.end(), ws.begin(), ws.end());
     o.event = -1;
     auto const idx = static_cast<std::uint32_t>(s.ops.size());
-    bool const pairs = o.kind == op_kind::receive && last_comm >= 0 && s.ops[static_cast<std::size_t>(last_comm)].kind == op_kind::send;
-    if (pairs) {
-      // Posted with the send before it: the pair completes here, so what waits for the send's
-      // bytes waits for this op (nothing can have waited on the send yet: it was the last op).
-      auto& snd = s.ops[static_cast<std::size_t>(last_comm)];
-      snd.chunks = o.chunks = 2;
-      snd.chunk = 0;
-      o.chunk = 1;
-      for (auto [sp, k] : send_entries) hz.raise(sp, k, idx);
-    }
     s.ops.push_back(o);
-    if (o.stream == stream_role::comm) send_entries.clear();  // ops on other streams may come between a pair's two
     for (auto const& a : acc) {
-      auto const k = hz.record(a.space, a.begin, a.end, a.write, m, o.stream, idx, is_boundary(o.kind) || a.extra);
-      if (o.kind == op_kind::send) send_entries.push_back({a.space, k});
+      auto const k = hz.record(a.space, a.begin, a.end, a.write, u, o.stream, idx, is_boundary(o.kind) || a.extra);
+      if (joins) group_entries.push_back({a.space, k});
     }
-    if (o.stream == stream_role::comm) last_comm = idx;
+    if (joins) group.push_back(idx);
     acc.clear();
     ws.clear();
     return idx;
   };
-  auto boundary = [&](op_kind kind, std::uint16_t slot, std::uint32_t layer, std::size_t device, std::uint32_t m) {
+  auto boundary = [&](op_kind kind, std::uint16_t slot, std::uint32_t layer, std::size_t device, std::uint32_t u, bool joins) {
     op o{kind, stream_role::comm, slot, layer};
     o.device_offset = device;
     o.bytes = carry;
     acc.push_back({device_space, device, device + carry, kind == op_kind::receive});
-    emit(o, m);
+    emit(o, u, joins);
   };
-  auto run_base = [&](std::uint32_t m, std::uint32_t from, std::uint32_t to) {
-    auto const p = pol[m];
-    auto const i = inst[m];
-    auto const& b = base[p];
-    auto const& pr = prog[p];
-    auto& where = at[m];
-    where.resize(b.ops.size(), 0);
+  auto run_base = [&](std::uint32_t u, std::uint32_t from, std::uint32_t to) {
+    auto const b = bld[u];
+    auto const i = inst[u];
+    auto const& a = base[b];
+    auto const& pr = prog[b];
+    auto& where = at[u];
+    where.resize(a.ops.size(), 0);
     for (std::uint32_t j = from; j < to; ++j) {
-      op o = b.ops[j];
+      op o = a.ops[j];
       auto const local_layer = o.layer;
-      o.layer += m * L;
+      o.layer = layer_at(u, o.layer);
       if (is_copy(o.kind)) {
-        o.device_offset = dev(p, i, o.device_offset);
+        o.device_offset = dev(b, i, o.device_offset);
         o.host_offset = hst(i, o.host_offset);
       } else if (is_storage(o.kind)) {
         o.host_offset = hst(i, o.host_offset);
         o.file_offset = fil(i, o.file_offset);
       }
-      if (o.carry_in != no_carry) o.carry_in = dev(p, i, o.carry_in);
-      if (o.carry_out != no_carry) o.carry_out = dev(p, i, o.carry_out);
-      for (auto k = b.ops[j].wait_begin; k < b.ops[j].wait_begin + b.ops[j].wait_count; ++k) ws.push_back(where[b.waits[k]]);
+      if (o.carry_in != no_carry) o.carry_in = dev(b, i, o.carry_in);
+      if (o.carry_out != no_carry) o.carry_out = dev(b, i, o.carry_out);
+      for (auto k = a.ops[j].wait_begin; k < a.ops[j].wait_begin + a.ops[j].wait_count; ++k) ws.push_back(where[a.waits[k]]);
       for (auto k = pr.first_access[j]; k < pr.first_access[j + 1]; ++k) {
-        auto const& a = pr.accesses[k];
-        auto const len = a.end - a.begin;
-        auto const x = a.host == device_space ? dev(p, i, a.begin) : a.host == host_space ? hst(i, a.begin) : fil(i, a.begin);
-        acc.push_back({a.host, x, x + len, a.write});
+        auto const& x = pr.accesses[k];
+        auto const len = x.end - x.begin;
+        auto const y = x.host == device_space ? dev(b, i, x.begin) : x.host == host_space ? hst(i, x.begin) : fil(i, x.begin);
+        acc.push_back({x.host, y, y + len, x.write});
       }
-      // A backward updates its micro-batch's boundary gradient; the last stage's turn (in its
-      // last layer's forward) seeds it.
-      if (o.kind == op_kind::backward || (last_stage && o.kind == op_kind::forward && local_layer + 1 == L))
+      // A backward updates its unit's boundary gradient; the model's last layer's forward (the
+      // turn, on the last stage) seeds it.
+      if (o.kind == op_kind::backward || (ends_model(u) && o.kind == op_kind::forward && local_layer + 1 == chunk_layers(u)))
         acc.push_back({device_space, grad_of[i], grad_of[i] + carry, true, true});
-      where[j] = emit(o, m);
+      where[j] = emit(o, u);
     }
   };
-  std::vector<std::uint8_t> led(M, 0);  // per micro-batch: its backward's lead-in was emitted early
-  for (std::uint32_t k = 0; k < 2 * M; ++k) {
+  auto const receive_input = [&](std::uint32_t u, bool joins) {
+    boundary(op_kind::receive, carry_slot, layer_at(u, 0), dev(bld[u], inst[u], base[bld[u]].carry.input_offset()), u, joins);
+  };
+  auto const send_output = [&](std::uint32_t u, bool joins) {
+    if (!ends_model(u))
+      boundary(op_kind::send, carry_slot, layer_at(u, chunk_layers(u) - 1), dev(bld[u], inst[u], base[bld[u]].carry.output_offset()), u, joins);
+  };
+  auto const receive_gradient = [&](std::uint32_t u, bool joins) {
+    if (!ends_model(u)) boundary(op_kind::receive, gradient_slot, layer_at(u, chunk_layers(u) - 1), grad_of[inst[u]], u, joins);
+  };
+  auto const send_gradient = [&](std::uint32_t u, bool joins) { boundary(op_kind::send, gradient_slot, layer_at(u, 0), grad_of[inst[u]], u, joins); };
+  std::vector<std::uint8_t> led(U, 0);  // per unit: its backward's lead-in was emitted early
+  // A backward right after a forward gets its first prefetches (and loads) before that forward,
+  // so that they overlap it, as PipeOffload reloads in the last free slot before the backward
+  // (not its own backward: that one's prefetches wait for this forward's offloads).
+  auto const lead_in = [&](std::uint32_t k) {
     auto const e = stage_step_at(stage, k);
-    auto const m = e.micro_batch;
-    auto const p = pol[m];
-    auto const i = inst[m];
-    auto const& b = base[p];
-    // A backward right after a forward gets its first prefetches (and loads) before that forward,
-    // so that they overlap it, as PipeOffload reloads in the last free slot before the backward.
-    if (e.pass == stage_pass::forward && k + 1 < 2 * M) {
-      auto const next = stage_step_at(stage, k + 1);
-      // (Not its own backward: that one's prefetches wait for this forward's offloads.)
-      if (next.pass == stage_pass::backward && next.micro_batch != m && lead[pol[next.micro_batch]] > 0) {
-        auto const q = pol[next.micro_batch];
-        run_base(next.micro_batch, split[q], split[q] + lead[q]);
-        led[next.micro_batch] = 1;
+    if (e.pass != stage_pass::forward || k + 1 >= 2 * U) return;
+    auto const next = stage_step_at(stage, k + 1);
+    auto const w = unit_at(next);
+    if (next.pass == stage_pass::backward && w != unit_at(e) && lead[bld[w]] > 0) {
+      run_base(w, split[bld[w]], split[bld[w]] + lead[bld[w]]);
+      led[w] = 1;
+    }
+  };
+  auto const compute = [&](stage_step const& e) {
+    auto const u = unit_at(e);
+    auto const b = bld[u];
+    if (e.pass == stage_pass::forward) {
+      run_base(u, 0, split[b]);
+    } else {
+      run_base(u, split[b] + (led[u] ? lead[b] : 0), static_cast<std::uint32_t>(base[b].ops.size()));
+      std::vector<std::uint32_t>().swap(at[u]);
+    }
+  };
+  if (stage.order != stage_order::interleaved) {
+    // Each pass between its own transfers; a send and the receive right after it are posted
+    // together (Megatron-LM's send_forward_recv_backward and send_backward_recv_forward).
+    for (std::uint32_t k = 0; k < 2 * U; ++k) {
+      auto const e = stage_step_at(stage, k);
+      auto const u = unit_at(e);
+      lead_in(k);
+      if (e.pass == stage_pass::forward) {
+        receive_input(u, !group.empty());
+        close_group();
+        compute(e);
+        send_output(u, true);
+      } else {
+        receive_gradient(u, !group.empty());
+        close_group();
+        compute(e);
+        send_gradient(u, true);
       }
     }
-    if (e.pass == stage_pass::forward) {
-      boundary(op_kind::receive, carry_slot, m * L, dev(p, i, b.carry.input_offset()), m);
-      run_base(m, 0, split[p]);
-      if (!last_stage) boundary(op_kind::send, carry_slot, m * L + L - 1, dev(p, i, b.carry.output_offset()), m);
-    } else {
-      if (!last_stage) boundary(op_kind::receive, gradient_slot, m * L + L - 1, grad_of[i], m);
-      run_base(m, split[p] + (led[m] ? lead[p] : 0), static_cast<std::uint32_t>(b.ops.size()));
-      boundary(op_kind::send, gradient_slot, m * L, grad_of[i], m);
-      std::vector<std::uint32_t>().swap(at[m]);
+  } else {
+    // Rounds, as Megatron-LM's interleaved schedule runs them: a warm-up forward, a forward and a
+    // backward, a cool-down backward; after each, its sends and the next round's receives posted
+    // as one group. (A send alone before the next receive deadlocks the ring: stage 0 would wait
+    // on its send to the last stage while the last stage waits on a receive from it.)
+    auto const warmup = warmup_length(stage);
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> rounds;  // [first, last) entries
+    for (std::uint32_t k = 0; k < 2 * U;) {
+      auto const n = (k >= warmup && k < warmup + 2 * (U - warmup)) ? 2u : 1u;
+      rounds.push_back({k, k + n});
+      k += n;
+    }
+    auto const receive_for = [&](std::pair<std::uint32_t, std::uint32_t> r) {
+      for (auto k = r.first; k < r.second; ++k) {
+        auto const e = stage_step_at(stage, k);
+        if (e.pass == stage_pass::forward) receive_input(unit_at(e), true);
+        else receive_gradient(unit_at(e), true);
+      }
+    };
+    receive_for(rounds[0]);
+    close_group();
+    for (std::size_t r = 0; r < rounds.size(); ++r) {
+      for (auto k = rounds[r].first; k < rounds[r].second; ++k) {
+        lead_in(k);
+        compute(stage_step_at(stage, k));
+      }
+      for (auto k = rounds[r].first; k < rounds[r].second; ++k) {
+        auto const e = stage_step_at(stage, k);
+        if (e.pass == stage_pass::forward) send_output(unit_at(e), true);
+        else send_gradient(unit_at(e), true);
+      }
+      if (r + 1 < rounds.size()) receive_for(rounds[r + 1]);
+      close_group();
     }
   }
+  close_group();
   if (s.ops.size() >= static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max()))
     stage_fail("the stage's program has more ops than 31-bit op indices name");
   // Events: one per op something waits on.
@@ -412,10 +561,10 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
 
   // Arenas, the carry and the stage.
   std::size_t host_bytes = 0, storage_bytes = 0;
-  for (std::uint32_t m = 0; m < M; ++m) {
-    auto const& a = base[pol[m]].arena;
-    if (a.host_bytes > 0) host_bytes = std::max(host_bytes, hst(inst[m], a.host_bytes));
-    if (a.storage_bytes > 0) storage_bytes = std::max(storage_bytes, fil(inst[m], a.storage_bytes));
+  for (std::uint32_t u = 0; u < U; ++u) {
+    auto const& a = base[bld[u]].arena;
+    if (a.host_bytes > 0) host_bytes = std::max(host_bytes, hst(inst[u], a.host_bytes));
+    if (a.storage_bytes > 0) storage_bytes = std::max(storage_bytes, fil(inst[u], a.storage_bytes));
   }
   s.arena = b0.arena;
   s.arena.device_bytes = device_bytes;
@@ -424,18 +573,19 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   s.arena.kept_bytes = b0.arena.kept_bytes;  // instance 0's, at instance_area
   s.arena.forward_area = 0;
   s.arena.backward_area = forward_region;
-  s.arena.recompute_carry_offset = no_carry;  // per micro-batch: stage_binding::recompute_carry
+  s.arena.recompute_carry_offset = no_carry;  // per unit: stage_binding::recompute_carry
   s.carry = b0.carry;
   s.carry.device_area = dev(0, 0, b0.carry.device_area);
   s.stage = {.spec = stage, .layers = L, .instances = instances};
   s.stage_instance_of = inst;
-  s.stage_gradient.resize(M, 0);
-  for (std::uint32_t m = 0; m < M; ++m) s.stage_gradient[m] = grad_of[inst[m]];
-  s.stage_recompute_carry.resize(M, 0);
-  for (std::uint32_t m = 0; m < M; ++m) {
-    auto const r = base[pol[m]].arena.recompute_carry_offset;
-    s.stage_recompute_carry[m] = r == no_carry ? no_carry : dev(pol[m], inst[m], r);
+  s.stage_gradient.resize(U, 0);
+  for (std::uint32_t u = 0; u < U; ++u) s.stage_gradient[u] = grad_of[inst[u]];
+  s.stage_recompute_carry.resize(U, 0);
+  for (std::uint32_t u = 0; u < U; ++u) {
+    auto const r = base[bld[u]].arena.recompute_carry_offset;
+    s.stage_recompute_carry[u] = r == no_carry ? no_carry : dev(bld[u], inst[u], r);
   }
+  if (V > 1) s.stage_chunk_first = first;
   return s;
 }
 

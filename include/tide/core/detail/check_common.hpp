@@ -62,21 +62,27 @@ struct checked_program {
 };
 
 //! The carry state op layer `v`'s carry out holds: the next layer's input, or, for the last layer
-//! of a micro-batch in a stage schedule, that micro-batch's output (its own state after every
-//! layer's, so that it is never taken for the next micro-batch's input).
+//! of a unit in a stage schedule, that unit's output (its own state after every layer's, so that
+//! it is never taken for the next unit's input).
 constexpr std::uint32_t carry_out_state(schedule_view const& s, std::uint32_t v) {
   if (s.stage.present() && s.last_layer(v))
-    return static_cast<std::uint32_t>(s.layers.size()) + s.stage.micro_batch_of(v);
+    return static_cast<std::uint32_t>(s.layers.size()) + s.stage.unit_of(v);
   return v + 1;
 }
 
+//! "micro-batch 3", or interleaved "micro-batch 3 of chunk 1": unit `u` of stage binding `b`.
+inline std::string unit_name(stage_binding const& b, std::uint32_t u) {
+  auto const M = b.spec.micro_batches == 0 ? 1 : b.spec.micro_batches;
+  return "micro-batch " + std::to_string(u % M) + (b.chunk_first.empty() ? std::string() : " of chunk " + std::to_string(u / M));
+}
+
 inline std::string slot_label(schedule_view const& s, std::uint32_t layer, std::size_t k) {
-  if (k == gradient_slot) return "the boundary gradient of micro-batch " + std::to_string(layer);
+  if (k == gradient_slot) return "the boundary gradient of " + unit_name(s.stage, layer);
   if (k == carry_slot && s.stage.present() && layer >= s.layers.size())
-    return "the output of micro-batch " + std::to_string(layer - s.layers.size()) + " ('" + std::string(s.carry.name) + "')";
+    return "the output of " + unit_name(s.stage, static_cast<std::uint32_t>(layer - s.layers.size())) + " ('" + std::string(s.carry.name) + "')";
   if (k == carry_slot && s.stage.present())
     return "carry " + std::to_string(layer) + " ('" + std::string(s.carry.name) + "', the input of layer " +
-           std::to_string(s.stage.layer_of(layer)) + " of micro-batch " + std::to_string(s.stage.micro_batch_of(layer)) + ")";
+           std::to_string(s.stage.layer_of(layer)) + " of " + unit_name(s.stage, s.stage.unit_of(layer)) + ")";
   if (k == carry_slot) return "carry " + std::to_string(layer) + " ('" + std::string(s.carry.name) + "', the input of layer " + std::to_string(layer) + ")";
   return "slot '" + std::string(s.slots[s.layers[layer].first_slot + k].name) + "' of layer " + std::to_string(layer);
 }

@@ -137,9 +137,9 @@ constexpr void collect_accesses(schedule_view const& s, checked_program& p, std:
         // A receive writes a micro-batch's input (or its output's gradient); a send reads its
         // output (or its input's gradient).
         bool const write = o.kind == op_kind::receive;
-        auto const m = s.stage.micro_batch_of(o.layer);
+        auto const u = s.stage.unit_of(o.layer);
         if (o.slot == gradient_slot)
-          add_gradient(write, o.device_offset, m, false);
+          add_gradient(write, o.device_offset, u, false);
         else
           add_carry(false, write, o.device_offset, write ? o.layer : carry_out_state(s, o.layer));
         break;
@@ -148,10 +148,10 @@ constexpr void collect_accesses(schedule_view const& s, checked_program& p, std:
     // In a stage schedule a backward updates its micro-batch's boundary gradient in place, and the
     // last stage's turn (in its last layer's forward) seeds it.
     if (s.stage.present() && s.carry.present()) {
-      auto const m = s.stage.micro_batch_of(o.layer);
-      auto const at = s.stage.gradient_at(m);
-      bool const seeds = o.kind == op_kind::forward && s.last_layer(o.layer) && s.stage.spec.stage + 1 == s.stage.spec.stages;
-      if (o.kind == op_kind::backward || seeds) add_gradient(true, at, m, o.kind == op_kind::backward);
+      auto const u = s.stage.unit_of(o.layer);
+      auto const at = s.stage.gradient_at(u);
+      bool const seeds = o.kind == op_kind::forward && s.stage.ends_model(o.layer);
+      if (o.kind == op_kind::backward || seeds) add_gradient(true, at, u, o.kind == op_kind::backward);
     }
   }
   p.first_access.push_back(static_cast<std::uint32_t>(p.accesses.size()));
@@ -302,7 +302,7 @@ inline checked_program check_program(schedule_view const& s) {
     if (fwd[l] == absent) check_fail("completeness: " + layer() + " has no forward op");
     if (bwd[l] == absent) check_fail("completeness: " + layer() + " has no backward op: its gradient would never be computed");
     ordered(fwd[l], bwd[l], "a layer's backward follows its forward");
-    if (s.stage.layer_of(l) > 0) {
+    if (!s.first_layer(l)) {  // within a unit: its chunk's layers
       ordered(fwd[l - 1], fwd[l], "forwards run in layer order");
       ordered(bwd[l], bwd[l - 1], "backwards run in reverse layer order");
     }

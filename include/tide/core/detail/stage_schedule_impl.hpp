@@ -9,8 +9,8 @@
 namespace tide {
 
 TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy const& how, stage_spec const& stage,
-                                          stage_policies const& policies) {
-  return detail::build_stage(stack, how, stage, policies);
+                                          stage_policies const& policies, stage_chunks const& chunks) {
+  return detail::build_stage(stack, how, stage, policies, chunks);
 }
 
 }  // namespace tide

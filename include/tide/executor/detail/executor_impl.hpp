@@ -264,12 +264,11 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
             checks_.unwritten_rerun(i, [&] { forward_.call(forward_.obj, c); });
         // The turn: right after the last forward, in its op (on the compute stream, before
         // every recompute and backward), so that it needs no op of its own in the program.
-        if (turn_.call && o.kind == op_kind::forward && s_.last_layer(o.layer) &&
-            (!s_.stage.present() || s_.stage.spec.stage + 1 == s_.stage.spec.stages)) {
+        if (turn_.call && o.kind == op_kind::forward && (s_.stage.present() ? s_.stage.ends_model(o.layer) : s_.last_layer(o.layer))) {
           turn_context_type t{c.layer, c.stream, c.carry_out_data, s_.carry.bytes, opt_.calibrating};
           t.micro_batch = c.micro_batch;
           t.loss_scale = opt_.loss_scale;
-          if (s_.stage.present()) t.gradient_data = arenas_.device + s_.stage.gradient_at(c.micro_batch);
+          if (s_.stage.present()) t.gradient_data = arenas_.device + s_.stage.gradient_at(s_.stage.unit_of(o.layer));
           // Timed on its own where the backend's step clock can be read (`complete` moves it into
           // the timeline and ends the last forward's interval where the turn began).
           if constexpr (requires { backend_.step_clock_us(); }) {
@@ -300,9 +299,12 @@ void executor<Backend>::run(std::uint32_t i) noexcept {
       case op_kind::send:
       case op_kind::receive: {
         auto const m = s_.stage.micro_batch_of(o.layer);
+        auto const pair = o.chunks < 2 ? 0 : o.chunk + 1 < o.chunks ? 1 : 2;
         transport_context_type c{backend_.stream(o.stream), o.kind, o.slot == gradient_slot, m, s_.stage.spec.stage,
                                  s_.stage.spec.stages, arenas_.device + o.device_offset, o.bytes,
-                                 static_cast<std::uint8_t>(o.chunks == 2 ? o.chunk + 1 : 0), failed, &failed_};
+                                 static_cast<std::uint8_t>(pair), failed, &failed_};
+        c.chunk = s_.stage.chunk_of(o.layer);
+        c.virtual_stages = s_.stage.spec.virtual_stages;
         auto const& t = o.kind == op_kind::send ? send_ : receive_;
         t.call(t.obj, c);
         break;
