@@ -1,8 +1,8 @@
 """A pipeline rank that fails must not hang the job: run `pipeline_parallel` under mpirun with
 --fail-rank 2 (every other rank must exit non-zero naming rank 2, within 30 s), with --stall-rank 2
 and a short timeout (its neighbours time out naming it), with --longer-rank 2 (boundaries of
-another size, refused by name), with hostile partitions (refused by name on every rank) and with
---kill-rank 2 (rank 2 killed by SIGKILL: the job must end, non-zero, within 30 s).
+another size, refused by name), with hostile partitions (refused by name on every rank; interleaved
+ones too), with a failing rank of an interleaved ring, and with --kill-rank 2 (rank 2 killed by SIGKILL: the job must end, non-zero, within 30 s).
 
     python3 check_failures.py MPIRUN PIPELINE_PARALLEL
 """
@@ -17,13 +17,13 @@ base = [mpirun, "--oversubscribe", "-np", "4", exe, "--pp-schedule", "1f1b", "--
 failed = []
 
 
-def run(extra, tail=None):
-    """Runs the job with `extra`, prints its output, and notes a failure unless it ended non-zero
-    within 30 s; returns the output."""
+def run(extra, tail=None, order="1f1b"):
+    """Runs the job with `extra` (and the stage order `order`), prints its output, and notes a
+    failure unless it ended non-zero within 30 s; returns the output."""
     name = " ".join(extra[:2])
     t0 = time.monotonic()
     try:
-        p = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)
+        p = subprocess.run([order if a == "1f1b" else a for a in base] + extra, capture_output=True, text=True, timeout=60)
         rc, out = p.returncode, p.stdout + p.stderr
     except subprocess.TimeoutExpired:
         rc, out = None, ""
@@ -59,6 +59,23 @@ for extra, want in ((["--partition", "1,2,2"], r"stage_partition::layers has 3 e
     for r in range(4):
         if not any(l.startswith(f"pipeline_parallel: rank {r}:") and re.search(want, l) for l in out.splitlines()):
             failed.append(f"{' '.join(extra)}: rank {r} did not say /{want}/")
+
+# Interleaved: the partition lists a count per chunk of each stage (4 stages x 2 chunks).
+for extra, want in ((["--partition", "1,2,2,1"], r"stage_partition::layers has 4 entries for 8 stages"),
+                    (["--partition", "1,2,2,2,2,0,2,1"], r"stage 5 gets no layer"),
+                    (["--virtual-stages", "300"], r"virtual_stages is above tide::max_virtual_stages")):
+    out = run(extra, order="interleaved")
+    for r in range(4):
+        if not any(l.startswith(f"pipeline_parallel: rank {r}:") and re.search(want, l) for l in out.splitlines()):
+            failed.append(f"interleaved {' '.join(extra)}: rank {r} did not say /{want}/")
+out = run(["--virtual-stages", "2"])
+if "--virtual-stages needs --pp-schedule interleaved" not in out:
+    failed.append("--virtual-stages without interleaving was not refused by name")
+out = run(["--fail-rank", "1"], order="interleaved")
+for r in (0, 2, 3):
+    line = next((l for l in out.splitlines() if l.startswith(f"pipeline_parallel: rank {r}:")), None)
+    if line is None or not re.search(r"stage 1 \(rank 1\) failed or stopped answering", line):
+        failed.append(f"interleaved: rank {r} did not report that rank 1 failed: {line!r}")
 
 run(["--kill-rank", "2"], tail=2000)
 

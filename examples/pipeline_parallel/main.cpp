@@ -1,12 +1,13 @@
 // Pipeline parallelism across processes: the transformer example's decoder split into S stages,
-// one MPI rank each, trained with a stage order (GPipe or 1F1B) over M micro-batches a step.
+// one MPI rank each, trained with a stage order (GPipe, 1F1B or interleaved 1F1B) over M
+// micro-batches a step.
 // Each stage's step is a tide stage schedule (tide::build_stage_schedule): every micro-batch's
 // saved data kept, offloaded and prefetched back, or recomputed, as the policy says, the boundary
 // tensor and its gradient moved by tide::mpi::transport on the communication stream.
 //
-//   mpirun -np S pipeline_parallel --pp-schedule gpipe|1f1b --micro-batches M
-//          --policy keep-all|offload-all|offload-warmup|remat [--steps N] [--check] [--json]
-//          [--fail-rank R] [--kill-rank R] [--partition K0,K1,... [--layers N]]
+//   mpirun -np S pipeline_parallel --pp-schedule gpipe|1f1b|interleaved [--virtual-stages v]
+//          --micro-batches M --policy keep-all|offload-all|offload-warmup|remat [--steps N]
+//          [--check] [--json] [--fail-rank R] [--kill-rank R] [--partition K0,K1,... [--layers N]]
 //
 // Policies: keep-all; offload-all, every in-flight micro-batch's saved data (one held while
 // another pass runs: under 1F1B not the last stage's, whose backward follows its forward at once,
@@ -26,6 +27,10 @@
 // size than its neighbours': they refuse them by name. --partition K0,K1,... gives stage s Ks of
 // the model's layers (uneven, as Llama 3 405B's first and last stages are a layer lighter;
 // tide::check_partition refuses one that does not cover --layers, default their sum).
+// --pp-schedule interleaved gives each stage v chunks (--virtual-stages, default 2), Megatron-LM's
+// interleaved 1F1B: stage s's chunk c is virtual stage c * S + s, so --partition then lists S * v
+// counts in model order (stage 0's chunk 0, stage 1's chunk 0, ..., stage 0's chunk 1, ...) and
+// --layers-per-stage counts each chunk's layers.
 #include "example.hpp"
 #include "../transformer/task.hpp"
 #include "../transformer/tide_model.hpp"
@@ -55,7 +60,7 @@ double ms_since(clock_type::time_point t) { return std::chrono::duration<double,
 
 struct options {
   std::string order = "1f1b", policy = "keep-all", trace, partition;
-  std::uint32_t micro_batches = 8, layers_per_stage = 2, layers = 0;
+  std::uint32_t micro_batches = 8, layers_per_stage = 2, layers = 0, virtual_stages = 0;
   int steps = 2, fail_rank = -1, kill_rank = -1, stall_rank = -1, longer_rank = -1;
   long timeout_ms = 60'000;
   bool check = false, json = false, no_debug_checks = false;
@@ -122,12 +127,14 @@ int main(int argc, char** argv) {
   int const rank = world.rank(), S = world.size();
   options o;
   example::cli cli("pipeline_parallel");
-  cli.option("--pp-schedule", o.order, "gpipe|1f1b", "the stage order")
+  cli.option("--pp-schedule", o.order, "gpipe|1f1b|interleaved", "the stage order")
+      .option("--virtual-stages", o.virtual_stages, "v", "chunks per stage under --pp-schedule interleaved (default 2)")
       .option("--micro-batches", o.micro_batches, "M", "micro-batches a step")
       .option("--policy", o.policy, "NAME", "keep-all, offload-all, offload-warmup or remat")
       .option("--steps", o.steps, "N", "training steps")
-      .option("--layers-per-stage", o.layers_per_stage, "K", "decoder layers on each stage")
-      .option("--partition", o.partition, "K0,K1,...", "decoder layers per stage, uneven if you like (instead of --layers-per-stage)")
+      .option("--layers-per-stage", o.layers_per_stage, "K", "decoder layers on each stage (each chunk, interleaved)")
+      .option("--partition", o.partition, "K0,K1,...",
+              "decoder layers per stage (per chunk, interleaved: S x v counts), uneven if you like (instead of --layers-per-stage)")
       .option("--layers", o.layers, "N", "the model's decoder layers, which --partition must cover (default: its sum)")
       .option("--width", o.width, "D", "the model's width (its MLP's hidden width is 2D)")
       .option("--link-gbps", o.link_gbps, "G", "pace the host link at G GB/s each way (0: unpaced)")
@@ -141,7 +148,9 @@ int main(int argc, char** argv) {
       .flag("--json", o.json, "print the result as JSON on rank 0")
       .flag("--no-debug-checks", o.no_debug_checks, "run without the executor's debug checks (for timing: they poison and guard every copy)");
   cli.parse(argc, argv);
-  if (o.order != "gpipe" && o.order != "1f1b") cli.fail("--pp-schedule must be gpipe or 1f1b");
+  if (o.order != "gpipe" && o.order != "1f1b" && o.order != "interleaved") cli.fail("--pp-schedule must be gpipe, 1f1b or interleaved");
+  if (o.virtual_stages == 0) o.virtual_stages = o.order == "interleaved" ? 2 : 1;
+  if (o.order != "interleaved" && o.virtual_stages != 1) cli.fail("--virtual-stages needs --pp-schedule interleaved");
   if (o.steps < 1 || o.layers_per_stage < 1) cli.fail("--steps and --layers-per-stage must be at least 1");
   if (!(o.link_gbps >= 0)) cli.fail("--link-gbps must be >= 0");
   if (o.timeout_ms < 1) cli.fail("--timeout-ms must be at least 1");
@@ -152,26 +161,37 @@ int main(int argc, char** argv) {
     auto const shape = task.batch_shape(o.batch);
     transformer::config cfg;
     // The partition: --partition's counts, checked against the model, or --layers-per-stage each.
-    tide::stage_partition part{std::vector<std::uint32_t>(static_cast<std::size_t>(S), o.layers_per_stage)};
+    // Interleaved, one count per virtual stage (chunk c of stage s: entry c * S + s).
+    auto const V = o.virtual_stages;
+    auto const virtual_count = static_cast<std::uint32_t>(S) * V;
+    tide::stage_partition part{std::vector<std::uint32_t>(virtual_count, o.layers_per_stage)};
     if (!o.partition.empty()) part = parse_partition(o.partition);
     std::uint32_t model_layers = o.layers;
     if (model_layers == 0)
       for (auto k : part.layers) model_layers += k;
-    tide::check_partition(part, static_cast<std::uint32_t>(S), model_layers);
+    tide::check_partition(part, virtual_count, model_layers);
+    auto const chunks = tide::chunks_of(part, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(S), V);
+    std::vector<std::size_t> model_layer;  // per stage layer: its layer in the model (chunks in turn)
+    for (std::uint32_t c = 0; c < V; ++c)
+      for (std::uint32_t l = 0; l < chunks.layers[c]; ++l)
+        model_layer.push_back(tide::first_layer(part, c * static_cast<std::uint32_t>(S) + static_cast<std::uint32_t>(rank)) + l);
     cfg.layers = model_layers;
     cfg.width = o.width;
     cfg.mlp_hidden = 2 * o.width;
     cfg.dense_layers = cfg.layers;  // dense layers only: every stage has the same layer type
     transformer::model net(cfg, 7);  // every rank holds the same initial weights
     auto stage_cfg = cfg;
-    stage_cfg.layers = stage_cfg.dense_layers = part.layers[static_cast<std::size_t>(rank)];
+    stage_cfg.layers = stage_cfg.dense_layers = static_cast<std::uint32_t>(model_layer.size());
     auto const stack = transformer::make_stack(stage_cfg, shape);
     auto const slots = transformer::make_slot_map(stack);
     tide::stage_spec const st{.stage = static_cast<std::uint32_t>(rank), .stages = static_cast<std::uint32_t>(S),
                               .micro_batches = o.micro_batches,
-                              .order = o.order == "gpipe" ? tide::stage_order::gpipe : tide::stage_order::one_f_one_b};
+                              .order = o.order == "gpipe"   ? tide::stage_order::gpipe
+                                       : o.order == "1f1b" ? tide::stage_order::one_f_one_b
+                                                           : tide::stage_order::interleaved,
+                              .virtual_stages = V};
     tide::strategy how{.buffers = {.staging_buffers = 2}, .pipeline = {.prefetch_distance = 1}};
-    auto const schedule = tide::build_stage_schedule(stack, how, st, policies_of(o.policy, st));
+    auto const schedule = tide::build_stage_schedule(stack, how, st, policies_of(o.policy, st), chunks);
     tide::host_backend_options bo;
     if (o.link_gbps > 0) bo.d2h = bo.h2d = {o.link_gbps * 1e9, 0};
     tide::host_backend backend(bo);
@@ -180,7 +200,6 @@ int main(int argc, char** argv) {
     if (o.no_debug_checks) eo.debug_checks = false;
     tide::executor ex(backend, schedule, eo);
 
-    std::size_t const first = tide::first_layer(part, static_cast<std::uint32_t>(rank));  // this stage's first layer in the model
     bool const last_stage = rank + 1 == S;
     auto const emb = net.embedding_tensor();
     std::vector<float> head_emb(emb.size);  // the last stage's share of the embedding's gradient
@@ -196,7 +215,7 @@ int main(int argc, char** argv) {
       if (step == 1 && rank == o.stall_rank && ctx.micro_batch == 0 && ctx.layer == 0 && ctx.mode == tide::forward_mode::forward)
         std::this_thread::sleep_for(std::chrono::seconds(10));
       auto const in = ctx.template carry_in<float>();
-      auto const l = first + ctx.layer;
+      auto const l = model_layer[ctx.layer];
       if (ctx.mode == tide::forward_mode::recompute) {
         auto spans = slots.spans(ctx);
         auto const saved = slots.saved(ctx);
@@ -211,7 +230,7 @@ int main(int argc, char** argv) {
     auto backward = [&](auto const& ctx) {
       auto const t0 = clock_type::now();
       auto const g = ctx.template gradient<float>();
-      net.layer_backward(first + ctx.layer, shape, ctx.template carry_in<float>(), slots.spans(ctx), g, g);
+      net.layer_backward(model_layer[ctx.layer], shape, ctx.template carry_in<float>(), slots.spans(ctx), g, g);
       busy_ms += ms_since(t0);
     };
     auto turn = [&](auto const& ctx) {  // the last stage: the head and the loss, per micro-batch
@@ -244,7 +263,7 @@ int main(int argc, char** argv) {
       if (name == "embedding") return 0;
       if (name == "final_norm") return S - 1;
       auto const l = std::stoul(name.substr(std::strlen("layers.")));
-      return static_cast<int>(tide::stage_of_layer(part, static_cast<std::uint32_t>(l)));
+      return static_cast<int>(tide::stage_of_layer(part, static_cast<std::uint32_t>(l)) % static_cast<std::uint32_t>(S));
     };
     tide::timeline tl;
     for (step = 0; step < o.steps; ++step) {
@@ -355,8 +374,8 @@ int main(int argc, char** argv) {
     tide::mpi::check(MPI_Gather(row.data(), fields, MPI_DOUBLE, rows.data(), fields, MPI_DOUBLE, 0, world.native()), "MPI_Gather", rank);
     if (rank == 0) {
       if (o.json) {
-        std::printf("{\"pp_schedule\": \"%s\", \"policy\": \"%s\", \"micro_batches\": %u, \"stages\": [", o.order.c_str(),
-                    o.policy.c_str(), o.micro_batches);
+        std::printf("{\"pp_schedule\": \"%s\", \"virtual_stages\": %u, \"policy\": \"%s\", \"micro_batches\": %u, \"stages\": [",
+                    o.order.c_str(), V, o.policy.c_str(), o.micro_batches);
         for (int s = 0; s < S; ++s) {
           auto const* r = &rows[fields * static_cast<std::size_t>(s)];
           std::printf("%s{\"stage\": %d, \"predicted_device_peak_bytes\": %.0f, \"measured_device_peak_bytes\": %.0f, "
@@ -366,8 +385,8 @@ int main(int argc, char** argv) {
         }
         std::printf("], \"checksums_equal\": %s}\n", !o.check ? "null" : equal ? "true" : "false");
       } else {
-        std::printf("pipeline_parallel: %d stages, %s, %u micro-batches, policy %s, %d steps\n", S, o.order.c_str(),
-                    o.micro_batches, o.policy.c_str(), o.steps);
+        std::printf("pipeline_parallel: %d stages, %s, %u chunks a stage, %u micro-batches, policy %s, %d steps\n", S,
+                    o.order.c_str(), V, o.micro_batches, o.policy.c_str(), o.steps);
         std::printf("%6s %16s %16s %12s %10s %10s\n", "stage", "predicted peak", "measured peak", "host bytes", "step ms", "bubble ms");
         for (int s = 0; s < S; ++s) {
           auto const* r = &rows[fields * static_cast<std::size_t>(s)];

@@ -8,11 +8,13 @@
 //!     tide::mpi::transport t(world, tide::mpi::stage_ends{.input = embed, .input_gradient = embed_backward});
 //!     ex.step(forward, backward, tide::turn{head}, tide::hooks{.transport = std::ref(t)});
 //!
-//! - Non-blocking, paired: a send the stage schedule pairs with the next receive is posted
-//!   (`MPI_Isend`) and left in flight; the receive (`MPI_Irecv`) completes both, so two neighbours
-//!   that send to each other in 1F1B's steady state cannot deadlock. Messages between two stages
-//!   keep their order (one tag per direction on a communicator of the transport's own), which is
-//!   the stage order's: micro-batches in order both ways.
+//! - Non-blocking, grouped: transfers the stage schedule posts together (a send with the next
+//!   receive; interleaved, a round's sends with the next round's receives) are posted
+//!   (`MPI_Isend`, `MPI_Irecv`) and left in flight; the group's last completes them all, so
+//!   neighbours that send to each other (1F1B's steady state, the interleaved ring) cannot
+//!   deadlock. Messages between two stages keep their order (one tag per direction on a
+//!   communicator of the transport's own), which is the stage order's both ways; interleaved, the
+//!   last stage's chunk c feeds stage 0's chunk c + 1 (`transport_context::peer`).
 //! - Checked: every MPI call's code, the size of every message (a neighbour whose boundary tensor
 //!   has another size is named), and a timeout on every wait (`transport_options::timeout`).
 //! - Failure: a rank whose step fails (its op sees `step_failed`, or `failing` becomes true while it
@@ -75,52 +77,47 @@ class transport {
   transport& operator=(transport const&) = delete;
   ~transport() {
     // Requests still pending belong to an abandoned step: cancel what can be.
-    for (auto* r : {&notice_req_, &pending_send_})
-      if (*r != MPI_REQUEST_NULL) {
-        MPI_Cancel(r);
-        MPI_Request_free(r);
-      }
+    if (notice_req_ != MPI_REQUEST_NULL) {
+      MPI_Cancel(&notice_req_);
+      MPI_Request_free(&notice_req_);
+    }
+    drop_pending();
     MPI_Comm_free(&comm_);
   }
 
   //! The rank that failed first, as far as this rank knows (its own after its failure), or -1.
   [[nodiscard]] int failed_rank() const noexcept { return failed_rank_; }
 
-  //! A send of the boundary tensor (to stage + 1) or its gradient (to stage - 1, or the user's
-  //! `input_gradient` on stage 0).
+  //! A send of the boundary tensor (to the next stage) or its gradient (to the one before, or the
+  //! user's `input_gradient` on stage 0's first chunk).
   template <class Ctx>
   void send(Ctx const& c) {
     if (refuse(c)) return;
     auto const peer = c.peer();
     if (peer < 0) {
       ends_.input_gradient(c);
-      if (c.pair != 1) wait_for(c, {});
-      return;
+    } else {
+      pending p{MPI_REQUEST_NULL, false, static_cast<int>(peer), c.bytes, describe(c)};
+      check(MPI_Isend(c.data, count(c), MPI_BYTE, p.peer, tag(c), comm_, &p.request), "MPI_Isend", rank_);
+      pending_.push_back(std::move(p));
     }
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Isend(c.data, count(c), MPI_BYTE, static_cast<int>(peer), tag(c), comm_, &r), "MPI_Isend", rank_);
-    if (c.pair == 1) {
-      pending_send_ = r;
-      pending_what_ = describe(c);
-      return;
-    }
-    wait_for(c, {r});
+    if (c.pair != 1) wait_for(c);
   }
 
-  //! A receive of the boundary tensor (from stage - 1, or the user's `input` on stage 0) or of its
-  //! gradient (from stage + 1); completes a pair's send too.
+  //! A receive of the boundary tensor (from the stage before, or the user's `input` on stage 0's
+  //! first chunk) or of its gradient (from the next stage); the last of a group completes it.
   template <class Ctx>
   void receive(Ctx const& c) {
     if (refuse(c)) return;
     auto const peer = c.peer();
     if (peer < 0) {
       ends_.input(c);
-      wait_for(c, {});
-      return;
+    } else {
+      pending p{MPI_REQUEST_NULL, true, static_cast<int>(peer), c.bytes, describe(c)};
+      check(MPI_Irecv(c.data, count(c), MPI_BYTE, p.peer, tag(c), comm_, &p.request), "MPI_Irecv", rank_);
+      pending_.push_back(std::move(p));
     }
-    MPI_Request r = MPI_REQUEST_NULL;
-    check(MPI_Irecv(c.data, count(c), MPI_BYTE, static_cast<int>(peer), tag(c), comm_, &r), "MPI_Irecv", rank_);
-    wait_for(c, {r}, static_cast<int>(peer));
+    if (c.pair != 1) wait_for(c);
   }
 
   //! The step-end agreement: a rank whose step failed tells every rank (once).
@@ -140,7 +137,8 @@ class transport {
     return static_cast<int>(c.bytes);
   }
   static std::string describe(auto const& c) {
-    return std::string(c.gradient ? "the gradient of " : "") + "micro-batch " + std::to_string(c.micro_batch) + "'s " +
+    return std::string(c.gradient ? "the gradient of " : "") + "micro-batch " + std::to_string(c.micro_batch) +
+           (c.virtual_stages > 1 ? " (chunk " + std::to_string(c.chunk) + ")" : std::string()) + "'s " +
            (c.gradient ? (c.kind == op_kind::send ? "input" : "output") : (c.kind == op_kind::send ? "output" : "input"));
   }
   std::string who(int r) const { return "stage " + std::to_string(r) + " (rank " + std::to_string(r) + ")"; }
@@ -164,60 +162,74 @@ class transport {
     return false;
   }
 
-  //! Waits for `reqs` and a pair's pending send, polling the failure notices, this step's own
-  //! failure and the timeout. `peer` (a receive's) is named when its message has another size.
-  void wait_for(auto const& c, std::vector<MPI_Request> reqs, int peer = -1) {
-    std::size_t const receive_at = reqs.size() == 1 && peer >= 0 ? 0 : std::size_t(-1);
-    if (pending_send_ != MPI_REQUEST_NULL) reqs.push_back(std::exchange(pending_send_, MPI_REQUEST_NULL));
-    if (reqs.empty()) return;
+  //! Waits for the open group's transfers (`pending_`), polling the failure notices, this step's
+  //! own failure and the timeout; a receive's message of another size names its sender.
+  void wait_for(auto const& c) {
+    if (pending_.empty()) return;
+    std::vector<MPI_Request> reqs;
+    for (auto const& p : pending_) reqs.push_back(p.request);
     std::vector<MPI_Status> st(reqs.size());
+    auto const group = [&] {
+      std::string r;
+      for (auto const& p : pending_) r += (r.empty() ? "" : ", ") + std::string(p.receive ? "the receive of " : "the send of ") + p.what;
+      return r;
+    };
     auto const deadline = std::chrono::steady_clock::now() + opt_.timeout;
     for (;;) {
-      int done = 0;
-      if (int const rc = MPI_Testall(static_cast<int>(reqs.size()), reqs.data(), &done, st.data()); rc != MPI_SUCCESS) {
-        int cls = 0;
-        MPI_Error_class(rc == MPI_ERR_IN_STATUS && receive_at == 0 ? st[0].MPI_ERROR : rc, &cls);
-        if (cls == MPI_ERR_TRUNCATE)
-          throw collective_error("tide::mpi::transport: " + who(peer) + " sent more than the " + std::to_string(c.bytes) +
-                                 " bytes of " + describe(c) + " that stage " + std::to_string(c.stage) +
-                                 " expects: neighbouring stages must agree on the carry's size");
-        check(rc, "MPI_Testall", rank_);
+      bool done = true;
+      for (std::size_t k = 0; k < reqs.size(); ++k) {  // one at a time: what is still in flight names its peer
+        if (reqs[k] == MPI_REQUEST_NULL) continue;
+        int got = 0;
+        if (int const rc = MPI_Test(&reqs[k], &got, &st[k]); rc != MPI_SUCCESS) {
+          int cls = 0;
+          MPI_Error_class(rc, &cls);
+          if (pending_[k].receive && cls == MPI_ERR_TRUNCATE)
+            throw collective_error("tide::mpi::transport: " + who(pending_[k].peer) + " sent more than the " +
+                                   std::to_string(pending_[k].bytes) + " bytes of " + pending_[k].what + " that stage " +
+                                   std::to_string(c.stage) + " expects: neighbouring stages must agree on the carry's size");
+          check(rc, "MPI_Test", rank_);
+        }
+        pending_[k].request = reqs[k];  // null once complete
+        done = done && got;
       }
       if (done) break;
       poll_notice();
       if (failed_rank_ >= 0 && failed_rank_ != rank_) {
-        abandon(reqs);
+        auto const what = group();
+        drop_pending();
         notify(failed_rank_);
         throw collective_error("tide::mpi::transport: " + who(failed_rank_) + " failed or stopped answering during this step; rank " +
-                               std::to_string(rank_) + " stops waiting for " + describe(c) +
-                               (pending_what_.empty() ? "" : " and the send of " + pending_what_));
+                               std::to_string(rank_) + " stops waiting for " + what);
       }
       if (c.failing && c.failing->load(std::memory_order_relaxed)) {  // this rank's step failed elsewhere
-        abandon(reqs);
+        drop_pending();
         notify(rank_);
         return;
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        abandon(reqs);
-        auto const p = c.peer();
-        notify(p >= 0 ? static_cast<int>(p) : rank_);  // the others then name the rank that stopped answering
+        auto const what = group();
+        int stuck = rank_;  // the first peer whose transfer did not complete
+        for (std::size_t k = 0; k < reqs.size() && stuck == rank_; ++k)
+          if (reqs[k] != MPI_REQUEST_NULL) stuck = pending_[k].peer;
+        drop_pending();
+        notify(stuck);  // the others then name the rank that stopped answering
         throw collective_error("tide::mpi::transport: rank " + std::to_string(rank_) + " timed out after " +
-                               std::to_string(opt_.timeout.count()) + " ms waiting for " + describe(c) +
-                               (p >= 0 ? std::string(c.kind == op_kind::send ? " to reach " : " from ") + who(static_cast<int>(p)) : std::string()) +
-                               (pending_what_.empty() ? "" : " (with the send of " + pending_what_ + ")") +
+                               std::to_string(opt_.timeout.count()) + " ms waiting for " + what +
+                               (stuck != rank_ ? " (no answer from " + who(stuck) + ")" : std::string()) +
                                ": that rank is gone or stuck (transport_options::timeout)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
-    pending_what_.clear();
-    if (receive_at == 0) {
+    for (std::size_t k = 0; k < pending_.size(); ++k) {
+      if (!pending_[k].receive) continue;
       int got = 0;
-      check(MPI_Get_count(&st[0], MPI_BYTE, &got), "MPI_Get_count", rank_);
-      if (static_cast<std::size_t>(got) != c.bytes)
-        throw collective_error("tide::mpi::transport: " + who(peer) + " sent " + std::to_string(got) + " bytes for " + describe(c) +
-                               ", but stage " + std::to_string(c.stage) + "'s boundary tensor has " + std::to_string(c.bytes) +
-                               ": neighbouring stages must agree on the carry's size");
+      check(MPI_Get_count(&st[k], MPI_BYTE, &got), "MPI_Get_count", rank_);
+      if (static_cast<std::size_t>(got) != pending_[k].bytes)
+        throw collective_error("tide::mpi::transport: " + who(pending_[k].peer) + " sent " + std::to_string(got) + " bytes for " +
+                               pending_[k].what + ", but stage " + std::to_string(c.stage) + "'s boundary tensor has " +
+                               std::to_string(pending_[k].bytes) + ": neighbouring stages must agree on the carry's size");
     }
+    pending_.clear();
   }
 
   void post_notice_receive() {
@@ -241,26 +253,31 @@ class transport {
       if (MPI_Isend(&notice_out_, 1, MPI_INT, r, notice_tag, comm_, &q) == MPI_SUCCESS) MPI_Request_free(&q);
     }
   }
-  void abandon(std::vector<MPI_Request>& reqs) {
-    for (auto& r : reqs)
-      if (r != MPI_REQUEST_NULL) {
-        MPI_Cancel(&r);
-        MPI_Request_free(&r);
+  //! Cancels and frees the open group's transfers still in flight.
+  void drop_pending() noexcept {
+    for (auto& p : pending_)
+      if (p.request != MPI_REQUEST_NULL) {
+        MPI_Cancel(&p.request);
+        MPI_Request_free(&p.request);
       }
+    pending_.clear();
   }
-  void drop_pending() {
-    if (pending_send_ != MPI_REQUEST_NULL) {
-      MPI_Cancel(&pending_send_);
-      MPI_Request_free(&pending_send_);
-    }
-  }
+
+  //! A transfer of the open group, posted.
+  struct pending {
+    MPI_Request request = MPI_REQUEST_NULL;
+    bool receive = false;
+    int peer = -1;
+    std::size_t bytes = 0;
+    std::string what;
+  };
 
   Ends ends_;
   transport_options opt_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
-  MPI_Request notice_req_ = MPI_REQUEST_NULL, pending_send_ = MPI_REQUEST_NULL;
-  std::string pending_what_;
+  MPI_Request notice_req_ = MPI_REQUEST_NULL;
+  std::vector<pending> pending_;
   int notice_in_ = -1, notice_out_ = -1;
   int failed_rank_ = -1;
   bool notified_ = false;
