@@ -103,6 +103,11 @@ struct nccl_api {
   static ncclResult_t all_gather(void const* s, void* r, std::size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t st) {
     return ncclAllGather(s, r, n, t, c, st);
   }
+  static ncclResult_t send(void const* s, std::size_t n, int peer, ncclComm_t c, cudaStream_t st) {
+    return ncclSend(s, n, ncclUint8, peer, c, st);
+  }
+  static ncclResult_t recv(void* r, std::size_t n, int peer, ncclComm_t c, cudaStream_t st) { return ncclRecv(r, n, ncclUint8, peer, c, st); }
+  static ncclResult_t count(ncclComm_t c, int* n) { return ncclCommCount(c, n); }
   static ncclResult_t async_error(ncclComm_t c, ncclResult_t* e) { return ncclCommGetAsyncError(c, e); }
   static ncclResult_t abort(ncclComm_t c) { return ncclCommAbort(c); }
   static cudaError_t device_alloc(void** p, std::size_t n) { return cudaMalloc(p, n); }
@@ -113,6 +118,179 @@ struct nccl_api {
     return cudaMemcpyAsync(d, s, n, k, st);
   }
 };
+}  // namespace detail
+
+namespace detail {
+
+//! What NCCL's collective hooks and its pipeline transport share on one communicator: the
+//! step-end failure agreement, aborts, progress polling and bounded waits for `ncclInProgress`,
+//! and the NCCL group they open (see `basic_nccl_hooks` for the contract; `name` is the adapter's
+//! name in messages).
+template <class Api>
+class basic_nccl_agreement {
+ public:
+  //! `comm` must outlive the adapter. Allocates the failure flag (device and pinned host) on the
+  //! communicator's device. `progress_timeout` bounds the wait for a call that returned
+  //! `ncclInProgress` (then the communicator is aborted).
+  basic_nccl_agreement(ncclComm_t comm, std::chrono::milliseconds progress_timeout, char const* name)
+      : comm_(comm), progress_timeout_(progress_timeout), name_(name) {
+    TIDE_NCCL_CHECK(Api::user_rank(comm_, &rank_));
+    int device = 0;
+    TIDE_NCCL_CHECK(Api::cu_device(comm_, &device));
+    [[maybe_unused]] auto const on = Api::device_scope(device);
+    void* d = nullptr;
+    TIDE_CUDA_CHECK(Api::device_alloc(&d, sizeof(int)));
+    device_flag_ = static_cast<int*>(d);
+    void* h = nullptr;
+    if (auto const e = Api::host_alloc(&h, 2 * sizeof(int)); e != cudaSuccess) {
+      Api::device_free(device_flag_);
+      detail::throw_cuda_error(e, "cudaHostAlloc(&host_flags_, 2 * sizeof(int), cudaHostAllocPortable)", __FILE__,
+                               __LINE__);
+    }
+    host_flags_ = static_cast<int*>(h);
+    host_flags_[0] = host_flags_[1] = 0;
+  }
+  basic_nccl_agreement(basic_nccl_agreement const&) = delete;
+  basic_nccl_agreement& operator=(basic_nccl_agreement const&) = delete;
+  ~basic_nccl_agreement() {
+    Api::device_free(device_flag_);
+    Api::host_free(host_flags_);
+  }
+
+  //! The communicator the calls run on.
+  ncclComm_t comm() const noexcept { return comm_; }
+  //! This process's rank in the communicator.
+  int rank() const noexcept { return rank_; }
+  //! True once the adapter aborted the communicator: it is freed; do not destroy it.
+  [[nodiscard]] bool aborted() const noexcept { return aborted_; }
+  //! Aborts the communicator now (after the adapter's group, when one is open); once only.
+  void abort() noexcept {
+    if (aborted_) return;
+    if (in_group_) {
+      abort_pending_ = true;
+      return;
+    }
+    static_cast<void>(Api::abort(comm_));
+    aborted_ = true;
+  }
+
+  //! The step-end agreement (the executor calls it once per step, after all of the step's work):
+  //! all-reduces (max) whether this rank's step failed, on `ctx.stream`; `finish_step()` reads
+  //! the result once the step has synchronized.
+  void agree(step_end_context<cudaStream_t> const& ctx) {
+    throw_if_aborted();
+    int* const sent = host_flags_;  // [sent, received]: pinned, stable until the step syncs
+    sent[0] = ctx.step_failed ? rank_ + 1 : 0;
+    sent[1] = 0;
+    agreed_ = false;  // set once the whole agreement is enqueued: a partial one is not read
+    TIDE_CUDA_CHECK(Api::copy_async(device_flag_, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
+    check_nccl_call(Api::all_reduce(device_flag_, device_flag_, 1, ncclInt32, ncclMax, comm_, ctx.stream),
+                    "ncclAllReduce (step-end failure agreement)");
+    TIDE_CUDA_CHECK(Api::copy_async(sent + 1, device_flag_, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
+    agreed_ = true;
+  }
+
+  //! After the step's synchronization: throws `collective_error` when the step-end agreement says
+  //! a rank failed (every rank then throws, none reports success), or when the communicator was
+  //! aborted. Also after a graph replay of a step: its agreement was captured with it.
+  void finish_step() {
+    throw_if_aborted();
+    if (!agreed_) return;
+    if (int const worst = host_flags_[1]; worst > 0)
+      throw collective_error("tide: " + std::string(name_) + ": rank " + std::to_string(worst - 1) + " failed during this step; rank " +
+                             std::to_string(rank_) + " completed its collectives but their results are not to be used");
+  }
+
+  //! A `cuda_backend::watcher`: `backend.watch([&a](bool t) { a.poll(t); })`. Polls the
+  //! communicator while the backend waits; once the wait has timed out, aborts the communicator
+  //! (its kernels stop, the streams drain) and throws `collective_error`.
+  void poll(bool timed_out) {
+    throw_if_aborted();
+    if (!timed_out) {
+      check_progress();
+      return;
+    }
+    abort();
+    throw collective_error("tide: " + std::string(name_) + ": rank " + std::to_string(rank_) +
+                           " timed out waiting for its collectives (a peer may have died); the communicator was "
+                           "aborted and must be recreated");
+  }
+
+  //! Polls the communicator's asynchronous error: on an error, aborts the communicator and throws
+  //! `nccl_error`. Returns false while a non-blocking operation is still in progress.
+  bool check_progress() {
+    throw_if_aborted();
+    ncclResult_t async = ncclSuccess;
+    TIDE_NCCL_CHECK(Api::async_error(comm_, &async));
+    if (async == ncclSuccess) return true;
+    if (async == ncclInProgress) return false;
+    abort();  // stops this rank's NCCL kernels, so streams drain
+    throw nccl_error(async, "ncclCommGetAsyncError(comm) (the communicator was aborted)", std::string("tide::") + name_);
+  }
+
+ protected:
+  void throw_if_aborted() const {
+    if (aborted_)
+      throw collective_error("tide: " + std::string(name_) + ": rank " + std::to_string(rank_) +
+                             ": the communicator was aborted (after an NCCL error or a timeout); recreate it and the "
+                             "adapter (and do not ncclCommDestroy the aborted one)");
+  }
+  //! Opens the adapter's NCCL group.
+  void open_group() {
+    check_nccl_call(Api::group_start(), "ncclGroupStart()");
+    in_group_ = true;
+  }
+  //! Closes it; an abort asked for meanwhile runs once it is closed.
+  void end_group() {
+    in_group_ = false;
+    auto const r = Api::group_end();
+    if (std::exchange(abort_pending_, false)) abort();
+    check_nccl_call(r, "ncclGroupEnd()");
+  }
+  //! Closes the adapter's group after a failure inside it, then runs an abort asked for meanwhile.
+  void close_group() noexcept {
+    if (!in_group_) return;
+    in_group_ = false;
+    static_cast<void>(Api::group_end());
+    if (std::exchange(abort_pending_, false)) abort();
+  }
+  //! ncclInProgress is success-in-waiting on a non-blocking communicator: poll until it settles,
+  //! for at most `progress_timeout` (then abort, and throw).
+  void check_nccl_call(ncclResult_t r, char const* call) {
+    if (r == ncclInProgress) {
+      using clock = std::chrono::steady_clock;
+      auto const begin = clock::now();
+      auto const deadline = detail::deadline_after<clock>(begin, progress_timeout_);
+      while (!check_progress()) {
+        auto const now = clock::now();
+        if (now > deadline) {
+          abort();
+          throw collective_error("tide: " + std::string(name_) + ": rank " + std::to_string(rank_) + ": " + call +
+                                 " was still in progress after " + std::to_string(progress_timeout_.count()) +
+                                 " ms (a peer may have died); the communicator was aborted and must be recreated");
+        }
+        detail::pause_while_waiting(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
+      }
+      return;
+    }
+    if (r != ncclSuccess) throw nccl_error(r, call, std::string("tide::") + name_);
+  }
+  [[nodiscard]] bool in_group() const noexcept { return in_group_; }
+
+  ncclComm_t comm_;
+  std::chrono::milliseconds progress_timeout_;
+  char const* name_;
+  int rank_ = 0;
+
+ private:
+  int* device_flag_ = nullptr;   // the step-end agreement's flag
+  int* host_flags_ = nullptr;    // sent, received (pinned)
+  bool agreed_ = false;          // an agreement was enqueued (or captured): finish_step reads it
+  bool aborted_ = false;         // the communicator was aborted (and freed)
+  bool in_group_ = false;        // between the adapter's ncclGroupStart and ncclGroupEnd
+  bool abort_pending_ = false;   // an abort asked for inside the group
+};
+
 }  // namespace detail
 
 //! The hooks: pass the same object as both hooks, by reference,
@@ -140,54 +318,16 @@ struct nccl_api {
 //! it; `aborted()` says so, and the owner must not `ncclCommDestroy` it. An abort requested while
 //! the hooks' own NCCL group is open waits until the group is closed.
 template <class Api = detail::nccl_api>
-class basic_nccl_hooks {
+class basic_nccl_hooks : public detail::basic_nccl_agreement<Api> {
+  using base = detail::basic_nccl_agreement<Api>;
+
  public:
   //! `comm` must outlive the hooks; `layer_count` is the stack's. Allocates the failure flag
   //! (device and pinned host) on the communicator's device. `progress_timeout` bounds the wait
   //! for a call that returned `ncclInProgress` (then the communicator is aborted).
   basic_nccl_hooks(ncclComm_t comm, std::uint32_t layer_count,
                    std::chrono::milliseconds progress_timeout = std::chrono::minutes(5))
-      : comm_(comm), progress_timeout_(progress_timeout), before_(layer_count), before_backward_(layer_count),
-        after_(layer_count) {
-    TIDE_NCCL_CHECK(Api::user_rank(comm_, &rank_));
-    int device = 0;
-    TIDE_NCCL_CHECK(Api::cu_device(comm_, &device));
-    [[maybe_unused]] auto const on = Api::device_scope(device);
-    void* d = nullptr;
-    TIDE_CUDA_CHECK(Api::device_alloc(&d, sizeof(int)));
-    device_flag_ = static_cast<int*>(d);
-    void* h = nullptr;
-    if (auto const e = Api::host_alloc(&h, 2 * sizeof(int)); e != cudaSuccess) {
-      Api::device_free(device_flag_);
-      detail::throw_cuda_error(e, "cudaHostAlloc(&host_flags_, 2 * sizeof(int), cudaHostAllocPortable)", __FILE__,
-                               __LINE__);
-    }
-    host_flags_ = static_cast<int*>(h);
-    host_flags_[0] = host_flags_[1] = 0;
-  }
-  basic_nccl_hooks(basic_nccl_hooks const&) = delete;
-  basic_nccl_hooks& operator=(basic_nccl_hooks const&) = delete;
-  ~basic_nccl_hooks() {
-    Api::device_free(device_flag_);
-    Api::host_free(host_flags_);
-  }
-
-  //! The communicator the calls run on.
-  ncclComm_t comm() const noexcept { return comm_; }
-  //! This process's rank in the communicator.
-  int rank() const noexcept { return rank_; }
-  //! True once the hooks aborted the communicator: it is freed; do not destroy it.
-  [[nodiscard]] bool aborted() const noexcept { return aborted_; }
-  //! Aborts the communicator now (after the hooks' group, when one is open); once only.
-  void abort() noexcept {
-    if (aborted_) return;
-    if (in_group_) {
-      abort_pending_ = true;
-      return;
-    }
-    static_cast<void>(Api::abort(comm_));
-    aborted_ = true;
-  }
+      : base(comm, progress_timeout, "nccl_hooks"), before_(layer_count), before_backward_(layer_count), after_(layer_count) {}
 
   //! After layer `layer`'s backward: all-reduce `count` elements of `buffer` in place.
   basic_nccl_hooks& all_reduce(std::uint32_t layer, void* buffer, std::size_t count, ncclDataType_t type = ncclFloat32,
@@ -221,73 +361,17 @@ class basic_nccl_hooks {
   void operator()(collective_context<cudaStream_t> const& ctx) {
     auto const& calls = (ctx.kind == op_kind::gather ? before_ : ctx.kind == op_kind::regather ? before_backward_ : after_).at(ctx.layer);
     if (calls.empty()) return;
-    throw_if_aborted();
-    check_nccl_call(Api::group_start(), "ncclGroupStart()");
+    this->throw_if_aborted();
     // The group must be closed even when a call fails, or NCCL's group state leaks into the
     // next collective; an abort asked for meanwhile runs once it is closed.
-    in_group_ = true;
+    this->open_group();
     try {
       for (auto const& c : calls) enqueue(c, ctx.stream);
     } catch (...) {
-      close_group();
+      this->close_group();
       throw;
     }
-    in_group_ = false;
-    check_nccl_call(Api::group_end(), "ncclGroupEnd()");
-  }
-
-  //! The step-end agreement (the executor calls it once per step, after all of the step's work):
-  //! all-reduces (max) whether this rank's step failed, on `ctx.stream`; `finish_step()` reads
-  //! the result once the step has synchronized.
-  void agree(step_end_context<cudaStream_t> const& ctx) {
-    throw_if_aborted();
-    int* const sent = host_flags_;  // [sent, received]: pinned, stable until the step syncs
-    sent[0] = ctx.step_failed ? rank_ + 1 : 0;
-    sent[1] = 0;
-    agreed_ = false;  // set once the whole agreement is enqueued: a partial one is not read
-    TIDE_CUDA_CHECK(Api::copy_async(device_flag_, sent, sizeof(int), cudaMemcpyHostToDevice, ctx.stream));
-    check_nccl_call(Api::all_reduce(device_flag_, device_flag_, 1, ncclInt32, ncclMax, comm_, ctx.stream),
-                    "ncclAllReduce (step-end failure agreement)");
-    TIDE_CUDA_CHECK(Api::copy_async(sent + 1, device_flag_, sizeof(int), cudaMemcpyDeviceToHost, ctx.stream));
-    agreed_ = true;
-  }
-
-  //! After the step's synchronization: throws `collective_error` when the step-end agreement says
-  //! a rank failed (every rank then throws, none reports success), or when the communicator was
-  //! aborted. Also after a graph replay of a step: its agreement was captured with it.
-  void finish_step() {
-    throw_if_aborted();
-    if (!agreed_) return;
-    if (int const worst = host_flags_[1]; worst > 0)
-      throw collective_error("tide: nccl_hooks: rank " + std::to_string(worst - 1) + " failed during this step; rank " +
-                             std::to_string(rank_) + " completed its collectives but their results are not to be used");
-  }
-
-  //! A `cuda_backend::watcher`: `backend.watch([&hooks](bool t) { hooks.poll(t); })`. Polls the
-  //! communicator while the backend waits; once the wait has timed out, aborts the communicator
-  //! (its kernels stop, the streams drain) and throws `collective_error`.
-  void poll(bool timed_out) {
-    throw_if_aborted();
-    if (!timed_out) {
-      check_progress();
-      return;
-    }
-    abort();
-    throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) +
-                           " timed out waiting for its collectives (a peer may have died); the communicator was "
-                           "aborted and must be recreated");
-  }
-
-  //! Polls the communicator's asynchronous error: on an error, aborts the communicator and throws
-  //! `nccl_error`. Returns false while a non-blocking operation is still in progress.
-  bool check_progress() {
-    throw_if_aborted();
-    ncclResult_t async = ncclSuccess;
-    TIDE_NCCL_CHECK(Api::async_error(comm_, &async));
-    if (async == ncclSuccess) return true;
-    if (async == ncclInProgress) return false;
-    abort();  // stops this rank's NCCL kernels, so streams drain
-    throw nccl_error(async, "ncclCommGetAsyncError(comm) (the communicator was aborted)", "tide::nccl_hooks");
+    this->end_group();
   }
 
  private:
@@ -299,63 +383,22 @@ class basic_nccl_hooks {
     where[layer].push_back(c);
     return *this;
   }
-  void throw_if_aborted() const {
-    if (aborted_)
-      throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) +
-                             ": the communicator was aborted (after an NCCL error or a timeout); recreate it and the "
-                             "hooks (and do not ncclCommDestroy the aborted one)");
-  }
-  //! Closes the hooks' group after a failure inside it, then runs an abort asked for meanwhile.
-  void close_group() noexcept {
-    in_group_ = false;
-    static_cast<void>(Api::group_end());
-    if (std::exchange(abort_pending_, false)) abort();
-  }
-  //! ncclInProgress is success-in-waiting on a non-blocking communicator: poll until it settles,
-  //! for at most `progress_timeout` (then abort, and throw).
-  void check_nccl_call(ncclResult_t r, char const* call) {
-    if (r == ncclInProgress) {
-      using clock = std::chrono::steady_clock;
-      auto const begin = clock::now();
-      auto const deadline = detail::deadline_after<clock>(begin, progress_timeout_);
-      while (!check_progress()) {
-        auto const now = clock::now();
-        if (now > deadline) {
-          abort();
-          throw collective_error("tide: nccl_hooks: rank " + std::to_string(rank_) + ": " + call + " was still in "
-                                 "progress after " + std::to_string(progress_timeout_.count()) +
-                                 " ms (a peer may have died); the communicator was aborted and must be recreated");
-        }
-        detail::pause_while_waiting(std::chrono::duration_cast<std::chrono::microseconds>(now - begin));
-      }
-      return;
-    }
-    if (r != ncclSuccess) throw nccl_error(r, call, "tide::nccl_hooks");
-  }
   void enqueue(nccl_call const& c, cudaStream_t s) {
+    auto const comm = this->comm_;
     switch (c.kind) {
       case nccl_call::all_reduce:
-        check_nccl_call(Api::all_reduce(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclAllReduce");
+        this->check_nccl_call(Api::all_reduce(c.send, c.recv, c.count, c.type, c.op, comm, s), "ncclAllReduce");
         break;
       case nccl_call::reduce_scatter:
-        check_nccl_call(Api::reduce_scatter(c.send, c.recv, c.count, c.type, c.op, comm_, s), "ncclReduceScatter");
+        this->check_nccl_call(Api::reduce_scatter(c.send, c.recv, c.count, c.type, c.op, comm, s), "ncclReduceScatter");
         break;
       case nccl_call::all_gather:
-        check_nccl_call(Api::all_gather(c.send, c.recv, c.count, c.type, comm_, s), "ncclAllGather");
+        this->check_nccl_call(Api::all_gather(c.send, c.recv, c.count, c.type, comm, s), "ncclAllGather");
         break;
     }
   }
 
-  ncclComm_t comm_;
-  std::chrono::milliseconds progress_timeout_;
-  int rank_ = 0;
   std::vector<list> before_, before_backward_, after_;
-  int* device_flag_ = nullptr;   // the step-end agreement's flag
-  int* host_flags_ = nullptr;    // sent, received (pinned)
-  bool agreed_ = false;          // an agreement was enqueued (or captured): finish_step reads it
-  bool aborted_ = false;         // the communicator was aborted (and freed)
-  bool in_group_ = false;        // between the hooks' ncclGroupStart and ncclGroupEnd
-  bool abort_pending_ = false;   // an abort asked for inside the group
 };
 
 //! The NCCL hooks on the real NCCL and CUDA runtime.
