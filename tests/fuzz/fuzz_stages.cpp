@@ -5,7 +5,8 @@
 // backward, forward first, backwards in micro-batch order, the peak in flight in closed form, and
 // every pass after what it waits on. A finding prints what broke and aborts (libFuzzer keeps the
 // input). Input format (read front to back; missing bytes read as 0):
-//   byte 0: order (low bit: 0 gpipe, 1 1f1b; 0xFF: an invalid enumerator); bytes 1-2: stages;
+//   byte 0: order (low bit: 0 gpipe, 1 1f1b; bit 1: interleaved, with bits 2-4 its virtual
+//   stages, 0 and 1 refused; 0xFF: an invalid enumerator); bytes 1-2: stages;
 //   bytes 3-4: stage; bytes 5-7: micro-batches; then per stage (at most 8 read) three times, each
 //   one byte: 0xFF NaN, 0xFE -1, 0xFD 1e13, 0xFC infinity, else the byte / 4 microseconds.
 // The bytes left over are a partition's input (plan/partition.hpp): two times for the first and
@@ -36,7 +37,7 @@ struct reader {
 
 [[noreturn]] void finding(char const* what, tide::stage_spec const& s) {
   std::fprintf(stderr, "fuzz_stages: %s (stage %u of %u, %u micro-batches, %s)\n", what, s.stage, s.stages, s.micro_batches,
-               s.order == tide::stage_order::gpipe ? "gpipe" : "1f1b or invalid");
+               s.order == tide::stage_order::gpipe ? "gpipe" : s.order == tide::stage_order::interleaved ? "interleaved" : "1f1b or invalid");
   std::abort();
 }
 
@@ -57,35 +58,48 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
   auto const o = r.byte();
   tide::stage_spec s;
   s.order = o == 0xFF ? static_cast<tide::stage_order>(7) : (o & 1) ? tide::stage_order::one_f_one_b : tide::stage_order::gpipe;
+  if (o != 0xFF && (o & 2)) {
+    s.order = tide::stage_order::interleaved;
+    s.virtual_stages = (o >> 2) & 7;
+  }
   s.stages = r.byte() | r.byte() << 8;
   s.stage = r.byte() | r.byte() << 8;
   s.micro_batches = r.byte() | r.byte() << 8 | r.byte() << 16;
   // Keep one input's work small: the order is 2 x micro_batches entries, the timeline stages x
   // micro_batches passes (the limits themselves are the unit test's).
-  if (std::uint64_t{s.micro_batches} * std::max<std::uint32_t>(s.stages, 1) > (1u << 16)) return 0;
+  if (std::uint64_t{s.micro_batches} * std::max<std::uint32_t>(s.stages, 1) * std::max<std::uint32_t>(s.virtual_stages, 1) > (1u << 16))
+    return 0;
   std::vector<tide::stage_costs> costs;
   for (std::uint32_t k = 0; k < std::min<std::uint32_t>(s.stages, 8); ++k)
     costs.push_back({.forward_us = time_of(r.byte()), .backward_us = time_of(r.byte()), .transfer_us = time_of(r.byte())});
   try {
     auto const v = tide::stage_steps(s);
-    if (v.size() != 2 * std::size_t{s.micro_batches}) finding("an order of the wrong length", s);
-    std::vector<char> fwd(s.micro_batches, 0), bwd(s.micro_batches, 0);
-    std::uint32_t next_f = 0, next_b = 0, live = 0, peak = 0;
+    auto const V = s.virtual_stages, M = s.micro_batches, U = M * V;
+    if (v.size() != 2 * std::size_t{U}) finding("an order of the wrong length", s);
+    std::vector<char> fwd(U, 0);
+    std::vector<std::uint32_t> next_f(V, 0), next_b(V, 0);
+    std::uint32_t live = 0, peak = 0;
     for (auto const& x : v) {
-      if (x.micro_batch >= s.micro_batches) finding("a micro-batch out of range", s);
+      if (x.micro_batch >= M || x.chunk >= V) finding("a unit out of range", s);
+      auto const u = tide::stage_unit(s, x.chunk, x.micro_batch);
       if (x.pass == tide::stage_pass::forward) {
-        if (x.micro_batch != next_f++) finding("forwards out of order", s);
-        fwd[x.micro_batch] = 1;
+        if (x.micro_batch != next_f[x.chunk]++) finding("a chunk's forwards out of order", s);
+        if (x.chunk > 0 && !fwd[u - M]) finding("a chunk's forward before the chunk before it", s);
+        fwd[u] = 1;
         peak = std::max(peak, ++live);
       } else {
-        if (x.micro_batch != next_b++) finding("backwards out of micro-batch order", s);
-        if (!fwd[x.micro_batch]) finding("a backward before its forward", s);
-        bwd[x.micro_batch] = 1;
+        if (x.micro_batch != next_b[x.chunk]++) finding("backwards out of micro-batch order", s);
+        if (!fwd[u]) finding("a backward before its forward", s);
         --live;
       }
     }
     if (live != 0) finding("micro-batches left in flight", s);
-    auto const expect = s.order == tide::stage_order::gpipe ? s.micro_batches : s.stages - s.stage;
+    auto const S = s.stages, st = s.stage;
+    auto const w = std::min((S - st - 1) * 2 + (V - 1) * S, U);
+    auto const expect = s.order == tide::stage_order::gpipe        ? M
+                        : s.order == tide::stage_order::one_f_one_b ? S - st
+                        : M == S                                   ? U
+                                                                   : std::min(w + 1, U);
     if (peak != expect || tide::peak_in_flight(s) != peak) finding("the peak in flight is not the closed form", s);
   } catch (tide::error const&) {
     // a refused stage: fine
