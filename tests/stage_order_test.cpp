@@ -131,13 +131,17 @@ TEST(StageOrder, EveryInterleavedOrderIsWellFormed) {
             if (v[i].pass == stage_pass::forward) {
               ASSERT_EQ(v[i].micro_batch, next_f[v[i].chunk]++) << "a chunk's forwards out of order";
               ASSERT_EQ(fwd_at[u], -1);
-              if (v[i].chunk > 0) ASSERT_GE(fwd_at[u - M], 0) << "chunk c + 1's forward before chunk c's";
+              if (v[i].chunk > 0) {
+                ASSERT_GE(fwd_at[u - M], 0) << "chunk c + 1's forward before chunk c's";
+              }
               fwd_at[u] = static_cast<int>(i);
               peak = std::max(peak, ++live);
             } else {
               ASSERT_EQ(v[i].micro_batch, next_b[v[i].chunk]++) << "a chunk's backwards out of micro-batch order";
               ASSERT_GE(fwd_at[u], 0) << "a backward before its forward";
-              if (v[i].chunk + 1 < V) ASSERT_GE(bwd_at[u + M], 0) << "chunk c's backward before chunk c + 1's";
+              if (v[i].chunk + 1 < V) {
+                ASSERT_GE(bwd_at[u + M], 0) << "chunk c's backward before chunk c + 1's";
+              }
               bwd_at[u] = static_cast<int>(i);
               --live;
             }

@@ -149,3 +149,18 @@ TEST(StagePartition, HostileCostsAreRefusedByName) {
   EXPECT_NE(by_cost({1, 1}, 3).find("2 layers cannot give each of 3 stages one"), std::string::npos);
   EXPECT_NE(by_cost(std::vector<double>(100000, 1.0), 16).find("group layers into blocks"), std::string::npos);
 }
+
+// Interleaved partitions: one entry per virtual stage (stage s's chunk c at c * S + s); a stage's
+// chunks and its layers' places in the model, in its order.
+TEST(StagePartition, InterleavedStagesTakeEveryStagesEntryInTurn) {
+  tide::stage_partition const p{{1, 2, 3, 4, 5, 6}};  // 3 stages of 2 chunks, 21 layers
+  tide::check_partition(p, 6, 21);
+  EXPECT_EQ(tide::chunks_of(p, 0, 3, 2).layers, (std::vector<std::uint32_t>{1, 4}));
+  EXPECT_EQ(tide::chunks_of(p, 2, 3, 2).layers, (std::vector<std::uint32_t>{3, 6}));
+  EXPECT_EQ(tide::model_layers_of(p, 1, 3, 2), (std::vector<std::uint32_t>{1, 2, 10, 11, 12, 13, 14}));
+  EXPECT_EQ(tide::model_layers_of(p, 0, 3, 2), (std::vector<std::uint32_t>{0, 6, 7, 8, 9}));
+  EXPECT_EQ(tide::model_layers_of({{2, 3}}, 1, 2), (std::vector<std::uint32_t>{2, 3, 4}));  // one chunk a stage
+  EXPECT_EQ(tide::stage_of_layer(p, 12) % 3, 1u);  // a layer's virtual stage modulo the stages: its stage
+  EXPECT_THROW((void)tide::model_layers_of(p, 0, 4, 2), tide::schedule_error);
+  EXPECT_THROW((void)tide::chunks_of(p, 3, 3, 2), tide::schedule_error);
+}

@@ -235,6 +235,9 @@ TEST(StageSchedule, HostileInputsAreRefusedByName) {
                                      {{{}, {tide::rule_spec{.where = tide::placement::offload, .slots = {"nope"}}}}, {0, 1}});
   });
   EXPECT_TRUE(has(m, "policy 1:")) << m;
+  // Spilling: refused by name (a spill ring per unit in flight is not built yet).
+  m = what([&] { (void)tide::build_stage_schedule(st, {.policy = {tide::rule_spec{.where = tide::placement::spill}}}, {.stages = 2, .micro_batches = 2}); });
+  EXPECT_TRUE(has(m, "spills slots to storage, which a stage schedule does not take yet")) << m;
   // The executor: a stage schedule needs a transport, and a transport a stage schedule.
   auto const s = tide::build_stage_schedule(st, {}, {.stages = 2, .micro_batches = 2});
   tide::host_backend b;
@@ -380,8 +383,7 @@ namespace {
 // s's chunk c is entry c * S + s).
 std::vector<std::vector<std::uint32_t>> model_layers(tide::stage_partition const& p, std::uint32_t S) {
   std::vector<std::vector<std::uint32_t>> r(S);
-  for (std::uint32_t j = 0; j < p.layers.size(); ++j)
-    for (std::uint32_t l = 0; l < p.layers[j]; ++l) r[j % S].push_back(tide::first_layer(p, j) + l);
+  for (std::uint32_t s = 0; s < S; ++s) r[s] = tide::model_layers_of(p, s, S, static_cast<std::uint32_t>(p.layers.size()) / S);
   return r;
 }
 
@@ -678,10 +680,46 @@ TEST(StageSchedule, InterleavedHostileInputsAndBrokenProgramsAreRefused) {
       }
   });
   EXPECT_TRUE(has(m, "is not the group's next transfer")) << m;
+  m = broken([](tide::schedule& s) {  // a group's receive onto the bytes its send reads
+    for (std::size_t i = 0; i + 1 < s.ops.size(); ++i)
+      if (tide::is_boundary(s.ops[i].kind) && s.ops[i].kind == tide::op_kind::send && s.ops[i].chunks >= 2 &&
+          s.ops[i + 1].kind == tide::op_kind::receive && s.ops[i + 1].chunk == s.ops[i].chunk + 1) {
+        s.ops[i + 1].device_offset = s.ops[i].device_offset;
+        break;
+      }
+  });
+  EXPECT_TRUE(has(m, "are posted together (one group) but touch the same device bytes")) << m;
   m = broken([](tide::schedule& s) { s.stage_chunk_first[1] = 0; });
   EXPECT_TRUE(has(m, "does not split the stage's layers into non-empty chunks")) << m;
   m = broken([](tide::schedule& s) { s.stage_chunk_first.pop_back(); });
   EXPECT_TRUE(has(m, "chunk table has 2 entries for 2 chunks")) << m;
   m = broken([](tide::schedule& s) { s.stage_gradient.pop_back(); });
   EXPECT_TRUE(has(m, "not one per unit (8)")) << m;
+}
+
+// A policy's layer bounds count the stage's layers over all its chunks (a rule for stage layers
+// 1 to 3 remats those, whichever chunk they are in), and a rule unused on the whole stage is
+// refused as on a stack.
+TEST(StageSchedule, InterleavedRulesCountTheStagesLayers) {
+  tide::stack_spec st;
+  st.carry = {"x", 256};
+  st.append(tide::layer_spec{"block", {{"a", 512}}}, 4);
+  tide::stage_spec const sp{.stage = 0, .stages = 2, .micro_batches = 2, .order = tide::stage_order::interleaved, .virtual_stages = 2};
+  auto const where = [&](tide::policy_spec const& p, tide::stage_chunks const& ch) {
+    auto const s = tide::build_stage_schedule(st, {.policy = p}, sp, {}, ch);
+    std::string r;
+    for (std::uint32_t l = 0; l < 4; ++l) r += s.view().slots_of(l)[0].where == tide::placement::remat ? 'r' : s.view().slots_of(l)[0].where == tide::placement::offload ? 'o' : 'k';
+    return r;
+  };
+  tide::policy_spec const tail{tide::rule_spec{.where = tide::placement::remat, .first_layer = 1}};
+  EXPECT_EQ(where(tail, {{2, 2}}), "krrr");
+  EXPECT_EQ(where(tail, {{1, 3}}), "krrr");
+  tide::policy_spec const last{tide::rule_spec{.where = tide::placement::offload, .first_layer = tide::from_end(1)}};
+  EXPECT_EQ(where(last, {{2, 2}}), "kkko");  // the stage's last layer, not each chunk's
+  tide::policy_spec const second_chunk{tide::rule_spec{.where = tide::placement::offload, .first_layer = 2}};
+  EXPECT_EQ(where(second_chunk, {{2, 2}}), "kkoo");  // a rule that misses chunk 0 is not unused there
+  auto const m = what([&] {
+    (void)tide::build_stage_schedule(st, {.policy = {tide::rule_spec{.where = tide::placement::offload, .first_layer = 4}}}, sp, {}, {{2, 2}});
+  });
+  EXPECT_NE(m.find("decides no (layer, slot)"), std::string::npos) << m;
 }

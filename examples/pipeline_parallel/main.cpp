@@ -163,6 +163,13 @@ int main(int argc, char** argv) {
     // The partition: --partition's counts, checked against the model, or --layers-per-stage each.
     // Interleaved, one count per virtual stage (chunk c of stage s: entry c * S + s).
     auto const V = o.virtual_stages;
+    tide::stage_spec const st{.stage = static_cast<std::uint32_t>(rank), .stages = static_cast<std::uint32_t>(S),
+                              .micro_batches = o.micro_batches,
+                              .order = o.order == "gpipe"   ? tide::stage_order::gpipe
+                                       : o.order == "1f1b" ? tide::stage_order::one_f_one_b
+                                                           : tide::stage_order::interleaved,
+                              .virtual_stages = V};
+    tide::check_stage(st);  // before sizing anything by its virtual stages
     auto const virtual_count = static_cast<std::uint32_t>(S) * V;
     tide::stage_partition part{std::vector<std::uint32_t>(virtual_count, o.layers_per_stage)};
     if (!o.partition.empty()) part = parse_partition(o.partition);
@@ -170,11 +177,8 @@ int main(int argc, char** argv) {
     if (model_layers == 0)
       for (auto k : part.layers) model_layers += k;
     tide::check_partition(part, virtual_count, model_layers);
-    auto const chunks = tide::chunks_of(part, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(S), V);
-    std::vector<std::size_t> model_layer;  // per stage layer: its layer in the model (chunks in turn)
-    for (std::uint32_t c = 0; c < V; ++c)
-      for (std::uint32_t l = 0; l < chunks.layers[c]; ++l)
-        model_layer.push_back(tide::first_layer(part, c * static_cast<std::uint32_t>(S) + static_cast<std::uint32_t>(rank)) + l);
+    auto const chunks = tide::chunks_of(part, st.stage, st.stages, V);
+    auto const model_layer = tide::model_layers_of(part, st.stage, st.stages, V);  // per stage layer: its layer in the model
     cfg.layers = model_layers;
     cfg.width = o.width;
     cfg.mlp_hidden = 2 * o.width;
@@ -184,12 +188,6 @@ int main(int argc, char** argv) {
     stage_cfg.layers = stage_cfg.dense_layers = static_cast<std::uint32_t>(model_layer.size());
     auto const stack = transformer::make_stack(stage_cfg, shape);
     auto const slots = transformer::make_slot_map(stack);
-    tide::stage_spec const st{.stage = static_cast<std::uint32_t>(rank), .stages = static_cast<std::uint32_t>(S),
-                              .micro_batches = o.micro_batches,
-                              .order = o.order == "gpipe"   ? tide::stage_order::gpipe
-                                       : o.order == "1f1b" ? tide::stage_order::one_f_one_b
-                                                           : tide::stage_order::interleaved,
-                              .virtual_stages = V};
     tide::strategy how{.buffers = {.staging_buffers = 2}, .pipeline = {.prefetch_distance = 1}};
     auto const schedule = tide::build_stage_schedule(stack, how, st, policies_of(o.policy, st), chunks);
     tide::host_backend_options bo;

@@ -23,6 +23,8 @@ struct transfer {
   bool send = false;
   int peer = -1;
   std::size_t bytes = 0;
+  bool gradient = false;  // what the transport was asked to move (not on NCCL's wire: checked by the replay)
+  std::uint32_t micro_batch = 0, chunk = 0;
 };
 using group = std::vector<transfer>;
 
@@ -32,6 +34,7 @@ struct fake {
   static inline ncclResult_t calls = ncclSuccess;  // what ncclSend and ncclRecv return
   static inline bool group_open = false;
   static inline std::vector<group> groups;  // this rank's, in issue order (a call outside a group is one alone)
+  static inline transfer asked{};           // the transfer the transport is asked for (set by run_boundaries)
   static void reset(int r, int n) {
     rank = r, ranks = n, calls = ncclSuccess, group_open = false;
     groups.clear();
@@ -50,7 +53,9 @@ struct fake {
   static ncclResult_t p2p(bool send, std::size_t n, int peer) {
     if (calls != ncclSuccess) return calls;
     if (!group_open) groups.emplace_back();
-    groups.back().push_back({send, peer, n});
+    auto t = asked;
+    t.send = send, t.peer = peer, t.bytes = n;
+    groups.back().push_back(t);
     return ncclSuccess;
   }
   static ncclResult_t send(void const*, std::size_t n, int peer, ncclComm_t, cudaStream_t) { return p2p(true, n, peer); }
@@ -92,6 +97,7 @@ void run_boundaries(tide::schedule const& s, transport_t& t, bool failed = false
                                             static_cast<std::uint8_t>(o.chunks < 2 ? 0 : o.chunk + 1 < o.chunks ? 1 : 2), failed};
     c.chunk = v.stage.chunk_of(o.layer);
     c.virtual_stages = v.stage.spec.virtual_stages;
+    fake::asked = {.gradient = c.gradient, .micro_batch = c.micro_batch, .chunk = c.chunk};
     if (o.kind == tide::op_kind::send) t.send(c);
     else t.receive(c);
   }
@@ -102,7 +108,7 @@ std::string replay(std::vector<std::vector<group>> const& ranks) {
   auto const S = ranks.size();
   std::vector<std::size_t> at(S, 0);
   std::vector<bool> posted(S, false);
-  std::map<std::tuple<int, int>, std::vector<std::size_t>> sends, recvs;  // (from, to): sizes posted, in order
+  std::map<std::tuple<int, int>, std::vector<transfer>> sends, recvs;  // (from, to): transfers posted, in order
   std::vector<std::vector<std::tuple<bool, int, int, std::size_t>>> mine(S);  // the posted group: (send, from, to, index)
   for (;;) {
     bool progress = false, done = true;
@@ -115,17 +121,29 @@ std::string replay(std::vector<std::vector<group>> const& ranks) {
           auto const from = x.send ? static_cast<int>(r) : x.peer, to = x.send ? x.peer : static_cast<int>(r);
           auto& q = (x.send ? sends : recvs)[{from, to}];
           mine[r].emplace_back(x.send, from, to, q.size());
-          q.push_back(x.bytes);
+          q.push_back(x);
         }
         posted[r] = progress = true;
       }
       bool complete = true;
       for (auto const& [send, from, to, i] : mine[r]) {
         auto const& other = (send ? recvs : sends)[{from, to}];
-        if (other.size() <= i) complete = false;
-        else if (other[i] != (send ? sends : recvs)[{from, to}][i])
-          return "rank " + std::to_string(from) + " sends " + std::to_string(sends[{from, to}][i]) + " bytes that rank " +
-                 std::to_string(to) + " receives as " + std::to_string(recvs[{from, to}][i]);
+        if (other.size() <= i) {
+          complete = false;
+          continue;
+        }
+        // The send and the receive NCCL matches must be the same boundary: its size, its
+        // direction and micro-batch, and the chunk the ring maps it to (the last stage's chunk c
+        // feeds stage 0's c + 1; the gradient goes back the other way).
+        auto const& x = sends[{from, to}][i];
+        auto const& y = recvs[{from, to}][i];
+        bool const wrap = x.gradient ? from < to : from > to;
+        auto const want_chunk = wrap ? (x.gradient ? x.chunk - 1 : x.chunk + 1) : x.chunk;
+        if (x.bytes != y.bytes || x.gradient != y.gradient || x.micro_batch != y.micro_batch || y.chunk != want_chunk)
+          return "rank " + std::to_string(from) + " sends " + (x.gradient ? "a gradient" : "a tensor") + " of micro-batch " +
+                 std::to_string(x.micro_batch) + " chunk " + std::to_string(x.chunk) + " that rank " + std::to_string(to) +
+                 " receives as " + (y.gradient ? "a gradient" : "a tensor") + " of micro-batch " + std::to_string(y.micro_batch) +
+                 " chunk " + std::to_string(y.chunk);
       }
       if (complete) ++at[r], posted[r] = false, progress = true;
     }
@@ -145,7 +163,9 @@ std::string replay(std::vector<std::vector<group>> const& ranks) {
 }  // namespace
 
 // GPipe, 1F1B and interleaved pipelines of 2 to 5 stages: every rank's NCCL groups meet their
-// peers' without a deadlock, and stage 0's first chunk calls the user's ends once per micro-batch.
+// peers' without a deadlock, each send meeting the receive of the same boundary (NCCL has no tags:
+// the order on each pair of ranks must agree), and stage 0's first chunk calls the user's ends
+// once per micro-batch.
 TEST(NcclTransport, EveryStagesGroupsMeetTheirPeersWithoutDeadlock) {
   tide::stack_spec st;
   st.carry = {"x", 256};

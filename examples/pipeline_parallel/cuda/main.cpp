@@ -9,8 +9,9 @@
 //
 // --check runs every micro-batch through the whole model on rank 0 (the same kernels, one after
 // the other) and compares every stage's weight gradients and stage 0's input gradients bitwise.
-// Needs one GPU per rank (NCCL cannot run two ranks on one device): with fewer it says so and
-// exits 77 (skipped) on every rank; without a GPU, the same. Every GPU is taken to be the same
+// Needs one GPU per rank (NCCL cannot run two ranks on one device; a node's ranks take its GPUs
+// in local rank order): with fewer it says so and exits 77 (skipped) on every rank; without a
+// GPU, the same. Every GPU is taken to be the same
 // model (cuBLAS's results are compared bitwise across them).
 #include "example.hpp"
 #include "kernels.hpp"       // this example's accumulate
@@ -141,19 +142,27 @@ int main(int argc, char** argv) {
   if (o.virtual_stages == 0) o.virtual_stages = o.order == "interleaved" ? 2 : 1;
   if (o.steps < 1 || o.layers_per_stage < 1 || o.width < 1 || o.batch < 1) cli.fail("--steps, --layers-per-stage, --width and --batch must be at least 1");
 
-  // One GPU per rank, or every rank skips.
+  if (o.order != "interleaved" && o.virtual_stages != 1) cli.fail("--virtual-stages needs --pp-schedule interleaved");
+  // One GPU per rank on each node (the node's ranks take its GPUs in local rank order), or every
+  // rank skips.
+  MPI_Comm node = MPI_COMM_NULL;
+  tide::mpi::check(MPI_Comm_split_type(world.native(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node), "MPI_Comm_split_type", rank);
+  int local_rank = 0, local_ranks = 1;
+  tide::mpi::check(MPI_Comm_rank(node, &local_rank), "MPI_Comm_rank", rank);
+  tide::mpi::check(MPI_Comm_size(node, &local_ranks), "MPI_Comm_size", rank);
+  MPI_Comm_free(&node);
   int devices = 0;
   bool const usable = !example::without_device("pipeline_parallel_cuda") && cudaGetDeviceCount(&devices) == cudaSuccess;
-  int ok = usable && devices >= S ? 1 : 0, all = 0;
+  int ok = usable && devices >= local_ranks ? 1 : 0, all = 0;
   tide::mpi::check(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, world.native()), "MPI_Allreduce", rank);
   if (!all) {
     if (rank == 0)
-      std::printf("pipeline_parallel_cuda: %d ranks need a GPU each (NCCL cannot run two ranks on one device), %d found; skipping\n",
-                  S, devices);
+      std::printf("pipeline_parallel_cuda: every rank needs a GPU of its own (NCCL cannot run two ranks on one device): %d "
+                  "ranks on this node, %d GPUs found; skipping\n", local_ranks, devices);
     return example::skip_exit_code;
   }
   try {
-    TIDE_CUDA_CHECK(cudaSetDevice(rank));
+    TIDE_CUDA_CHECK(cudaSetDevice(local_rank));
     ncclUniqueId id{};
     if (rank == 0) TIDE_NCCL_CHECK(ncclGetUniqueId(&id));
     tide::mpi::check(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, world.native()), "MPI_Bcast", rank);
@@ -165,10 +174,7 @@ int main(int argc, char** argv) {
     std::uint32_t L = 0;
     for (auto k : part.layers) L += k;
     auto const chunks = tide::chunks_of(part, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(S), V);
-    std::vector<std::uint32_t> model_layer;  // per stage layer: its layer in the model
-    for (std::uint32_t c = 0; c < V; ++c)
-      for (std::uint32_t l = 0; l < chunks.layers[c]; ++l)
-        model_layer.push_back(tide::first_layer(part, c * static_cast<std::uint32_t>(S) + static_cast<std::uint32_t>(rank)) + l);
+    auto const model_layer = tide::model_layers_of(part, static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(S), V);
 
     model const net(L, static_cast<int>(o.batch), static_cast<int>(o.width));
     auto const bytes = net.n * sizeof(float);

@@ -163,8 +163,18 @@ class transport {
   }
 
   //! Waits for the open group's transfers (`pending_`), polling the failure notices, this step's
-  //! own failure and the timeout; a receive's message of another size names its sender.
+  //! own failure and the timeout; a receive's message of another size names its sender. Whatever
+  //! it throws, the group's transfers still in flight are cancelled first, not carried into the
+  //! next step.
   void wait_for(auto const& c) {
+    try {
+      wait_group(c);
+    } catch (...) {
+      drop_pending();
+      throw;
+    }
+  }
+  void wait_group(auto const& c) {
     if (pending_.empty()) return;
     std::vector<MPI_Request> reqs;
     for (auto const& p : pending_) reqs.push_back(p.request);
@@ -180,7 +190,9 @@ class transport {
       for (std::size_t k = 0; k < reqs.size(); ++k) {  // one at a time: what is still in flight names its peer
         if (reqs[k] == MPI_REQUEST_NULL) continue;
         int got = 0;
-        if (int const rc = MPI_Test(&reqs[k], &got, &st[k]); rc != MPI_SUCCESS) {
+        int const rc = MPI_Test(&reqs[k], &got, &st[k]);
+        pending_[k].request = reqs[k];  // null once complete (or freed by the failed test)
+        if (rc != MPI_SUCCESS) {
           int cls = 0;
           MPI_Error_class(rc, &cls);
           if (pending_[k].receive && cls == MPI_ERR_TRUNCATE)
@@ -189,7 +201,6 @@ class transport {
                                    std::to_string(c.stage) + " expects: neighbouring stages must agree on the carry's size");
           check(rc, "MPI_Test", rank_);
         }
-        pending_[k].request = reqs[k];  // null once complete
         done = done && got;
       }
       if (done) break;

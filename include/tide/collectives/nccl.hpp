@@ -233,7 +233,7 @@ class basic_nccl_agreement {
     if (aborted_)
       throw collective_error("tide: " + std::string(name_) + ": rank " + std::to_string(rank_) +
                              ": the communicator was aborted (after an NCCL error or a timeout); recreate it and the "
-                             "adapter (and do not ncclCommDestroy the aborted one)");
+                             "tide::" + name_ + " (and do not ncclCommDestroy the aborted one)");
   }
   //! Opens the adapter's NCCL group.
   void open_group() {

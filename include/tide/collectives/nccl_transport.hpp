@@ -13,8 +13,9 @@
 //!   round's sends with the next round's receives: `transport_context::pair`) are one NCCL group,
 //!   so neighbours that send to each other, the interleaved ring's last stage and stage 0 among
 //!   them, cannot deadlock although every NCCL transfer waits for its peer.
-//! - Capture-safe: nothing waits on the host, so a step captured by `tide::cuda_graph::capture`
-//!   replays its transfers (NCCL captures point-to-point calls into graphs).
+//! - Capture-safe: nothing waits on the host (on a blocking communicator; a non-blocking one's
+//!   `ncclInProgress` is polled on the host, as the hooks do), so a step captured by
+//!   `tide::cuda_graph::capture` replays its transfers (NCCL captures point-to-point calls).
 //! - Failure agreement, dead peers, aborts, non-blocking communicators: as `tide::nccl_hooks`
 //!   (their shared `detail::basic_nccl_agreement`). A rank whose step failed still makes every
 //!   transfer its peers expect (told `ctx.step_failed`; it skips the user's ends), so none hangs;
@@ -97,9 +98,11 @@ class basic_nccl_transport : public detail::basic_nccl_agreement<Api> {
       throw collective_error("tide: nccl_transport: rank " + std::to_string(this->rank_) + " runs the schedule of stage " +
                              std::to_string(c.stage) + ": stage s runs on rank s");
     if (c.pair == 1 && !this->in_group()) this->open_group();
-    if (c.pair != 1 && c.pair != 2 && this->in_group())
+    if (c.pair != 1 && c.pair != 2 && this->in_group()) {
+      this->close_group();  // the step-end agreement must not land in it
       throw collective_error("tide: nccl_transport: a transfer alone (pair 0) came inside an open group: the stage "
                              "schedule's groups end with pair 2");
+    }
     try {
       if (auto const peer = c.peer(); peer >= 0) call(static_cast<int>(peer));
       else if (!c.step_failed) end();  // a failed step's ends are its own: only the peers must not wait

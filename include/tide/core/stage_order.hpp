@@ -18,7 +18,7 @@
 //!   in Megatron-LM's interleaved 1F1B (Narayanan et al., SC'21): forwards in groups of `stages`
 //!   micro-batches per chunk, backwards likewise from the last chunk, `(stages - stage - 1) * 2 +
 //!   (v - 1) * stages` warm-up forwards (every one when `micro_batches == stages`). The bubble
-//!   shrinks v times, to (S - 1) / (v M) of the step; each stage holds more (chunk, micro-batch)
+//!   shrinks v times, to (S - 1) / (v M) of the compute time; each stage holds more (chunk, micro-batch)
 //!   units in flight, each 1/v of its layers. It needs `micro_batches` a multiple of `stages`.
 //!
 //! Under GPipe and 1F1B backwards run in micro-batch order, so weight gradients accumulate in the
@@ -61,7 +61,8 @@ struct stage_spec {
   stage_order order = stage_order::one_f_one_b;  //!< the order of its forwards and backwards
   //! Chunks per stage (v): 1 but under `stage_order::interleaved`, which takes 2 or more
   std::uint32_t virtual_stages = 1;
-  //! Units of the step: (chunk, micro-batch) pairs, `micro_batches * virtual_stages`.
+  //! Units of the step: (chunk, micro-batch) pairs, `micro_batches * virtual_stages` (of a spec
+  //! `check_stage` accepts: at most 2^28; unchecked fields may wrap).
   [[nodiscard]] constexpr std::uint32_t units() const noexcept { return micro_batches * virtual_stages; }
 };
 

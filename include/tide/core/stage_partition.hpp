@@ -69,6 +69,21 @@ struct stage_chunks {
   return r;
 }
 
+//! The model's layers stage `stage` runs, in the stage's order (its chunks' in turn: what
+//! `ctx.layer` counts), under `p` with one entry per virtual stage (`stages * virtual_stages`,
+//! checked as `chunks_of` checks it).
+[[nodiscard]] constexpr std::vector<std::uint32_t> model_layers_of(stage_partition const& p, std::uint32_t stage, std::uint32_t stages,
+                                                                  std::uint32_t virtual_stages = 1) {
+  auto const chunks = chunks_of(p, stage, stages, virtual_stages);
+  std::vector<std::uint32_t> r;
+  for (std::uint32_t c = 0; c < virtual_stages; ++c) {
+    std::uint32_t first = 0;
+    for (std::uint32_t j = 0; j < c * stages + stage; ++j) first += p.layers[j];
+    for (std::uint32_t l = 0; l < chunks.layers[c]; ++l) r.push_back(first + l);
+  }
+  return r;
+}
+
 //! The first of the model's layers (virtual) stage `stage` runs (`p` checked, `stage` below its stages).
 [[nodiscard]] constexpr std::uint32_t first_layer(stage_partition const& p, std::uint32_t stage) noexcept {
   std::uint32_t first = 0;

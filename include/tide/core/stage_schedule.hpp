@@ -33,7 +33,8 @@
 //! - interleaved (`stage_order::interleaved`, v chunks a stage), the units are (chunk,
 //!   micro-batch) pairs: schedule layer `v` is still the stage's layer `v % L` of micro-batch
 //!   `v / L`, the stage's layers its chunks' in turn (`stage_chunks`), and each unit has its own
-//!   policy, instance region, transfers and build (chunks of the same layer types share one). The
+//!   policy (its rules' layer bounds count the stage's layers over all its chunks), instance
+//!   region, transfers and build (chunks of the same layer types under the same rules share one). The
 //!   transfers go in rounds, as Megatron-LM's interleaved schedule posts them: after a warm-up
 //!   forward, a forward and backward pair, or a cool-down backward, its sends and the next
 //!   round's receives are one group (`op::chunks` up to 4), which no neighbour can deadlock on
@@ -41,7 +42,8 @@
 //!   deadlocks pairs).
 //!
 //! What a stage schedule does not take yet: collective hooks (`collective_spec`): reduce a data
-//! parallel stage's gradients after the step.
+//! parallel stage's gradients after the step; spilling to storage (each unit in flight would need
+//! a spill ring of its own): offload instead.
 
 #include <cstdint>
 #include <string>
@@ -63,8 +65,8 @@ namespace tide {
 //! micro-batch unless `policies` gives them their own). Interleaved, `stack` holds the stage's
 //! chunks' layers in turn, `chunks` says how many each (empty: as many to each). Throws
 //! `schedule_error` naming what is wrong: a stage `check_stage` refuses, a stack without a carry,
-//! collective hooks, a policy index out of range, chunks that do not split the stack, or what
-//! `build_schedule` refuses for a micro-batch's policy.
+//! collective hooks, a policy that spills, a policy index out of range, chunks that do not split
+//! the stack, or what `build_schedule` refuses for a micro-batch's policy.
 TIDE_INLINE schedule build_stage_schedule(stack_spec const& stack, strategy const& how, stage_spec const& stage,
                                           stage_policies const& policies = {}, stage_chunks const& chunks = {});
 

@@ -134,20 +134,6 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
       stage_fail("stage_chunks gives the chunks " + str(first[V]) + " layers, but the stage's stack has " + str(L) +
                  ": the counts must add up to the stack's layers");
   }
-  // Chunks with the same layer types share their builds.
-  std::vector<std::uint32_t> shape(V, 0);
-  std::uint32_t shapes = 0;
-  for (std::uint32_t c = 0; c < V; ++c) {
-    shape[c] = shapes;
-    for (std::uint32_t d = 0; d < c; ++d)
-      if (first[d + 1] - first[d] == first[c + 1] - first[c] &&
-          std::equal(stack.layer_types.begin() + first[d], stack.layer_types.begin() + first[d + 1], stack.layer_types.begin() + first[c])) {
-        shape[c] = shape[d];
-        break;
-      }
-    if (shape[c] == shapes) ++shapes;
-  }
-
   std::vector<policy_spec> const& given = policies.policies;
   auto const P = given.empty() ? std::size_t{1} : given.size();
   auto const per = V > 1 ? " (chunk, micro-batch) units" : " micro-batches";
@@ -165,41 +151,101 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   auto const chunk_of_unit = [&](std::uint32_t u) { return u / M; };
   auto const mb_of_unit = [&](std::uint32_t u) { return u % M; };
 
-  // One build per (policy, chunk shape), with its byte accesses (the checker's,
-  // `collect_accesses`): what the waits between units are derived from. The builds are the
-  // builder's, not proven one by one here; the stage's program is proven whole by `check_schedule`
-  // (the executor runs it unless NDEBUG: executor_options::check_schedule) and, over random
-  // stages, by the tests.
-  auto const B = P * shapes;
-  std::vector<stack_spec> part(V > 1 ? shapes : 0);  // one chunk: the stack itself
-  for (std::uint32_t c = 0; c < V && V > 1; ++c)
-    if (part[shape[c]].layer_types.empty()) {
-      part[shape[c]].types = stack.types;
-      part[shape[c]].carry = stack.carry;
-      part[shape[c]].independent_layers = stack.independent_layers;
-      part[shape[c]].layer_types.assign(stack.layer_types.begin() + first[c], stack.layer_types.begin() + first[c + 1]);
+  // The builds: one per (policy, chunk) some unit has, with its byte accesses (the checker's,
+  // `collect_accesses`): what the waits between units are derived from. A chunk is built as a
+  // stack of its own layers, under its policy's rules with their layer bounds moved onto the
+  // chunk (a rule's layers are the stage's); chunks of the same layer types under the same rules
+  // share a build. The builds are the builder's, not proven one by one here; the stage's program
+  // is proven whole by `check_schedule` (the executor runs it unless NDEBUG:
+  // executor_options::check_schedule) and, over random stages, by the tests.
+  auto const policy_of = [&](std::size_t p) -> policy_spec const& { return given.empty() ? how.policy : given[p]; };
+  auto const on_chunk = [&](policy_spec const& p, std::uint32_t c) {
+    policy_spec q;
+    q.allow_unused_rules = true;  // unused is judged over the whole stage, below
+    for (auto r : p.rules) {
+      auto const lo = std::max(resolve_layer(r.first_layer, L), first[c]), hi = std::min(resolve_layer(r.last_layer, L), first[c + 1]);
+      if (lo >= hi) continue;  // it selects no layer of this chunk: first-match order is the same without it
+      r.first_layer = lo - first[c];
+      r.last_layer = hi - first[c];
+      q.rules.push_back(std::move(r));
     }
+    return q;
+  };
+  auto const same_rules = [](policy_spec const& x, policy_spec const& y) {
+    if (x.rules.size() != y.rules.size()) return false;
+    for (std::size_t i = 0; i < x.rules.size(); ++i) {
+      auto const &r = x.rules[i], &t = y.rules[i];
+      if (r.where != t.where || r.slots != t.slots || r.min_bytes != t.min_bytes || r.first_layer.resolve(all_layers) != t.first_layer.resolve(all_layers) ||
+          r.last_layer.resolve(all_layers) != t.last_layer.resolve(all_layers))
+        return false;
+    }
+    return true;
+  };
+  struct build_key {
+    std::uint32_t policy = 0, chunk = 0;
+    policy_spec rules{};  // interleaved: the policy on the chunk
+  };
+  std::vector<build_key> keys;
+  std::vector<std::uint8_t> has_policy(P, 0);
+  for (auto p : pol) has_policy[p] = 1;
+  std::vector<std::uint32_t> key_of(P * V, 0);  // per (policy, chunk) some unit has
+  for (std::uint32_t p = 0; p < P; ++p) {
+    if (!has_policy[p]) continue;
+    if (V > 1) {  // the policy's own issues (an unused rule, an empty range) over the stage's stack
+      strategy h = how;
+      h.policy = policy_of(p);
+      try {
+        static_cast<void>(build_schedule(stack, h));
+      } catch (schedule_error const& e) {
+        stage_fail(std::string(given.empty() ? "the strategy" : "policy " + str(p)) + ": " + e.what());
+      }
+    }
+    for (std::uint32_t c = 0; c < V; ++c) {
+      auto rules = V > 1 ? on_chunk(policy_of(p), c) : policy_spec{};
+      auto const n = first[c + 1] - first[c];
+      std::size_t k = 0;
+      while (k < keys.size() &&
+             !(keys[k].policy == p && first[keys[k].chunk + 1] - first[keys[k].chunk] == n &&
+               std::equal(stack.layer_types.begin() + first[c], stack.layer_types.begin() + first[c + 1],
+                          stack.layer_types.begin() + first[keys[k].chunk]) &&
+               same_rules(keys[k].rules, rules)))
+        ++k;
+      if (k == keys.size()) keys.push_back({p, c, std::move(rules)});
+      key_of[p * V + c] = static_cast<std::uint32_t>(k);
+    }
+  }
+  auto const B = keys.size();
+  std::vector<std::uint32_t> bld(U, 0);  // per unit: its build
+  for (std::uint32_t u = 0; u < U; ++u) bld[u] = key_of[pol[u] * V + chunk_of_unit(u)];
+  auto const part = [&](std::uint32_t c) {  // chunk c's layers as a stack
+    stack_spec r;
+    r.types = stack.types;
+    r.carry = stack.carry;
+    r.independent_layers = stack.independent_layers;
+    r.layer_types.assign(stack.layer_types.begin() + first[c], stack.layer_types.begin() + first[c + 1]);
+    return r;
+  };
   std::vector<schedule> base(B);
   std::vector<checked_program> prog(B);
   std::vector<std::uint32_t> split(B, 0);
   std::vector<std::uint32_t> lead(B, 0);  // per build: the prefetches and loads that open its backward
-  std::vector<std::uint8_t> used(B, 0);
-  std::vector<std::uint32_t> bld(U, 0);  // per unit: its build
-  for (std::uint32_t u = 0; u < U; ++u) {
-    bld[u] = static_cast<std::uint32_t>(pol[u] * shapes + shape[chunk_of_unit(u)]);
-    used[bld[u]] = 1;
-  }
   auto build_all = [&](bool share) {
     for (std::size_t b = 0; b < B; ++b) {
-      auto const p = b / shapes;
+      auto const p = keys[b].policy;
       strategy h = how;
-      if (!given.empty()) h.policy = given[p];
+      h.policy = V > 1 ? keys[b].rules : policy_of(p);
       h.buffers.share_phase_regions = share;
       try {
-        base[b] = build_schedule(V == 1 ? stack : part[b % shapes], h);
+        if (V == 1) base[b] = build_schedule(stack, h);  // (not `?:`: its copy of `stack` is a temporary GCC 12's
+        else base[b] = build_schedule(part(keys[b].chunk), h);  // constant evaluator frees twice)
       } catch (schedule_error const& e) {
         stage_fail(std::string(given.empty() ? "the strategy" : "policy " + str(p)) + ": " + e.what());
       }
+      for (auto const& x : base[b].slots)
+        if (x.where == placement::spill)
+          stage_fail(std::string(given.empty() ? "the strategy" : "policy " + str(p)) +
+                     " spills slots to storage, which a stage schedule does not take yet (each unit in flight would need a spill "
+                     "ring of its own): offload them to pinned host memory instead (placement::offload)");
       auto const v = base[b].view();
       prog[b] = {};  // built again when the phase regions are unshared
       collect_accesses(v, prog[b], access_count(v));
@@ -226,9 +272,8 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   build_all(how.buffers.share_phase_regions);
   auto const copies = [&] {
     for (std::size_t b = 0; b < B; ++b)
-      if (used[b])
-        for (auto const& o : base[b].ops)
-          if (is_copy(o.kind) || is_storage(o.kind)) return true;
+      for (auto const& o : base[b].ops)
+        if (is_copy(o.kind) || is_storage(o.kind)) return true;
     return false;
   };
   if (how.buffers.share_phase_regions && copies()) build_all(false);
@@ -287,8 +332,7 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   // then the instance regions: kept slots, carries, the boundary gradient. Host and storage: a
   // region per instance.
   std::size_t forward_region = 0, backward_region = 0;
-  for (std::size_t b = 0; b < B; ++b) {
-    if (!used[b]) continue;  // a build no unit has takes no room
+  for (std::size_t b = 0; b < B; ++b) {  // every build is some unit's
     forward_region = std::max(forward_region, base[b].arena.backward_area - base[b].arena.kept_bytes);
     backward_region = std::max(backward_region, base[b].carry.device_area - base[b].arena.backward_area);
   }
@@ -397,6 +441,9 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
     // The group ends before an op that waits on a member, and before a comm-stream op that does
     // not join it (a group's ops are consecutive on the comm stream); ops on other streams may come
     // between its members.
+    // An interleaved round's group split in two would bring the ring's deadlock back.
+    if (on_member && joins && stage.order == stage_order::interleaved)
+      stage_fail("internal: a transfer of an interleaved round touches bytes another of its group does");
     if (!group.empty() && (on_member || (!joins && o.stream == stream_role::comm))) {
       close_group();
       if (on_member) waits_now(o, u);
@@ -518,8 +565,9 @@ constexpr schedule build_stage(stack_spec const& stack, strategy const& how, sta
   } else {
     // Rounds, as Megatron-LM's interleaved schedule runs them: a warm-up forward, a forward and a
     // backward, a cool-down backward; after each, its sends and the next round's receives posted
-    // as one group. (A send alone before the next receive deadlocks the ring: stage 0 would wait
-    // on its send to the last stage while the last stage waits on a receive from it.)
+    // as one group. (Paired only with the next receive, a send that waits for its peer deadlocks
+    // the ring: stage 0 and stage 1 each wait for the other to take a gradient it sends, neither
+    // having posted the receive.)
     auto const warmup = warmup_length(stage);
     std::vector<std::pair<std::uint32_t, std::uint32_t>> rounds;  // [first, last) entries
     for (std::uint32_t k = 0; k < 2 * U;) {

@@ -100,6 +100,7 @@ inline void check_stage_program(schedule_view const& s, checked_program const& p
   constexpr auto absent = std::numeric_limits<std::uint32_t>::max();
   std::vector<std::uint32_t> seen(4 * std::size_t{U}, absent);  // per unit: recv act, send act, recv grad, send grad
   std::uint32_t prev_comm = absent;
+  std::vector<std::uint32_t> members;  // the open group's transfers so far
   auto const open = [&](std::uint32_t j) {  // op j is a boundary transfer with members after it
     return j != absent && is_boundary(s.ops[j].kind) && s.ops[j].chunks >= 2 && s.ops[j].chunk + 1 < s.ops[j].chunks;
   };
@@ -123,6 +124,16 @@ inline void check_stage_program(schedule_view const& s, checked_program const& p
         check_fail("boundary: " + op_name(s, i) + " is place " + str(o.chunk) + " of a group, but the op before it on the comm "
                    "stream opens none");
     }
+    // A group's transfers are in flight together: none may write bytes another reads or writes.
+    if (o.chunks < 2 || o.chunk == 0) members.clear();
+    for (auto j : members) {
+      auto const& x = s.ops[j];
+      if ((x.kind == op_kind::receive || o.kind == op_kind::receive) && x.device_offset < o.device_offset + o.bytes &&
+          o.device_offset < x.device_offset + x.bytes)
+        check_fail("boundary: " + op_name(s, j) + " and " + op_name(s, i) + " are posted together (one group) but touch the same "
+                   "device bytes, one of them writing: a group's transfers run at once");
+    }
+    if (o.chunks >= 2) members.push_back(i);
     prev_comm = i;
     auto const u = st.unit_of(o.layer);
     bool const grad = o.slot == gradient_slot, send = o.kind == op_kind::send;
