@@ -86,6 +86,30 @@ for name, extra in (("find_package", [f"-DCMAKE_PREFIX_PATH={prefix}"]), ("add_s
                 sys.exit(f"CMake ({name}): {exe} failed: {r.stdout}{r.stderr}")
             print(f"cmake {name}: {r.stdout.strip()}")
 
+# The version file (Meson writes it without a cmake program): the versions and ranges
+# find_package accepts and refuses (pre-1.0: the same minor version, not older).
+version = (pathlib.Path(src) / "meson.build").read_text().split("version: '", 1)[1].split("'", 1)[0]
+major, minor, patch = (int(x) for x in version.split("."))
+probe = work / "cmake_version_probe"
+shutil.rmtree(probe, ignore_errors=True)
+probe.mkdir()
+cases = [(f"{major}.{minor}", True), (version, True), ("", True), (f"{major}.{minor}...{major}.{minor + 1}", True),
+         (f"{major}.{minor}...<{major}.{minor + 1}", True), (f"{major}.{minor + 1}", False), (f"{major}.{minor}.{patch + 1}", False),
+         (f"{major + 1}.0", False)]
+if minor > 0:  # an older minor version, alone and as a range's lower end
+    cases += [(f"{major}.{minor - 1}", False), (f"{major}.{minor - 1}...<{major}.{minor + 1}", False)]
+for asked, found in cases:
+    # One build directory for all (the compiler is detected once); tide's targets need CXX.
+    (probe / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.19)\nproject(probe CXX)\n"
+                                          f"find_package(tide {asked} QUIET)\nmessage(STATUS \"tide found: ${{tide_FOUND}}\")\n")
+    b = probe / "build"
+    r = subprocess.run([cmake, "-S", str(probe), "-B", str(b), f"-DCMAKE_PREFIX_PATH={prefix}"], capture_output=True, text=True,
+                       env=cxx_env)
+    got = "tide found: 1" in r.stdout
+    if r.returncode or got != found:
+        sys.exit(f"CMake: find_package(tide {asked}) against tide {version} {'found' if got else 'did not find'} it:\n{r.stdout}{r.stderr}")
+print(f"cmake version file: tide {version} accepted and refused as SameMinorVersion")
+
 # tide-plan and tide-plot-trace, installed side by side; the installed tide-plan runs.
 if json_kind == "none":
     sys.exit(0)

@@ -5,6 +5,8 @@
 # nothing on this machine changes. Needs root (unshare, mount); Debian 12 paths.
 #   tools/offline-gpu-machine.sh bash bench/gpu/check.sh --dry-run
 # (tools/test.sh runs the GPU check's dry run under it, so that CI walks the GPU machine's path.)
+# OFFLINE_NO_CMAKE=1 also hides cmake, ctest and cpack (a bare CUDA image may have no CMake;
+# tools/test.sh sets it: tide's setup needs no cmake program).
 set -u
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
@@ -24,4 +26,5 @@ hide $L/pkgconfig gtest.pc gtest_main.pc gmock.pc gmock_main.pc benchmark.pc
 hide $L/cmake GTest benchmark
 hide /usr/include gtest gmock benchmark
 hide /usr/src googletest
+if [ "${OFFLINE_NO_CMAKE:-0}" = 1 ]; then hide /usr/bin cmake ctest cpack; fi
 exec "$@"' bash "$@"
